@@ -1,0 +1,47 @@
+# Countersign: `make serve` runs the app, `make test` runs every test.
+# Both create .venv with a Python >= 3.12 and install requirements.txt first.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# Django 6 needs Python >= 3.12; a machine's default python3 may be older, so
+# try the versioned names first, then pyenv's installs, and check each one.
+PYTHON_CANDIDATES := python3.13 python3.12 python3 $(sort $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3))
+BOOTSTRAP_PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do \
+	if "$$p" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
+	echo "$$p"; break; fi; done)
+
+.PHONY: serve test venv check-python clean
+
+check-python:
+	@if [ -z "$(BOOTSTRAP_PYTHON)" ]; then \
+	  echo "Countersign needs Python 3.12 or newer, and none was found (tried: $(PYTHON_CANDIDATES))."; \
+	  echo "Install one, e.g. 'apt-get install python3.13 python3.13-venv' or 'pyenv install 3.13',"; \
+	  echo "then run make again."; \
+	  exit 1; \
+	fi
+
+# Rebuilt when requirements.txt changes or when .venv holds a too-old Python.
+$(VENV)/.installed: requirements.txt | check-python
+	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
+	  echo "Replacing $(VENV): its Python is older than 3.12."; rm -rf $(VENV); fi
+	@[ -x $(PY) ] || { echo "Creating $(VENV) with $(BOOTSTRAP_PYTHON)"; "$(BOOTSTRAP_PYTHON)" -m venv $(VENV); }
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+venv: $(VENV)/.installed
+
+serve: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo_reviewer
+	@echo "Log in at http://$(HOST):$(PORT)/ as reviewer / countersign (admin: /admin/)."
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+test: venv
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache

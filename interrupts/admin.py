@@ -1,0 +1,191 @@
+"""The operators' view of every model.
+
+History is read-only here: events and decisions can be looked at, never added,
+changed or deleted, and runs and interrupts only through the functions that
+own their state changes, never by editing a row.
+"""
+
+import json
+
+from django import forms
+from django.contrib import admin
+from django.utils.html import format_html
+
+from .models import Agent, Decision, Event, Interrupt, Run, Thread
+
+
+def pretty_json(value) -> str:
+    """Agent-supplied JSON, indented and escaped, for a read-only admin field."""
+    if value is None:
+        return "—"
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin that shows rows and never writes them."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class AgentForm(forms.ModelForm):
+    # The stored credential is never sent back to the browser: the field starts
+    # empty and an empty submission keeps the current value.
+    auth_value = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        label="Credential",
+        help_text="Sent to the agent in the header above. Leave empty to keep the current one.",
+    )
+    clear_auth_value = forms.BooleanField(required=False, label="Remove the stored credential")
+
+    class Meta:
+        model = Agent
+        fields = ["name", "url", "description", "auth_header", "auth_value", "capabilities", "builtin"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk and not cleaned.get("auth_value"):
+            cleaned["auth_value"] = "" if cleaned.get("clear_auth_value") else self.instance.auth_value
+        if cleaned.get("auth_value") and not cleaned.get("auth_header"):
+            self.add_error("auth_header", "Name the header that carries the credential.")
+        return cleaned
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
+    list_display = ["name", "url", "builtin", "credential", "created_at"]
+    list_filter = ["builtin"]
+    search_fields = ["name", "url", "description"]
+
+    @admin.display(description="Credential")
+    def credential(self, obj):
+        return obj.masked_auth_value or "—"
+
+
+@admin.register(Thread)
+class ThreadAdmin(admin.ModelAdmin):
+    list_display = ["thread_id", "title", "agent", "last_seq", "updated_at"]
+    list_filter = ["agent"]
+    search_fields = ["thread_id", "title"]
+    date_hierarchy = "created_at"
+    readonly_fields = ["thread_id", "agent", "last_seq", "state_json", "messages_json", "created_at", "updated_at"]
+    fields = ["thread_id", "title", "agent", "last_seq", "state_json", "messages_json", "created_at", "updated_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="State")
+    def state_json(self, obj):
+        return pretty_json(obj.state)
+
+    @admin.display(description="Messages")
+    def messages_json(self, obj):
+        return pretty_json(obj.messages)
+
+
+class InterruptInline(admin.TabularInline):
+    model = Interrupt
+    fields = ["interrupt_id", "reason", "status", "tool_name", "expires_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["run_id", "thread", "agent", "status", "parent", "created_at", "finished_at"]
+    list_filter = ["status", "agent"]
+    search_fields = ["run_id", "thread__thread_id", "error_code", "error_message"]
+    date_hierarchy = "created_at"
+    list_select_related = ["thread", "agent", "parent"]
+    inlines = [InterruptInline]
+    readonly_fields = ["input_json", "outcome_json"]
+    exclude = ["input", "outcome"]
+
+    @admin.display(description="Input")
+    def input_json(self, obj):
+        return pretty_json(obj.input)
+
+    @admin.display(description="Outcome")
+    def outcome_json(self, obj):
+        return pretty_json(obj.outcome)
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["thread", "seq", "type", "run", "from_agent", "received_at"]
+    list_filter = ["type", "from_agent"]
+    search_fields = ["thread__thread_id", "run__run_id", "type"]
+    date_hierarchy = "received_at"
+    list_select_related = ["thread", "run"]
+    readonly_fields = ["payload_json"]
+    exclude = ["payload"]
+
+    @admin.display(description="Payload")
+    def payload_json(self, obj):
+        return pretty_json(obj.payload)
+
+
+class DecisionInline(admin.TabularInline):
+    model = Decision
+    fields = ["status", "user", "created_at", "superseded_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Interrupt)
+class InterruptAdmin(ReadOnlyAdmin):
+    list_display = ["interrupt_id", "reason", "status", "run", "tool_name", "expires_at", "created_at"]
+    list_filter = ["status", "reason", "run__agent"]
+    search_fields = ["interrupt_id", "message", "tool_call_id", "tool_name", "run__run_id", "run__thread__thread_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["run"]
+    inlines = [DecisionInline]
+    readonly_fields = ["raw_json", "proposed_args_json", "problems"]
+    exclude = ["raw", "proposed_args", "response_schema", "metadata"]
+
+    @admin.display(description="As sent by the agent")
+    def raw_json(self, obj):
+        return pretty_json(obj.raw)
+
+    @admin.display(description="Proposed args")
+    def proposed_args_json(self, obj):
+        return pretty_json(obj.proposed_args)
+
+
+@admin.register(Decision)
+class DecisionAdmin(ReadOnlyAdmin):
+    list_display = ["interrupt", "status", "user", "created_at", "superseded_at"]
+    list_filter = ["status", "interrupt__run__agent"]
+    search_fields = ["interrupt__interrupt_id", "user__username", "comment"]
+    date_hierarchy = "created_at"
+    list_select_related = ["interrupt", "user"]
+    readonly_fields = ["payload_json", "edited_args_json"]
+    exclude = ["payload", "edited_args"]
+
+    @admin.display(description="Payload")
+    def payload_json(self, obj):
+        return pretty_json(obj.payload)
+
+    @admin.display(description="Edited args")
+    def edited_args_json(self, obj):
+        return pretty_json(obj.edited_args)

@@ -1,0 +1,51 @@
+"""Serve Countersign: daphne (HTTP + WebSocket) in this process.
+
+Daphne has no start-up hook and the in-memory channel layer does not cross
+processes, so the process that serves requests is also the one that owns the
+background work; it is started from ``ready_callable`` on daphne's own event
+loop.
+"""
+
+import logging
+
+from django.core.management.base import BaseCommand, CommandError
+
+logger = logging.getLogger("interrupts.serve")
+
+
+class Command(BaseCommand):
+    help = "Serve Countersign over HTTP and WebSocket with daphne."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1", help="Interface to listen on.")
+        parser.add_argument("--port", type=int, default=8000, help="TCP port to listen on.")
+        parser.add_argument(
+            "--proxy-headers",
+            action="store_true",
+            help="Trust X-Forwarded-For/-Port/-Proto from a reverse proxy in front.",
+        )
+
+    def handle(self, *args, host, port, proxy_headers, verbosity, **options):
+        if not 0 < port < 65536:
+            raise CommandError(f"--port {port} is not a TCP port (1–65535).")
+        # Imported here: daphne.server installs Twisted's asyncio reactor on import.
+        from daphne.endpoints import build_endpoint_description_strings
+        from daphne.server import Server
+
+        from project.asgi import application
+
+        def ready():
+            display_host = f"[{host}]" if ":" in host else host
+            self.stdout.write(f"Countersign listening on http://{display_host}:{port}/", ending="\n")
+            self.stdout.flush()
+
+        server = Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(host=host, port=port),
+            ready_callable=ready,
+            verbosity=verbosity,
+            proxy_forwarded_address_header="X-Forwarded-For" if proxy_headers else None,
+            proxy_forwarded_port_header="X-Forwarded-Port" if proxy_headers else None,
+            proxy_forwarded_proto_header="X-Forwarded-Proto" if proxy_headers else None,
+        )
+        server.run()

@@ -1,0 +1,281 @@
+"""What Countersign stores: agents, threads, runs, every event, interrupts, decisions.
+
+Invariants that matter for the audit trail are held by the database, not only
+by Python: an event's per-thread sequence number is unique and an event row
+never changes; an interrupt id is unique within its run; a decision row never
+changes (beyond being superseded once) and an interrupt has at most one live
+decision. The triggers that forbid changing history are in migration 0002.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+
+class Agent(models.Model):
+    """A registered AG-UI endpoint that Countersign calls."""
+
+    name = models.SlugField(
+        max_length=64,
+        unique=True,
+        help_text="Short name used in URLs and on the command line, e.g. 'mailer'.",
+    )
+    url = models.URLField(max_length=2000, help_text="Where RunAgentInput is POSTed.")
+    description = models.TextField(blank=True)
+    auth_header = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[
+            RegexValidator(
+                r"^[A-Za-z0-9-]*$", "A header name holds letters, digits and dashes only."
+            )
+        ],
+        help_text="Name of the header carrying the agent's credential, e.g. 'Authorization'.",
+    )
+    # Stored server-side and sent only to the agent; never rendered back in full.
+    auth_value = models.CharField(max_length=2000, blank=True)
+    capabilities = models.JSONField(default=dict, blank=True)
+    builtin = models.BooleanField(
+        default=False, help_text="One of the demo agents Countersign serves itself."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def masked_auth_value(self) -> str:
+        """The credential as people may see it: its last four characters at most."""
+        if not self.auth_value:
+            return ""
+        tail = self.auth_value[-4:] if len(self.auth_value) >= 12 else ""
+        return f"••••{tail}"
+
+
+class Thread(models.Model):
+    """One AG-UI threadId: the conversation an agent and its reviewers share."""
+
+    thread_id = models.CharField(max_length=200, unique=True)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="threads")
+    title = models.CharField(max_length=200, blank=True)
+    # The latest STATE_SNAPSHOT and MESSAGES_SNAPSHOT, so a new run's input can
+    # be built without replaying the event log.
+    state = models.JSONField(null=True, blank=True)
+    messages = models.JSONField(default=list, blank=True)
+    # The sequence number of the last event appended; events take last_seq + 1.
+    last_seq = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return self.title or self.thread_id
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    STREAMING = "streaming", "Streaming"
+    INTERRUPTED = "interrupted", "Interrupted"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Run(models.Model):
+    """One runId: the input Countersign sent, how the run went and how it ended."""
+
+    Status = RunStatus
+
+    FINAL_STATUSES = (RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="runs")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    run_id = models.CharField(max_length=200)
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        help_text="The run this one continues (for a resume: the interrupted run).",
+    )
+    # The RunAgentInput exactly as sent, in wire (camelCase) form.
+    input = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    # RUN_FINISHED's outcome in wire form; null until the run ends or when legacy.
+    outcome = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=100, blank=True)
+    error_message = models.TextField(blank=True)
+    # A resume's idempotency key (thread + every (interruptId, status, payload)):
+    # unique, so the same answers can never start two runs.
+    resume_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "run_id"], name="run_id_unique_per_thread"),
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="run_status_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "created_at"], name="run_status_created")]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class Event(models.Model):
+    """One AG-UI event exactly as received: append-only, numbered per thread."""
+
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="events")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveBigIntegerField(help_text="Position in the thread's event log.")
+    type = models.CharField(max_length=64)
+    payload = models.JSONField(help_text="The event in wire (camelCase) form.")
+    # False for events Countersign itself wrote into the log (a RUN_ERROR for a
+    # stream that broke), so the audit trail never passes them off as the agent's.
+    from_agent = models.BooleanField(default=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["thread", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="event_seq_unique_per_thread"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
+        ]
+        indexes = [models.Index(fields=["run", "seq"], name="event_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.seq} {self.type}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("Events are append-only: an event row is never changed.")
+        super().save(*args, **kwargs)
+
+
+class InterruptStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RESOLVED = "resolved", "Resolved"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+
+
+class Interrupt(models.Model):
+    """One item of a run's interrupt outcome, and where it stands."""
+
+    Status = InterruptStatus
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interrupts")
+    interrupt_id = models.CharField(max_length=200)
+    reason = models.CharField(max_length=200)
+    message = models.TextField(blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    # Reassembled from the run's TOOL_CALL_START/ARGS when toolCallId is set:
+    # what the agent proposed, the first column of the audit trail.
+    tool_name = models.CharField(max_length=200, blank=True)
+    proposed_args = models.JSONField(null=True, blank=True)
+    response_schema = models.JSONField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(null=True, blank=True)
+    # The interrupt exactly as the agent sent it, and what was wrong with it
+    # (e.g. an unparsable expiresAt), so nothing the agent said is lost.
+    raw = models.JSONField()
+    problems = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    # Bumped on every change of status or draft answer: conditional updates on
+    # (pk, version) decide races between reviewers on any database.
+    version = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "interrupt_id"], name="interrupt_id_unique_per_run"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=InterruptStatus.values), name="interrupt_status_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="interrupt_status_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.interrupt_id} ({self.reason})"
+
+
+class DecisionStatus(models.TextChoices):
+    RESOLVED = "resolved", "Resolved"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Decision(models.Model):
+    """Who answered an interrupt, how and when. Never changed once written.
+
+    A reviewer may revise an answer until the batch is sent: the revision is a
+    new row and the old one is marked superseded (the only change a decision
+    row ever sees), so the trail keeps every answer anyone gave.
+    """
+
+    Status = DecisionStatus
+
+    interrupt = models.ForeignKey(Interrupt, on_delete=models.PROTECT, related_name="decisions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="decisions"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices)
+    payload = models.JSONField(null=True, blank=True)
+    # The tool args that will run when the payload carries editedArgs: a full
+    # replacement of the proposal, kept apart so the audit can diff them.
+    edited_args = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["interrupt"],
+                condition=Q(superseded_at__isnull=True),
+                name="one_live_decision_per_interrupt",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=DecisionStatus.values), name="decision_status_valid"
+            ),
+            # The contract: a cancelled answer carries no payload.
+            models.CheckConstraint(
+                condition=~Q(status="cancelled") | Q(payload__isnull=True),
+                name="cancelled_decision_has_no_payload",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.interrupt.interrupt_id}: {self.status} by {self.user}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("Decisions are immutable: write a new decision instead.")
+        super().save(*args, **kwargs)

@@ -1,0 +1,57 @@
+"""Small builders for rows the tests need; each writes through the ORM."""
+
+import itertools
+
+from django.contrib.auth import get_user_model
+
+from interrupts.models import Agent, Decision, Event, Interrupt, Run, Thread
+
+_counter = itertools.count(1)
+
+
+def agent(**fields) -> Agent:
+    n = next(_counter)
+    fields.setdefault("name", f"agent-{n}")
+    fields.setdefault("url", f"http://127.0.0.1:9/agents/{n}/")
+    return Agent.objects.create(**fields)
+
+
+def thread(**fields) -> Thread:
+    fields.setdefault("thread_id", f"thread-{next(_counter)}")
+    if "agent" not in fields:
+        fields["agent"] = agent()
+    return Thread.objects.create(**fields)
+
+
+def run(thread_obj=None, **fields) -> Run:
+    thread_obj = thread_obj or thread()
+    fields.setdefault("run_id", f"run-{next(_counter)}")
+    fields.setdefault("agent", thread_obj.agent)
+    fields.setdefault(
+        "input", {"threadId": thread_obj.thread_id, "runId": fields["run_id"], "messages": []}
+    )
+    return Run.objects.create(thread=thread_obj, **fields)
+
+
+def event(run_obj, seq, type="RUN_STARTED", **fields) -> Event:
+    fields.setdefault(
+        "payload", {"type": type, "threadId": run_obj.thread.thread_id, "runId": run_obj.run_id}
+    )
+    return Event.objects.create(thread=run_obj.thread, run=run_obj, seq=seq, type=type, **fields)
+
+
+def interrupt(run_obj=None, **fields) -> Interrupt:
+    run_obj = run_obj or run()
+    fields.setdefault("interrupt_id", f"int-{next(_counter)}")
+    fields.setdefault("reason", "confirmation")
+    fields.setdefault("raw", {"id": fields["interrupt_id"], "reason": fields["reason"]})
+    return Interrupt.objects.create(run=run_obj, **fields)
+
+
+def user(**fields):
+    fields.setdefault("username", f"user-{next(_counter)}")
+    return get_user_model().objects.create_user(password="pw-for-tests-only", **fields)
+
+
+def decision(interrupt_obj, user_obj, status="resolved", **fields) -> Decision:
+    return Decision.objects.create(interrupt=interrupt_obj, user=user_obj, status=status, **fields)

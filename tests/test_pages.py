@@ -1,0 +1,119 @@
+"""Login guards every page; the admin covers every model and keeps history read-only."""
+
+import pytest
+from django.urls import reverse
+
+from interrupts.models import Agent
+
+from . import factories as make
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(client):
+    user = make.user(is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return user
+
+
+def test_the_login_page_is_served(client):
+    response = client.get(reverse("login"))
+    assert response.status_code == 200
+    assert b'name="username"' in response.content
+    assert b"csrfmiddlewaretoken" in response.content
+
+
+@pytest.mark.parametrize("url", ["/", "/admin/"])
+def test_pages_send_anonymous_visitors_to_log_in(client, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert "login" in response["Location"]
+
+
+def test_a_wrong_password_is_told_and_keeps_you_out(client):
+    make.user(username="alice")
+    response = client.post(reverse("login"), {"username": "alice", "password": "nope"})
+    assert response.status_code == 200
+    assert b"did not match" in response.content
+    assert client.get("/").status_code == 302
+
+
+def test_logging_in_shows_the_overview_with_live_counts(client):
+    make.user(username="alice")
+    interrupt = make.interrupt()
+    make.interrupt(interrupt.run)
+    response = client.post(
+        reverse("login"), {"username": "alice", "password": "pw-for-tests-only"}, follow=True
+    )
+    assert response.status_code == 200
+    assert b'data-testid="pending-count">2<' in response.content
+    assert interrupt.run.agent.name.encode() in response.content
+
+
+def test_agent_supplied_text_is_escaped_on_the_overview(client):
+    make.agent(name="evil", url="http://127.0.0.1:9/<script>alert(1)</script>")
+    client.force_login(make.user())
+    response = client.get("/")
+    assert b"<script>alert(1)</script>" not in response.content
+    assert b"&lt;script&gt;" in response.content
+
+
+@pytest.mark.parametrize("model", ["agent", "thread", "run", "event", "interrupt", "decision"])
+def test_every_model_has_a_working_changelist(client, staff, model):
+    interrupt = make.interrupt()
+    make.event(interrupt.run, seq=1)
+    make.decision(interrupt, staff, payload={"approved": True})
+    response = client.get(reverse(f"admin:interrupts_{model}_changelist"), {"q": "x"})
+    assert response.status_code == 200
+    response = client.get(reverse(f"admin:interrupts_{model}_changelist"))
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("model", ["event", "decision", "run", "interrupt"])
+def test_history_cannot_be_added_or_changed_in_the_admin(client, staff, model):
+    interrupt = make.interrupt()
+    event = make.event(interrupt.run, seq=1)
+    decision = make.decision(interrupt, staff, payload={"approved": True})
+    obj = {"event": event, "decision": decision, "run": interrupt.run, "interrupt": interrupt}[model]
+    assert client.get(reverse(f"admin:interrupts_{model}_add")).status_code == 403
+    change_url = reverse(f"admin:interrupts_{model}_change", args=[obj.pk])
+    page = client.get(change_url)
+    assert page.status_code == 200
+    assert b'name="_save"' not in page.content
+    assert client.post(change_url, {}).status_code == 403
+    assert client.get(reverse(f"admin:interrupts_{model}_delete", args=[obj.pk])).status_code == 403
+
+
+def test_the_agent_credential_is_never_shown_back(client, staff):
+    agent = make.agent(auth_header="Authorization", auth_value="Bearer sk-very-secret-token-1234")
+    page = client.get(reverse("admin:interrupts_agent_change", args=[agent.pk]))
+    assert page.status_code == 200
+    assert b"sk-very-secret" not in page.content
+    listing = client.get(reverse("admin:interrupts_agent_changelist"))
+    assert b"sk-very-secret" not in listing.content
+    assert "••••1234".encode() in listing.content
+
+
+def test_saving_an_agent_without_retyping_the_credential_keeps_it(client, staff):
+    agent = make.agent(auth_header="Authorization", auth_value="Bearer sk-very-secret-token-1234")
+    response = client.post(
+        reverse("admin:interrupts_agent_change", args=[agent.pk]),
+        {"name": agent.name, "url": "http://127.0.0.1:9/new/", "description": "", "auth_header": "Authorization",
+         "auth_value": "", "capabilities": "{}"},
+    )
+    assert response.status_code == 302, response.content
+    agent.refresh_from_db()
+    assert agent.url == "http://127.0.0.1:9/new/"
+    assert agent.auth_value == "Bearer sk-very-secret-token-1234"
+
+
+def test_a_credential_needs_a_header_name(client, staff):
+    response = client.post(
+        reverse("admin:interrupts_agent_add"),
+        {"name": "needs-header", "url": "http://127.0.0.1:9/", "description": "", "auth_header": "",
+         "auth_value": "secret", "capabilities": "{}"},
+    )
+    assert response.status_code == 200
+    assert b"Name the header that carries the credential." in response.content
+    assert not Agent.objects.filter(name="needs-header").exists()
