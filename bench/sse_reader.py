@@ -1,0 +1,47 @@
+"""How the SSE reader's cost grows when one large frame arrives in many small chunks.
+
+Baseline: the same bytes fed in one chunk, measured in the same run. A reader
+that re-scans or re-joins its growing buffer on every chunk is quadratic and
+shows a ratio in the hundreds; a linear one stays within a small factor.
+
+    .venv/bin/python bench/sse_reader.py
+"""
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from interrupts.protocol.sse import SSEReader, format_frame  # noqa: E402
+
+
+def feed(stream: bytes, chunk: int) -> float:
+    reader = SSEReader()
+    started = time.perf_counter()
+    frames = []
+    for start in range(0, len(stream), chunk):
+        frames += reader.feed(stream[start : start + chunk])
+    elapsed = time.perf_counter() - started
+    assert len(frames) == 1
+    return elapsed
+
+
+def best_of(runs: int, *args) -> float:
+    return min(feed(*args) for _ in range(runs))
+
+
+def main() -> None:
+    for size_mib in (1, 6):
+        stream = format_frame("p" * (size_mib * 1024 * 1024)).encode()
+        whole = best_of(3, stream, len(stream))
+        for chunk in (4096, 64):
+            chunked = best_of(3, stream, chunk)
+            print(
+                f"{size_mib} MiB frame in {chunk:>4}-byte chunks: {chunked * 1000:8.1f} ms"
+                f"  vs one chunk {whole * 1000:6.1f} ms  ratio {chunked / whole:6.1f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,543 @@
+"""The eight rules of the AG-UI interrupt contract, as pure checks.
+
+The spec ("Interrupts", contract rules 1-8) says what a resume must look like;
+this module decides, for one thread as the hub knows it (``ThreadGate``),
+whether an incoming ``RunAgentInput`` is new input, a resume, or a replay of a
+resume already accepted, and refuses everything else with a
+``ContractViolation`` whose ``code`` is stable and whose ``message`` names the
+ids involved and what to do.
+
+Nothing here reads a clock, a database or the network: the caller passes
+``now`` and the thread's state, so every rule is testable in isolation and the
+same checks serve the inbox, the REST API and the AG-UI gateway.
+
+Two readings of the spec that matter in practice:
+
+* A ``payload`` of ``None`` means "no payload". The AG-UI Python SDK omits
+  ``None`` optionals on the wire, so an explicit JSON ``null`` and an absent
+  payload cannot be told apart after a round trip; treating them alike keeps a
+  forwarded resume meaning what it meant.
+* The ``ag-ui`` metadata key is reserved for AG-UI itself, and this protocol
+  version defines nothing under it. A resume entry using it is refused
+  (``RESERVED_METADATA_KEY``): the hub composes and forwards answers, and must
+  not let a client smuggle data into a namespace the agent's AG-UI layer may
+  interpret. An *interrupt* using it is only flagged (``interrupt_problems``),
+  never refused: the interrupt was already emitted by the agent, the hub
+  carries interrupt metadata opaquely, and refusing to record it would only
+  hide a pause from the reviewer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Literal
+
+from ag_ui.core import Interrupt, ResumeEntry, RunAgentInput
+
+from .errors import ContractViolation
+from .schema import apply_edits, check_schema, validate_payload
+
+__all__ = [
+    "RESERVED_METADATA_KEY",
+    "RESERVED_REASON_PREFIX",
+    "ThreadGate",
+    "Verdict",
+    "check_entry",
+    "check_input",
+    "idempotency_key",
+    "interrupt_problems",
+    "outcome_problems",
+    "parse_expiry",
+]
+
+#: Metadata key the spec reserves for AG-UI's own use.
+RESERVED_METADATA_KEY = "ag-ui"
+#: Reason prefix the spec reserves for future core reasons.
+RESERVED_REASON_PREFIX = "core:"
+
+_STATUSES = ("resolved", "cancelled")
+
+
+# --------------------------------------------------------------------------- #
+# Small helpers
+# --------------------------------------------------------------------------- #
+
+
+def _ids(ids: Iterable[str]) -> str:
+    """Ids as a readable comma-separated list, in the order given."""
+    return ", ".join(ids)
+
+
+def _require_aware(now: Any) -> None:
+    """Refuse a ``now`` that cannot be compared with an expiry (a programmer error)."""
+    if not isinstance(now, datetime):
+        raise TypeError(f"now must be a datetime, not {type(now).__name__}")
+    if now.tzinfo is None or now.utcoffset() is None:
+        # A naive "now" is ambiguous (server local time? UTC?) and comparing it
+        # with an aware expiry would either raise or silently be off by hours.
+        raise ValueError("now must be a timezone-aware datetime (for example datetime.now(timezone.utc))")
+
+
+# --------------------------------------------------------------------------- #
+# Expiry (rule 7)
+# --------------------------------------------------------------------------- #
+
+
+def parse_expiry(expires_at: str | None) -> datetime | None:
+    """``expiresAt`` as an aware UTC datetime, or ``None`` when there is no expiry.
+
+    Accepts ISO-8601 as ``datetime.fromisoformat`` reads it: ``Z`` or a numeric
+    offset (converted to UTC), basic or extended format, a space instead of
+    ``T``, lowercase ``t``/``z`` (RFC 3339 allows them), surrounding whitespace.
+    A timestamp without an offset is read as UTC, the only zone a wire value can
+    sensibly mean; a bare date is midnight UTC that day, the earliest reading, so
+    ambiguity can only make an interrupt expire sooner, never later.
+
+    Raises ``ContractViolation("INVALID_EXPIRY")`` for anything else, including
+    an empty string. Unparsable must never mean "never expires": the AG-UI model
+    itself warns that an unreadable value leaves the interrupt looking
+    permanently unexpired.
+    """
+    if expires_at is None:
+        return None
+    if not isinstance(expires_at, str):
+        raise ContractViolation(
+            "INVALID_EXPIRY",
+            f"expiresAt must be an ISO-8601 string, not {type(expires_at).__name__}.",
+            expires_at=repr(expires_at),
+        )
+    try:
+        parsed = datetime.fromisoformat(expires_at.strip().upper())
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        # astimezone can overflow at the edges of the calendar
+        # ("0001-01-01T00:00:00+01:00"): still unreadable, not "never".
+        return parsed.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        raise ContractViolation(
+            "INVALID_EXPIRY",
+            f"expiresAt {expires_at!r} is not an ISO-8601 timestamp such as 2026-04-20T17:00:00Z.",
+            expires_at=expires_at,
+        ) from None
+
+
+def _expiry_of(interrupt: Interrupt) -> datetime | None:
+    """``parse_expiry`` for one interrupt, with the interrupt named in any refusal."""
+    try:
+        return parse_expiry(interrupt.expires_at)
+    except ContractViolation as exc:
+        raise ContractViolation(
+            "INVALID_EXPIRY",
+            f"Interrupt {interrupt.id} has an unreadable expiresAt ({exc.message}) "
+            "so it cannot be answered safely; the agent must re-issue it with a valid timestamp.",
+            interrupt_id=interrupt.id,
+            expires_at=exc.details.get("expires_at"),
+        ) from None
+
+
+# --------------------------------------------------------------------------- #
+# Interrupts as the agent sent them
+# --------------------------------------------------------------------------- #
+
+
+def interrupt_problems(interrupt: Interrupt) -> list[ContractViolation]:
+    """What is wrong with *interrupt* as the agent sent it, to flag when recording.
+
+    These are flags, not refusals: the run already ended with this interrupt, so
+    the hub records it and shows the problems to the reviewer. Codes:
+
+    * ``EMPTY_INTERRUPT_ID`` - the id (the correlation key) is empty;
+    * ``MISSING_TOOL_CALL_ID`` - reason ``tool_call`` without ``toolCallId``;
+    * ``RESERVED_REASON`` - reason uses the reserved ``core:`` prefix;
+    * ``INVALID_EXPIRY`` - ``expiresAt`` is not ISO-8601 (the interrupt will be
+      unanswerable: ``check_entry`` refuses every answer to it);
+    * ``INVALID_SCHEMA`` - ``responseSchema`` is not a usable JSON Schema
+      (it can then only be cancelled);
+    * ``INVALID_METADATA`` - metadata present but not an object;
+    * ``RESERVED_METADATA_KEY`` - metadata uses the ``ag-ui`` key (see the
+      module docstring for why this is a flag here and a refusal on answers).
+
+    Every problem carries ``interrupt_id`` in its details. Missing
+    ``responseSchema`` on ``input_required`` is a "should" in the spec and is
+    not flagged.
+    """
+    problems: list[ContractViolation] = []
+    iid = interrupt.id
+    if not isinstance(iid, str) or not iid.strip():
+        problems.append(
+            ContractViolation(
+                "EMPTY_INTERRUPT_ID",
+                "An interrupt has an empty id, so no resume entry can reference it; the agent must give it an id.",
+                interrupt_id=iid,
+            )
+        )
+    if interrupt.reason == "tool_call" and not interrupt.tool_call_id:
+        problems.append(
+            ContractViolation(
+                "MISSING_TOOL_CALL_ID",
+                f"Interrupt {iid} has reason tool_call but no toolCallId, so it cannot be tied "
+                "to the tool call it is about; the agent must set toolCallId.",
+                interrupt_id=iid,
+            )
+        )
+    if isinstance(interrupt.reason, str) and interrupt.reason.startswith(RESERVED_REASON_PREFIX):
+        problems.append(
+            ContractViolation(
+                "RESERVED_REASON",
+                f"Interrupt {iid} uses reason {interrupt.reason!r}; the core: prefix is reserved for "
+                "future spec additions, custom reasons should be namespaced as <framework>:<name>.",
+                interrupt_id=iid,
+                reason=interrupt.reason,
+            )
+        )
+    try:
+        _expiry_of(interrupt)
+    except ContractViolation as exc:
+        problems.append(exc)
+    if interrupt.response_schema is not None:
+        try:
+            check_schema(interrupt.response_schema, interrupt_id=iid)
+        except ContractViolation as exc:
+            problems.append(exc)
+    problems.extend(_metadata_problems(interrupt.metadata, f"Interrupt {iid}", iid))
+    return problems
+
+
+def outcome_problems(interrupts: Iterable[Interrupt]) -> list[ContractViolation]:
+    """``interrupt_problems`` for each interrupt of one interrupt outcome, plus
+    ``DUPLICATE_INTERRUPT_ID`` when two interrupts share an id (a resume entry
+    could not say which one it answers).
+    """
+    problems: list[ContractViolation] = []
+    seen: set[str] = set()
+    reported: set[str] = set()
+    for interrupt in interrupts:
+        problems.extend(interrupt_problems(interrupt))
+        if interrupt.id in seen and interrupt.id not in reported:
+            reported.add(interrupt.id)
+            problems.append(
+                ContractViolation(
+                    "DUPLICATE_INTERRUPT_ID",
+                    f"Two interrupts of the same run share the id {interrupt.id}; "
+                    "a resume entry cannot say which one it answers.",
+                    interrupt_id=interrupt.id,
+                )
+            )
+        seen.add(interrupt.id)
+    return problems
+
+
+def _metadata_problems(metadata: Any, subject: str, interrupt_id: str) -> list[ContractViolation]:
+    """INVALID_METADATA / RESERVED_METADATA_KEY for an interrupt's or an entry's metadata."""
+    if metadata is None:
+        return []
+    if not isinstance(metadata, dict):
+        return [
+            ContractViolation(
+                "INVALID_METADATA",
+                f"{subject} has metadata of type {type(metadata).__name__}; metadata must be "
+                "an object (or left out).",
+                interrupt_id=interrupt_id,
+            )
+        ]
+    if RESERVED_METADATA_KEY in metadata:
+        return [
+            ContractViolation(
+                "RESERVED_METADATA_KEY",
+                f"{subject} uses the metadata key {RESERVED_METADATA_KEY!r}, which is reserved for "
+                "AG-UI itself; move that data under another key.",
+                interrupt_id=interrupt_id,
+            )
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------- #
+# One resume entry against its interrupt (rules 6, 7, 8)
+# --------------------------------------------------------------------------- #
+
+
+def check_entry(interrupt: Interrupt, entry: ResumeEntry, now: datetime) -> None:
+    """Refuse *entry* unless it is an acceptable answer to *interrupt* at *now*.
+
+    Checks, in order (the first failure is raised):
+
+    * ``INVALID_STATUS`` - status is neither ``resolved`` nor ``cancelled``;
+    * ``INVALID_EXPIRY`` - the interrupt's ``expiresAt`` is unreadable: it
+      cannot be answered safely, so every answer is refused;
+    * ``EXPIRED`` - ``now >= expiresAt`` (rule 7; applies to cancellations too,
+      the spec refuses any stale resume);
+    * ``INVALID_METADATA`` / ``RESERVED_METADATA_KEY`` - entry metadata not an
+      object, or using the reserved ``ag-ui`` key;
+    * ``PAYLOAD_ON_CANCEL`` - a cancelled entry carries a payload;
+    * for a resolved entry on an interrupt with a ``responseSchema``:
+      ``INVALID_SCHEMA`` (the schema is broken: reported, not crashed on;
+      cancelling stays possible), ``MISSING_PAYLOAD`` (rule 8), and
+      ``INVALID_PAYLOAD`` (rule 6, with ``errors=[{path, message}]``);
+    * ``INVALID_PAYLOAD`` - on a tool-bound interrupt, ``editedArgs`` present but
+      not an object (it could not replace the tool's arguments).
+
+    A resolved entry on an interrupt without a schema may carry any payload or
+    none. Raises ``TypeError``/``ValueError`` when *now* is not an aware
+    datetime, and ``ValueError`` when the entry is not for this interrupt: both
+    are programming errors, not contract violations.
+    """
+    _require_aware(now)
+    if entry.interrupt_id != interrupt.id:
+        raise ValueError(f"entry answers {entry.interrupt_id!r}, not interrupt {interrupt.id!r}")
+    iid = interrupt.id
+
+    if entry.status not in _STATUSES:
+        raise ContractViolation(
+            "INVALID_STATUS",
+            f"The answer to interrupt {iid} has status {entry.status!r}; it must be resolved or cancelled.",
+            interrupt_id=iid,
+        )
+
+    expires = _expiry_of(interrupt)
+    if expires is not None and now >= expires:
+        raise ContractViolation(
+            "EXPIRED",
+            f"Interrupt {iid} expired at {expires.isoformat().replace('+00:00', 'Z')} and can no longer "
+            "be answered; the agent must be asked again.",
+            interrupt_id=iid,
+            expires_at=interrupt.expires_at,
+        )
+
+    for problem in _metadata_problems(entry.metadata, f"The answer to interrupt {iid}", iid):
+        raise problem
+
+    if entry.status == "cancelled":
+        if entry.payload is not None:
+            raise ContractViolation(
+                "PAYLOAD_ON_CANCEL",
+                f"The answer to interrupt {iid} is cancelled but carries a payload; a cancellation "
+                "has no answer. Leave the payload out, or resolve it (denials go in the payload).",
+                interrupt_id=iid,
+            )
+        return
+
+    schema = interrupt.response_schema
+    if schema is not None:
+        check_schema(schema, interrupt_id=iid)
+        if entry.payload is None:
+            raise ContractViolation(
+                "MISSING_PAYLOAD",
+                f"Interrupt {iid} asks for an answer matching its responseSchema but the resolved entry "
+                "has no payload; send the payload, or cancel the interrupt.",
+                interrupt_id=iid,
+            )
+        validate_payload(schema, entry.payload, interrupt_id=iid)
+
+    if interrupt.tool_call_id:
+        # The hub will execute editedArgs as the tool's full arguments, so a
+        # non-object must be refused now, even when the schema left it untyped.
+        apply_edits({}, entry.payload, interrupt_id=iid)
+
+
+# --------------------------------------------------------------------------- #
+# Idempotency (rule 5)
+# --------------------------------------------------------------------------- #
+
+
+def _canonical(value: Any) -> str:
+    """Canonical JSON: sorted keys, compact, unescaped Unicode.
+
+    ``json`` keeps ``true`` and ``1`` apart (and ``1`` and ``1.0``), so answers
+    Python would call equal still get different keys: the conservative side,
+    since a "different" answer is refused rather than silently deduplicated.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def idempotency_key(thread_id: str, entries: Iterable[ResumeEntry]) -> str:
+    """A stable SHA-256 hex digest of ``(thread_id, {(interruptId, status, payload)})``.
+
+    Rule 5's key: entry order and entry ``metadata`` are not part of it (metadata
+    is an envelope, such as a signature that may differ between retries), the
+    payload is compared as canonical JSON, and an absent payload equals ``null``.
+    Two resumes with the same key are the same answer and must be dispatched to
+    the agent once.
+    """
+    triples = sorted((e.interrupt_id, e.status, _canonical(e.payload)) for e in entries)
+    # One JSON document for the whole key, so no choice of ids or payloads can
+    # make two different batches serialise to the same bytes.
+    document = _canonical([thread_id, [list(t) for t in triples]])
+    # surrogatepass: a payload string with a lone surrogate is legal in Python
+    # (and in JSON escapes) but not encodable as strict UTF-8.
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# The thread gate (rules 1-5, then per entry 6-8)
+# --------------------------------------------------------------------------- #
+
+
+@dataclass(frozen=True)
+class ThreadGate:
+    """One thread as the hub knows it when an input arrives.
+
+    ``open_interrupts`` are the interrupts still awaiting an answer, all from the
+    run ``open_run_id`` that ended with them (empty and ``None`` when nothing is
+    pending). ``last_resume`` is the last resume batch the hub accepted on this
+    thread, sent as run ``last_resume_run_id``: it is what a replay is compared
+    with. Only that last batch is remembered, so an answer to an interrupt
+    resolved two resumes ago reads as ``UNKNOWN_INTERRUPT``.
+
+    Sequences are stored as tuples so a gate can be shared without being mutated.
+    """
+
+    thread_id: str
+    open_run_id: str | None = None
+    open_interrupts: tuple[Interrupt, ...] = ()
+    last_resume: tuple[ResumeEntry, ...] = ()
+    last_resume_run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        """Freeze list arguments into tuples."""
+        object.__setattr__(self, "open_interrupts", tuple(self.open_interrupts))
+        object.__setattr__(self, "last_resume", tuple(self.last_resume))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an accepted ``RunAgentInput`` is.
+
+    * ``kind="new"`` - fresh input on a thread with nothing pending.
+    * ``kind="resume"`` - answers every open interrupt of ``interrupted_run_id``;
+      ``idempotency_key`` identifies the answer so it is dispatched once.
+    * ``kind="replay"`` - identical (rule 5) to the resume already accepted as
+      run ``replay_of_run_id``; do not dispatch it again.
+    """
+
+    kind: Literal["new", "resume", "replay"]
+    interrupted_run_id: str | None = None
+    replay_of_run_id: str | None = None
+    idempotency_key: str | None = field(default=None)
+
+
+def check_input(gate: ThreadGate, run_input: RunAgentInput, now: datetime) -> Verdict:
+    """Classify *run_input* on the thread described by *gate*, or refuse it.
+
+    Rules, in this order (the first failure is raised as ``ContractViolation``):
+
+    1. ``THREAD_MISMATCH`` - the input is for another thread.
+    5. An input whose resume has the same ``idempotency_key`` as
+       ``gate.last_resume`` is a ``"replay"`` (not refused, not re-checked:
+       it was valid when accepted). A resume answering interrupts of that
+       accepted batch differently is refused with ``ALREADY_RESOLVED``.
+    4. ``PENDING_INTERRUPTS`` - interrupts are open and the input has no (or an
+       empty) resume.
+    -  ``NOTHING_TO_RESUME`` - a resume on a thread with nothing open.
+    -  ``DUPLICATE_ENTRY`` - one interrupt answered twice in the same resume.
+    2. ``UNKNOWN_INTERRUPT`` - an entry references no open interrupt.
+    3. ``INCOMPLETE_RESUME`` - open interrupts left unanswered (partial
+       resumes are not supported).
+    6-8. ``check_entry`` for each entry, in input order.
+
+    ``parentRunId`` is deliberately not checked: the spec keeps it orthogonal
+    to resume linkage (rule 2). *now* must be timezone-aware.
+    """
+    _require_aware(now)
+
+    # Rule 1.
+    if run_input.thread_id != gate.thread_id:
+        raise ContractViolation(
+            "THREAD_MISMATCH",
+            f"Run {run_input.run_id} is for thread {run_input.thread_id} but was sent to thread "
+            f"{gate.thread_id}; send it on its own thread.",
+            expected_thread_id=gate.thread_id,
+            thread_id=run_input.thread_id,
+        )
+
+    entries = tuple(run_input.resume or ())
+    open_by_id = {i.id: i for i in reversed(gate.open_interrupts)}  # reversed: first wins
+    open_ids = list(dict.fromkeys(i.id for i in gate.open_interrupts))
+
+    # Rule 5 comes before the pending/linkage checks: once a resume is
+    # accepted its interrupts are no longer open, so a retried identical
+    # resume would otherwise be refused as UNKNOWN_INTERRUPT/NOTHING_TO_RESUME.
+    if entries and gate.last_resume:
+        key = idempotency_key(gate.thread_id, entries)
+        if key == idempotency_key(gate.thread_id, gate.last_resume):
+            return Verdict("replay", replay_of_run_id=gate.last_resume_run_id, idempotency_key=key)
+        answered = {e.interrupt_id for e in gate.last_resume}
+        # An id open again (an agent reusing ids across runs) is answerable, not resolved.
+        already = [i for i in dict.fromkeys(e.interrupt_id for e in entries) if i in answered and i not in open_by_id]
+        if already:
+            by = f" by run {gate.last_resume_run_id}" if gate.last_resume_run_id else ""
+            raise ContractViolation(
+                "ALREADY_RESOLVED",
+                f"Interrupt(s) {_ids(already)} on thread {gate.thread_id} were already answered{by}, and this "
+                "resume is not identical to that answer; only an identical resume can be replayed.",
+                interrupt_ids=already,
+                **({"interrupt_id": already[0]} if len(already) == 1 else {}),
+            )
+
+    # Rule 4.
+    if not entries:
+        if open_ids:
+            raise ContractViolation(
+                "PENDING_INTERRUPTS",
+                f"Thread {gate.thread_id} is waiting on interrupt(s) {_ids(open_ids)} from run "
+                f"{gate.open_run_id}; answer each of them (resolved or cancelled) in resume before "
+                "sending new input.",
+                interrupt_ids=open_ids,
+                interrupted_run_id=gate.open_run_id,
+            )
+        return Verdict("new")
+
+    if not open_ids:
+        raise ContractViolation(
+            "NOTHING_TO_RESUME",
+            f"Thread {gate.thread_id} has no open interrupts, so there is nothing to resume; "
+            "send the input without resume.",
+            interrupt_ids=[e.interrupt_id for e in entries],
+        )
+
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.interrupt_id in seen:
+            raise ContractViolation(
+                "DUPLICATE_ENTRY",
+                f"Interrupt {entry.interrupt_id} is answered more than once in this resume; send exactly "
+                "one entry per interrupt.",
+                interrupt_id=entry.interrupt_id,
+            )
+        seen.add(entry.interrupt_id)
+
+    # Rule 2.
+    unknown = [e.interrupt_id for e in entries if e.interrupt_id not in open_by_id]
+    if unknown:
+        raise ContractViolation(
+            "UNKNOWN_INTERRUPT",
+            f"Resume entr{'y' if len(unknown) == 1 else 'ies'} {_ids(unknown)} "
+            f"reference{'s' if len(unknown) == 1 else ''} no open interrupt of run {gate.open_run_id} "
+            f"on thread {gate.thread_id}; the open interrupts are {_ids(open_ids)}.",
+            interrupt_ids=unknown,
+            **({"interrupt_id": unknown[0]} if len(unknown) == 1 else {}),
+        )
+
+    # Rule 3.
+    missing = [i for i in open_ids if i not in seen]
+    if missing:
+        raise ContractViolation(
+            "INCOMPLETE_RESUME",
+            f"The resume leaves interrupt(s) {_ids(missing)} of run {gate.open_run_id} unanswered; partial "
+            "resumes are not supported, answer every open interrupt (resolved or cancelled) at once.",
+            interrupt_ids=missing,
+            **({"interrupt_id": missing[0]} if len(missing) == 1 else {}),
+        )
+
+    # Rules 6, 7, 8 and the per-entry envelope checks.
+    for entry in entries:
+        check_entry(open_by_id[entry.interrupt_id], entry, now)
+
+    return Verdict(
+        "resume",
+        interrupted_run_id=gate.open_run_id,
+        idempotency_key=idempotency_key(gate.thread_id, entries),
+    )
