@@ -191,6 +191,9 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
 
+# How long the demo filing agent's form stays answerable, in seconds.
+DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -4,5 +4,6 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("agents/", include("interrupts.demo.urls")),
     path("", include("interrupts.urls")),
 ]

@@ -12,3 +12,13 @@ import pytest
 def fast_password_hashing(settings):
     # PBKDF2's deliberate slowness is a cost tests need not pay.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory):
+    """The whole app served by `manage.py serve` (daphne) on a free port, for the session."""
+    from .servers import ServedApp
+
+    app = ServedApp(tmp_path_factory.mktemp("served")).start()
+    yield app
+    app.stop()

@@ -1,0 +1,125 @@
+"""Tool-bound interrupts: sendEmail proposed as a tool call, run only once approved.
+
+The ledger of every proposed email lives in the agent's state, so a resumed
+run knows what it proposed, and tests can see that a declined email never went.
+"""
+
+import re
+
+from ..sdk import Agent, InvalidResume, RunOutcome, interrupt
+from ..protocol.errors import ContractViolation
+from ..protocol.schema import apply_edits, payload_errors
+
+# The approve-with-edits pattern of interrupts.mdx: editedArgs is a full replacement.
+SEND_EMAIL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "editedArgs": {
+            "type": "object",
+            "description": "Full replacement of the tool args. Not merged.",
+            "properties": {
+                "to": {"type": "string", "format": "email"},
+                "subject": {"type": "string"},
+                "body": {"type": "string"},
+            },
+            "required": ["to", "subject", "body"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["approved"],
+}
+
+ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def interrupt_id(tool_call_id: str) -> str:
+    return f"approve-{tool_call_id}"
+
+
+def last_user_text(ctx) -> str:
+    for message in reversed(ctx.messages):
+        if getattr(message, "role", None) == "user" and isinstance(message.content, str):
+            return message.content
+    return ""
+
+
+class Mailer(Agent):
+    name = "mailer"
+    description = "Drafts an email and sends it only once a person approves (edits allowed)."
+
+    def drafts(self, ctx) -> list[dict]:
+        text = last_user_text(ctx)
+        to = ADDRESS.search(text)
+        return [
+            {
+                "to": to.group(0) if to else "a@b.com",
+                "subject": "Hi",
+                "body": text or "Hello from Countersign's demo mailer.",
+            }
+        ]
+
+    async def run(self, ctx):
+        state = ctx.state if isinstance(ctx.state, dict) else {}
+        emails = dict(state.get("emails", {}))
+        if not ctx.is_resume():
+            for args in self.drafts(ctx):
+                tool_call_id = ctx.tool_call("sendEmail", args)
+                emails[tool_call_id] = {"args": args, "status": "proposed"}
+        else:
+            # Refuse before sending anything: a resume is applied whole or not at all.
+            waiting = {interrupt_id(t) for t, e in emails.items() if e["status"] == "proposed"}
+            unknown = [e.interrupt_id for e in ctx.resume() if e.interrupt_id not in waiting]
+            if unknown:
+                raise InvalidResume(f"No email of this thread waits for {', '.join(unknown)}.")
+            for tool_call_id, email in emails.items():
+                answer = ctx.resume_for(interrupt_id(tool_call_id))
+                if email["status"] == "proposed" and answer is not None:
+                    emails[tool_call_id] = self.settle(ctx, tool_call_id, email, answer)
+        ctx.set_state({**state, "emails": emails})
+        pending = [
+            interrupt(
+                interrupt_id(tool_call_id),
+                "tool_call",
+                tool_call_id=tool_call_id,
+                message=f"Send email to {email['args']['to']} with subject '{email['args']['subject']}'?",
+                response_schema=SEND_EMAIL_SCHEMA,
+            )
+            for tool_call_id, email in emails.items()
+            if email["status"] == "proposed"
+        ]
+        if pending:
+            return RunOutcome.interrupt(pending)
+        return RunOutcome.success()
+
+    def settle(self, ctx, tool_call_id: str, email: dict, answer) -> dict:
+        """Send or skip one proposed email according to its answer; return its ledger entry."""
+        if answer.status == "cancelled":
+            ctx.say(f"Did not send the email to {email['args']['to']}: the request was cancelled.")
+            return {**email, "status": "cancelled"}
+        errors = payload_errors(SEND_EMAIL_SCHEMA, answer.payload)
+        if errors:
+            raise InvalidResume(
+                f"The answer to {answer.interrupt_id} does not fit its responseSchema: "
+                f"{errors[0]['path'] or 'the payload'}: {errors[0]['message']}"
+            )
+        if not answer.payload["approved"]:
+            ctx.say(f"Did not send the email to {email['args']['to']}: declined.")
+            return {**email, "status": "declined"}
+        try:
+            sent = apply_edits(email["args"], answer.payload)
+        except ContractViolation as problem:
+            raise InvalidResume(problem.message) from None
+        ctx.tool_result(tool_call_id, {"sent": True, **sent})
+        return {**email, "status": "sent", "sent": sent}
+
+
+class BulkMailer(Mailer):
+    name = "bulk-mailer"
+    description = "Proposes three emails at once: parallel interrupts, answered together."
+
+    def drafts(self, ctx) -> list[dict]:
+        return [
+            {"to": to, "subject": "Quarterly update", "body": f"Hello {to.split('@')[0]}, here is the update."}
+            for to in ("x@y.com", "y@z.com", "z@w.com")
+        ]

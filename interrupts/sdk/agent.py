@@ -1,0 +1,183 @@
+"""What an agent author writes: an ``Agent``, its ``RunOutcome``, its interrupts.
+
+An agent keeps nothing between runs. A paused run is over when its stream
+ends; the resumed run starts from nothing and rebuilds its position from the
+input's ``messages``, ``state`` and ``resume`` alone. So the SDK hands each run
+a fresh ``RunContext`` and asks only for an outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ag_ui.core import Interrupt, ResumeEntry
+
+from ..protocol.errors import ContractViolation
+from ..protocol.schema import check_schema, payload_errors
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+
+class AgentError(Exception):
+    """Raise from ``Agent.run`` to fail the run with RUN_ERROR and this code."""
+
+    def __init__(self, message: str, code: str = "AGENT_ERROR") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class InvalidOutcome(AgentError):
+    """The agent returned an outcome the protocol forbids (RUN_ERROR ``PROTOCOL``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="PROTOCOL")
+
+
+class InvalidResume(AgentError):
+    """A resume answer does not fit what the interrupt asked (RUN_ERROR ``INVALID_RESUME``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="INVALID_RESUME")
+
+
+class Agent:
+    """Base class for an AG-UI agent served by the SDK.
+
+    Subclasses set ``name`` and implement ``run``. ``run`` emits through the
+    context (``ctx.say``, ``ctx.tool_call``, …) and returns a ``RunOutcome``;
+    raising ``AgentError`` (or anything else) ends the run with RUN_ERROR.
+    """
+
+    name: str = "agent"
+    description: str = ""
+
+    async def run(self, ctx: RunContext) -> RunOutcome:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__}.run is not implemented")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ends: ``success`` or ``interrupt`` with the questions it leaves open."""
+
+    type: str
+    interrupts: tuple[Interrupt, ...] = ()
+    result: Any = None
+
+    @classmethod
+    def success(cls, result: Any = None) -> RunOutcome:
+        """The run completed; ``result`` travels on RUN_FINISHED's root."""
+        return cls("success", result=result)
+
+    @classmethod
+    def interrupt(cls, interrupts) -> RunOutcome:
+        """The run pauses until every one of ``interrupts`` is answered in one resume."""
+        return cls("interrupt", interrupts=tuple(interrupts))
+
+    def validate(self) -> None:
+        """Raise ``InvalidOutcome`` for an outcome the protocol forbids.
+
+        The types allow an empty interrupt list; the protocol does not, and a
+        client could do nothing with it. The driver checks before emitting, so
+        it becomes a RUN_ERROR instead of a RUN_FINISHED.
+        """
+        if self.type == "success":
+            if self.interrupts:
+                raise InvalidOutcome("A success outcome cannot carry interrupts.")
+            return
+        if self.type != "interrupt":
+            raise InvalidOutcome(f"Unknown outcome type {self.type!r}: use success or interrupt.")
+        if not self.interrupts:
+            raise InvalidOutcome("An interrupt outcome needs at least one interrupt.")
+        seen: set[str] = set()
+        for item in self.interrupts:
+            if not isinstance(item, Interrupt):
+                raise InvalidOutcome(f"{item!r} is not an ag_ui.core.Interrupt.")
+            if not item.id or not item.reason:
+                raise InvalidOutcome("Every interrupt needs a non-empty id and reason.")
+            if item.id in seen:
+                raise InvalidOutcome(f"Interrupt id {item.id!r} appears twice in one outcome.")
+            seen.add(item.id)
+            if item.reason == "tool_call" and not item.tool_call_id:
+                raise InvalidOutcome(
+                    f"Interrupt {item.id!r} has reason 'tool_call' but no toolCallId."
+                )
+            if item.response_schema is not None:
+                try:
+                    check_schema(item.response_schema)
+                except ContractViolation as problem:
+                    raise InvalidOutcome(f"Interrupt {item.id!r}: {problem.message}") from None
+
+
+def interrupt(id: str, reason: str, **fields: Any) -> Interrupt:
+    """An ``ag_ui.core.Interrupt``: ``id`` and ``reason`` required, the rest optional.
+
+    Accepts the snake_case field names (``message``, ``tool_call_id``,
+    ``response_schema``, ``expires_at``, ``metadata``).
+    """
+    return Interrupt(id=id, reason=reason, **fields)
+
+
+@dataclass(frozen=True)
+class InterruptDefinition:
+    """One question shared by the code that asks it and the code that reads its answer.
+
+    In the spirit of TanStack AI's ``defineInterrupt``: an ``id``, an optional
+    ``payload_schema`` describing what the client is shown (sent as
+    ``metadata.payload``), and a required ``response_schema`` the answer must
+    satisfy. ``ctx.resume_for(definition)`` validates a resolved answer
+    against it, so the agent never acts on an answer of the wrong shape.
+    """
+
+    id: str
+    response_schema: dict
+    reason: str = "input_required"
+    payload_schema: dict | None = None
+    message: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("An InterruptDefinition needs an id.")
+        if not isinstance(self.response_schema, dict):
+            raise ValueError(f"{self.id}: response_schema is required and must be a JSON Schema object.")
+        check_schema(self.response_schema)
+        if self.payload_schema is not None:
+            check_schema(self.payload_schema)
+
+    def interrupt(self, payload: Any = None, *, message: str | None = None, **fields: Any) -> Interrupt:
+        """The interrupt asking this question, with ``payload`` for the client to show."""
+        metadata = dict(fields.pop("metadata", None) or {})
+        if payload is not None:
+            if self.payload_schema is not None:
+                errors = payload_errors(self.payload_schema, payload)
+                if errors:
+                    raise ValueError(
+                        f"{self.id}: the display payload does not fit payload_schema: "
+                        f"{errors[0]['path'] or '/'}: {errors[0]['message']}"
+                    )
+            metadata["payload"] = payload
+        return Interrupt(
+            id=self.id,
+            reason=self.reason,
+            message=message or self.message,
+            response_schema=self.response_schema,
+            metadata=metadata or None,
+            **{**self.extra, **fields},
+        )
+
+    def check_answer(self, entry: ResumeEntry) -> ResumeEntry:
+        """Return ``entry`` if its payload fits ``response_schema``; else raise ``InvalidResume``."""
+        if entry.status != "resolved":
+            return entry
+        if entry.payload is None:
+            raise InvalidResume(f"The answer to {self.id!r} is resolved but carries no payload.")
+        errors = payload_errors(self.response_schema, entry.payload)
+        if errors:
+            where = errors[0]["path"] or "the payload"
+            raise InvalidResume(
+                f"The answer to {self.id!r} does not fit its responseSchema: {where}: {errors[0]['message']}"
+            )
+        return entry

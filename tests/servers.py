@@ -1,0 +1,67 @@
+"""Real servers for end-to-end tests: `manage.py serve` as `make serve` runs it."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(*args, env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+class ServedApp:
+    """A migrated database and a daphne process serving the whole app on a free port."""
+
+    def __init__(self, workdir: Path, **env: str) -> None:
+        self.workdir = workdir
+        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}", "DEBUG": "true", **env}
+        if "REDIS_URL" not in env:
+            self.env.pop("REDIS_URL", None)  # the in-memory layer, as `make serve` has
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / "serve.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "ServedApp":
+        for command in (["migrate", "--noinput"], ["demo_reviewer"]):
+            done = manage(*command, env=self.env)
+            assert done.returncode == 0, done.stderr
+        # Output goes to a file, not a pipe nobody drains: a full pipe would
+        # block the server mid-test.
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", "serve", "--port", str(self.port)],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if f"listening on {self.url}/" in self.log.read_text():
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"serve did not start:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -1,0 +1,46 @@
+"""The README's SDK example runs as written, served through the real view."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.test import AsyncClient
+from django.urls import path
+
+from interrupts.sdk.views import agent_view
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def readme_agent():
+    section = README.split("## Write an agent", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    return namespace["Refunder"]()
+
+
+urlpatterns = [path("agents/refunder/", agent_view(readme_agent()))]
+
+
+async def post(client, body) -> list[dict]:
+    response = await client.post("/agents/refunder/", body, content_type="application/json")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+    raw = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.urls(__name__)
+async def test_the_readme_agent_pauses_then_acts_on_the_answer():
+    client = AsyncClient()
+    first = await post(client, {"threadId": "t", "runId": "r1", "messages": []})
+    assert first[-1]["outcome"]["interrupts"][0]["id"] == "approve-refund"
+    assert first[-1]["outcome"]["interrupts"][0]["message"] == "Refund 30 EUR for order 1234?"
+    resume = {"interruptId": "approve-refund", "status": "resolved", "payload": {"approved": True}}
+    second = await post(client, {"threadId": "t", "runId": "r2", "messages": [], "resume": [resume]})
+    assert [e["delta"] for e in second if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["Refunded 30 EUR."]
+    bad = {**resume, "payload": {"approved": "yes"}}
+    third = await post(client, {"threadId": "t", "runId": "r3", "messages": [], "resume": [bad]})
+    assert third[-1]["type"] == "RUN_ERROR" and third[-1]["code"] == "INVALID_RESUME"
