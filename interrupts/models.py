@@ -117,6 +117,11 @@ class Run(models.Model):
     # A resume's idempotency key (thread + every (interruptId, status, payload)):
     # unique, so the same answers can never start two runs.
     resume_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    class Origin(models.TextChoices):
+        HUB = "hub", "Countersign"
+        GATEWAY = "gateway", "AG-UI gateway"
+
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.HUB)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -124,6 +129,10 @@ class Run(models.Model):
         on_delete=models.PROTECT,
         related_name="+",
     )
+    # Which process streams this run, and until when its claim holds without a
+    # heartbeat: a claim that lapses means that process died mid-stream.
+    claimed_by = models.CharField(max_length=100, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -206,6 +215,8 @@ class Interrupt(models.Model):
     version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    # Why it closed without a decision of its own (expiry, a sibling's expiry).
+    closed_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["created_at", "pk"]

@@ -57,6 +57,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "interrupts",
 ]
 
@@ -148,8 +151,28 @@ LOGOUT_REDIRECT_URL = "login"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "interrupts.api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Countersign API",
+    "DESCRIPTION": "Human-in-the-loop review for AG-UI agents: threads, runs, events, interrupts, decisions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from the sidecar package: the docs work offline, no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Three models have a "status" with different choices: name each enum.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "interrupts.models.RunStatus",
+        "InterruptStatusEnum": "interrupts.models.InterruptStatus",
+        "DecisionStatusEnum": "interrupts.models.DecisionStatus",
+    },
 }
 
 # --- Internationalisation ---------------------------------------------------
@@ -190,6 +213,26 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+
+# --- Calling agents ------------------------------------------------------------
+
+# Seconds. Connect: how long to wait for an agent to accept the connection;
+# idle: how long an open stream may stay silent before the run fails.
+COUNTERSIGN_CONNECT_TIMEOUT = float(os.environ.get("COUNTERSIGN_CONNECT_TIMEOUT", "5"))
+COUNTERSIGN_IDLE_TIMEOUT = float(os.environ.get("COUNTERSIGN_IDLE_TIMEOUT", "120"))
+# After RUN_FINISHED/RUN_ERROR the agent should close the stream; wait this
+# long for the close (and for any event that must not come) before finishing.
+COUNTERSIGN_AFTER_TERMINAL_GRACE = float(os.environ.get("COUNTERSIGN_AFTER_TERMINAL_GRACE", "2"))
+# A streaming run's claim lapses this long after its last heartbeat.
+COUNTERSIGN_LEASE_SECONDS = float(os.environ.get("COUNTERSIGN_LEASE_SECONDS", "30"))
+# How often each process looks for queued runs and due expiries without a wake-up.
+COUNTERSIGN_POLL_INTERVAL = float(os.environ.get("COUNTERSIGN_POLL_INTERVAL", "1"))
+COUNTERSIGN_MAX_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_STREAMS", "50"))
+# Where this app serves its own demo agents; `manage.py serve` sets it to the
+# address it listens on.
+COUNTERSIGN_SELF_URL = os.environ.get("COUNTERSIGN_SELF_URL", "http://127.0.0.1:8000")
+# Bounds on what an agent may send (bytes).
+COUNTERSIGN_MAX_EVENT_BYTES = int(os.environ.get("COUNTERSIGN_MAX_EVENT_BYTES", str(8 * 1024 * 1024)))
 
 # How long the demo filing agent's form stays answerable, in seconds.
 DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))

@@ -40,6 +40,10 @@ class ServedApp:
         for command in (["migrate", "--noinput"], ["demo_reviewer"]):
             done = manage(*command, env=self.env)
             assert done.returncode == 0, done.stderr
+        done = manage("drf_create_token", "reviewer", env=self.env)
+        assert done.returncode == 0, done.stderr
+        # "Generated token <key> for user reviewer"
+        self.token = done.stdout.split()[2]
         # Output goes to a file, not a pipe nobody drains: a full pipe would
         # block the server mid-test.
         with open(self.log, "w") as log:
@@ -56,6 +60,12 @@ class ServedApp:
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"serve did not start:\n{self.log.read_text()}")
+
+    def api(self, **kwargs):
+        """An httpx client for the REST API, authenticated as the demo reviewer by token."""
+        import httpx
+
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Token {self.token}"}, timeout=30, **kwargs)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -16,3 +16,15 @@ def demo_agents() -> dict:
     filing_expiry = timedelta(seconds=getattr(settings, "DEMO_FILING_EXPIRES_IN", 3600))
     agents = [Deployer(), Mailer(), BulkMailer(), Filing(expires_in=filing_expiry), Planner(), Janitor()]
     return {agent.name: agent for agent in agents}
+
+
+def register_demo_agents(base_url: str) -> None:
+    """Register (or re-point) every demo agent at ``base_url``/agents/<name>/."""
+    from ..models import Agent
+
+    base = base_url.rstrip("/")
+    for name, agent in demo_agents().items():
+        Agent.objects.update_or_create(
+            name=name,
+            defaults={"url": f"{base}/agents/{name}/", "description": agent.description, "builtin": True},
+        )

@@ -200,3 +200,33 @@ def apply_edits(proposed_args: dict[str, Any], payload: Any, *, interrupt_id: st
             )
         return copy.deepcopy(edited)
     return copy.deepcopy(proposed_args)
+
+
+def approval_payload(schema: Any, approved: bool) -> Any:
+    """The payload meaning "yes" (or "no") under ``schema``, or ``None`` when it has none.
+
+    Denials go inside the payload (``{"approved": false}``), so a one-click
+    approve or reject needs the schema's yes/no field: ``approved`` when the
+    schema has it (the spec's tool-approval pattern), else its only required
+    boolean property (``{"confirm": true}``), or a bare boolean for a boolean
+    schema. No schema means the spec's default, ``{"approved": ...}``.
+    """
+    if schema is None:
+        return {"approved": approved}
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("type") == "boolean":
+        return approved
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return None
+
+    def is_boolean(name: str) -> bool:
+        return isinstance(properties.get(name), dict) and properties[name].get("type") == "boolean"
+
+    if is_boolean("approved"):
+        return {"approved": approved}
+    required = [name for name in schema.get("required") or [] if isinstance(name, str)]
+    if len(required) == 1 and is_boolean(required[0]):
+        return {required[0]: approved}
+    return None

@@ -260,3 +260,27 @@ def test_apply_edits_refuses_non_object_edits(edited):
     assert exc.value.code == "INVALID_PAYLOAD"
     assert exc.value.details["interrupt_id"] == "int-email-edit"
     assert exc.value.details["errors"][0]["path"] == "/editedArgs"
+
+
+# --- approval_payload ----------------------------------------------------------
+
+from interrupts.protocol.schema import approval_payload  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "schema, approved, expected",
+    [
+        (None, True, {"approved": True}),
+        ({"type": "object", "properties": {"approved": {"type": "boolean"}, "editedArgs": {"type": "object"}},
+          "required": ["approved"]}, False, {"approved": False}),
+        ({"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}, True,
+         {"confirm": True}),
+        ({"type": "boolean"}, False, False),
+        ({"type": "object", "properties": {"quarter": {"type": "string"}}, "required": ["quarter"]}, True, None),
+        ({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "boolean"}},
+          "required": ["a", "b"]}, True, None),
+        ({"type": "string"}, True, None),
+    ],
+)
+def test_approval_payload_finds_the_yes_no_field(schema, approved, expected):
+    assert approval_payload(schema, approved) == expected

@@ -6,9 +6,15 @@ background work; it is started from ``ready_callable`` on daphne's own event
 loop.
 """
 
+import asyncio
 import logging
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+
+from interrupts.demo import register_demo_agents
+from interrupts.supervisor import Supervisor
 
 logger = logging.getLogger("interrupts.serve")
 
@@ -34,9 +40,19 @@ class Command(BaseCommand):
 
         from project.asgi import application
 
+        display_host = f"[{host}]" if ":" in host else host
+        base_url = f"http://{display_host}:{port}"
+        # The demo agents are served by this very process: point them here.
+        connect_host = "127.0.0.1" if host in ("0.0.0.0", "::") else display_host
+        settings.COUNTERSIGN_SELF_URL = f"http://{connect_host}:{port}"
+        register_demo_agents(settings.COUNTERSIGN_SELF_URL)
+        close_old_connections()
+
         def ready():
-            display_host = f"[{host}]" if ":" in host else host
-            self.stdout.write(f"Countersign listening on http://{display_host}:{port}/", ending="\n")
+            # Called before daphne runs its loop: start the supervisor on that
+            # loop as soon as it turns.
+            asyncio.get_event_loop().call_soon(lambda: Supervisor().start())
+            self.stdout.write(f"Countersign listening on {base_url}/", ending="\n")
             self.stdout.flush()
 
         server = Server(

@@ -1,0 +1,153 @@
+"""What the REST API shows and accepts. Wire data (payloads, args) stays camelCase JSON."""
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from ..models import Agent, Decision, Event, Interrupt, Run, Thread
+from ..protocol.schema import supports_edits
+
+
+class AgentSerializer(serializers.ModelSerializer):
+    # The credential goes in, and only its masked tail ever comes back out.
+    auth_value = serializers.CharField(write_only=True, required=False, allow_blank=True, max_length=2000)
+    credential = serializers.CharField(source="masked_auth_value", read_only=True)
+
+    class Meta:
+        model = Agent
+        fields = ["id", "name", "url", "description", "auth_header", "auth_value", "credential", "capabilities",
+                  "builtin", "created_at"]
+        read_only_fields = ["builtin", "created_at"]
+
+    def validate(self, attrs):
+        value = attrs.get("auth_value", getattr(self.instance, "auth_value", ""))
+        header = attrs.get("auth_header", getattr(self.instance, "auth_header", ""))
+        if value and not header:
+            raise serializers.ValidationError({"auth_header": "Name the header that carries the credential."})
+        return attrs
+
+
+class UserSerializer(serializers.ModelSerializer):
+    name = serializers.SerializerMethodField()
+
+    class Meta:
+        model = get_user_model()
+        fields = ["username", "name"]
+
+    def get_name(self, user) -> str:
+        return user.get_full_name() or user.get_username()
+
+
+class ThreadSerializer(serializers.ModelSerializer):
+    agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all())
+    pending = serializers.IntegerField(read_only=True, help_text="Interrupts waiting for a decision.")
+    status = serializers.SerializerMethodField(help_text="The status of the thread's latest run.")
+
+    class Meta:
+        model = Thread
+        fields = ["id", "thread_id", "agent", "title", "status", "pending", "last_seq", "created_at", "updated_at"]
+        read_only_fields = ["thread_id", "last_seq", "created_at", "updated_at"]
+
+    def get_status(self, thread) -> str | None:
+        latest = thread.runs.order_by("-created_at", "-pk").first()
+        return latest.status if latest else None
+
+
+class ThreadDetailSerializer(ThreadSerializer):
+    class Meta(ThreadSerializer.Meta):
+        fields = ThreadSerializer.Meta.fields + ["state", "messages"]
+
+
+class StartThreadSerializer(serializers.Serializer):
+    agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all())
+    message = serializers.CharField(required=False, allow_blank=True, max_length=100_000)
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    forwarded_props = serializers.JSONField(required=False)
+
+
+class StartRunSerializer(serializers.Serializer):
+    message = serializers.CharField(required=False, allow_blank=True, max_length=100_000)
+    forwarded_props = serializers.JSONField(required=False)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    thread = serializers.SlugRelatedField(slug_field="thread_id", read_only=True)
+    agent = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="run_id", read_only=True)
+    resumed_by = serializers.SerializerMethodField(help_text="The run that sent this run's decisions back.")
+
+    class Meta:
+        model = Run
+        fields = ["id", "run_id", "thread", "agent", "parent", "status", "origin", "input", "outcome", "error_code",
+                  "error_message", "resumed_by", "created_at", "started_at", "finished_at"]
+
+    def get_resumed_by(self, run) -> str | None:
+        child = run.children.filter(resume_key__isnull=False).first()
+        return child.run_id if child else None
+
+
+class EventSerializer(serializers.ModelSerializer):
+    run = serializers.SlugRelatedField(slug_field="run_id", read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["seq", "type", "run", "from_agent", "payload", "received_at"]
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    user = UserSerializer(read_only=True)
+    interrupt = serializers.CharField(source="interrupt.interrupt_id", read_only=True)
+
+    class Meta:
+        model = Decision
+        fields = ["id", "interrupt", "user", "status", "payload", "edited_args", "metadata", "comment",
+                  "created_at", "superseded_at"]
+
+
+class InterruptSerializer(serializers.ModelSerializer):
+    run = serializers.SlugRelatedField(slug_field="run_id", read_only=True)
+    thread = serializers.CharField(source="run.thread.thread_id", read_only=True)
+    agent = serializers.CharField(source="run.agent.name", read_only=True)
+    supports_edits = serializers.SerializerMethodField(help_text="The responseSchema offers editedArgs.")
+
+    class Meta:
+        model = Interrupt
+        fields = ["id", "interrupt_id", "run", "thread", "agent", "reason", "message", "status", "tool_call_id",
+                  "tool_name", "proposed_args", "response_schema", "supports_edits", "expires_at", "metadata",
+                  "problems", "closed_reason", "created_at", "closed_at"]
+
+    def get_supports_edits(self, interrupt) -> bool:
+        return supports_edits(interrupt.response_schema)
+
+
+class InterruptDetailSerializer(InterruptSerializer):
+    decisions = DecisionSerializer(many=True, read_only=True)
+    resumed_by = serializers.SerializerMethodField()
+
+    class Meta(InterruptSerializer.Meta):
+        fields = InterruptSerializer.Meta.fields + ["raw", "decisions", "resumed_by"]
+
+    def get_resumed_by(self, interrupt) -> str | None:
+        child = interrupt.run.children.filter(resume_key__isnull=False).first()
+        return child.run_id if child else None
+
+
+class DecideSerializer(serializers.Serializer):
+    """One answer. ``action`` picks the shape; ``payload`` is for ``respond``."""
+
+    ACTIONS = ["approve", "reject", "edit", "respond", "cancel"]
+
+    action = serializers.ChoiceField(choices=ACTIONS)
+    payload = serializers.JSONField(required=False, help_text="The answer, for action 'respond'.")
+    edited_args = serializers.JSONField(required=False, help_text="Full replacement of the tool args, for 'edit'.")
+    metadata = serializers.JSONField(required=False, help_text="Envelope data about the answer (an object).")
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+
+    def validate(self, attrs):
+        action = attrs["action"]
+        if action == "respond" and "payload" not in attrs:
+            raise serializers.ValidationError({"payload": "'respond' needs the payload to send."})
+        if action == "edit" and not isinstance(attrs.get("edited_args"), dict):
+            raise serializers.ValidationError({"edited_args": "'edit' needs the full edited args as an object."})
+        if "metadata" in attrs and not isinstance(attrs["metadata"], dict):
+            raise serializers.ValidationError({"metadata": "metadata is an object (or left out)."})
+        return attrs

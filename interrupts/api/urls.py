@@ -1,0 +1,17 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from . import views
+
+router = DefaultRouter()
+router.register("agents", views.AgentViewSet, basename="agent")
+router.register("threads", views.ThreadViewSet, basename="thread")
+router.register("interrupts", views.InterruptViewSet, basename="interrupt")
+
+urlpatterns = [
+    path("", include(router.urls)),
+    path("runs/<str:run_id>/", views.RunDetail.as_view(), name="run-detail"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]

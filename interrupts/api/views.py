@@ -1,0 +1,189 @@
+"""The REST API: thin DRF views over ``runs``, ``decisions`` and ``selectors``.
+
+Views validate the request's shape and call the function that owns the
+change; they never write a model themselves.
+"""
+
+from django.db.models import Count, Q
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.response import Response
+
+from .. import decisions, runs
+from ..models import Agent, Event, Interrupt, Run, Thread
+from ..protocol.schema import approval_payload, supports_edits
+from ..refusals import Refusal
+from . import serializers as s
+
+MAX_EVENTS_PAGE = 1000
+
+
+class StaffCanWrite(BasePermission):
+    """Everyone logged in reads; only staff register or change agents."""
+
+    def has_permission(self, request, view):
+        return request.method in SAFE_METHODS or request.user.is_staff
+
+
+class AgentViewSet(viewsets.ModelViewSet):
+    queryset = Agent.objects.all()
+    serializer_class = s.AgentSerializer
+    lookup_field = "name"
+    permission_classes = [StaffCanWrite]
+
+    def perform_destroy(self, instance):
+        if instance.runs.exists():
+            raise Refusal("AGENT_IN_USE", f"Agent {instance.name} has runs; its history must stay.", status=409)
+        instance.delete()
+
+
+def _threads():
+    return Thread.objects.select_related("agent").annotate(
+        pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING))
+    )
+
+
+class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    lookup_field = "thread_id"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self):
+        queryset = _threads().order_by("-updated_at")
+        if agent := self.request.query_params.get("agent"):
+            queryset = queryset.filter(agent__name=agent)
+        return queryset
+
+    def get_serializer_class(self):
+        return s.ThreadDetailSerializer if self.action == "retrieve" else s.ThreadSerializer
+
+    @extend_schema(request=s.StartThreadSerializer, responses={201: s.RunSerializer})
+    def create(self, request):
+        """Start a new thread with its first run (optionally with a user message)."""
+        body = s.StartThreadSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = runs.start_run(
+            body.validated_data["agent"], user=request.user, message=body.validated_data.get("message") or None,
+            forwarded_props=body.validated_data.get("forwarded_props"), title=body.validated_data.get("title", ""),
+        )
+        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.StartRunSerializer, responses={201: s.RunSerializer})
+    @action(detail=True, methods=["post"])
+    def runs(self, request, thread_id=None):
+        """Start a run on this thread; refused with PENDING_INTERRUPTS while decisions are open."""
+        thread = self.get_object()
+        body = s.StartRunSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = runs.start_run(
+            thread.agent, user=request.user, thread_id=thread.thread_id,
+            message=body.validated_data.get("message") or None,
+            forwarded_props=body.validated_data.get("forwarded_props"),
+        )
+        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", int, description="Only events with a greater sequence number."),
+            OpenApiParameter("limit", int, description=f"At most this many (default 200, max {MAX_EVENTS_PAGE})."),
+        ],
+        responses=s.EventSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request, thread_id=None):
+        """The thread's event log in sequence order, paged by sequence number."""
+        thread = self.get_object()
+        try:
+            after = int(request.query_params.get("after", 0))
+            limit = min(int(request.query_params.get("limit", 200)), MAX_EVENTS_PAGE)
+        except ValueError:
+            raise ValidationError({"after": "after and limit are whole numbers."}) from None
+        if limit < 1:
+            raise ValidationError({"limit": "limit is at least 1."})
+        events = list(Event.objects.filter(thread=thread, seq__gt=after).select_related("run").order_by("seq")[:limit])
+        return Response({
+            "thread": thread.thread_id,
+            "last_seq": thread.last_seq,
+            "next_after": events[-1].seq if events else after,
+            "events": s.EventSerializer(events, many=True).data,
+        })
+
+
+class RunDetail(generics.RetrieveAPIView):
+    serializer_class = s.RunSerializer
+    lookup_field = "run_id"
+    queryset = Run.objects.select_related("thread", "agent", "parent")
+
+
+class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    @extend_schema(parameters=[
+        OpenApiParameter("status", str, enum=Interrupt.Status.values),
+        OpenApiParameter("agent", str), OpenApiParameter("reason", str), OpenApiParameter("thread", str),
+    ])
+    def list(self, request, *args, **kwargs):
+        """Interrupts, oldest first; filter by status (default pending), agent, reason, thread."""
+        return super().list(request, *args, **kwargs)
+
+    def get_queryset(self):
+        queryset = Interrupt.objects.select_related("run__thread", "run__agent").order_by("created_at", "pk")
+        if self.action != "list":
+            return queryset.prefetch_related("decisions__user")
+        params = self.request.query_params
+        wanted = params.get("status", Interrupt.Status.PENDING)
+        if wanted != "all":
+            if wanted not in Interrupt.Status.values:
+                raise ValidationError({"status": f"One of {', '.join(Interrupt.Status.values)} or all."})
+            queryset = queryset.filter(status=wanted)
+        for param, lookup in (("agent", "run__agent__name"), ("reason", "reason"), ("thread", "run__thread__thread_id")):
+            if value := params.get(param):
+                queryset = queryset.filter(**{lookup: value})
+        return queryset
+
+    def get_serializer_class(self):
+        return s.InterruptDetailSerializer if self.action in ("retrieve", "decide") else s.InterruptSerializer
+
+    @extend_schema(request=s.DecideSerializer, responses={201: s.DecisionSerializer})
+    @action(detail=True, methods=["post"])
+    def decide(self, request, pk=None):
+        """Answer the interrupt: approve, reject, edit (approve with edited args), respond, or cancel.
+
+        The author may send another answer to change it until the batch is
+        sent; anyone else gets 409 ALREADY_DECIDED naming who decided.
+        """
+        interrupt = get_object_or_404(Interrupt, pk=pk)
+        body = s.DecideSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        status_, payload = self._answer(interrupt, data)
+        decision = decisions.decide(
+            interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", "")
+        )
+        return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
+
+    @staticmethod
+    def _answer(interrupt: Interrupt, data: dict):
+        action_ = data["action"]
+        if action_ == "cancel":
+            return "cancelled", None
+        if action_ == "respond":
+            return "resolved", data["payload"]
+        if action_ == "edit":
+            if not supports_edits(interrupt.response_schema):
+                raise Refusal(
+                    "EDITS_NOT_OFFERED",
+                    f"Interrupt {interrupt.interrupt_id}'s responseSchema has no editedArgs: approve or reject it.",
+                    status=400,
+                )
+            return "resolved", {"approved": True, "editedArgs": data["edited_args"]}
+        payload = approval_payload(interrupt.response_schema, action_ == "approve")
+        if payload is None:
+            raise Refusal(
+                "NEEDS_PAYLOAD",
+                f"Interrupt {interrupt.interrupt_id} asks for more than yes or no: answer with action "
+                "'respond' and a payload that fits its responseSchema.",
+                status=400,
+            )
+        return "resolved", payload

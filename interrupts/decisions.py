@@ -1,0 +1,211 @@
+"""Decide, revise and expire interrupts; the batch's last decision queues the resume.
+
+The database decides every race: an interrupt moves out of ``pending`` by a
+conditional UPDATE on (pk, status, version), so two reviewers deciding at once
+store exactly one decision, whatever the database, and the loser is told who
+won. The decision, the interrupt's new status and the queued resume commit in
+one transaction.
+"""
+
+from __future__ import annotations
+
+from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import recording, relay, runs
+from .models import Decision, Interrupt, Run
+from .protocol.contract import check_entry
+from .protocol.errors import ContractViolation
+from .protocol.schema import EDITED_ARGS, apply_edits
+from .refusals import Refusal
+
+MAX_COMMENT_CHARS = 10_000
+
+
+def _already_decided(interrupt: Interrupt) -> Refusal:
+    live = interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").first()
+    if live is not None:
+        who = live.user.get_full_name() or live.user.get_username()
+        return Refusal(
+            "ALREADY_DECIDED",
+            f"Interrupt {interrupt.interrupt_id} was already decided by {who} "
+            f"({live.status}, {live.created_at:%Y-%m-%d %H:%M:%S} UTC).",
+            decided_by=live.user.get_username(),
+            interrupt_id=interrupt.interrupt_id,
+        )
+    if interrupt.status == Interrupt.Status.EXPIRED:
+        return Refusal("EXPIRED", f"Interrupt {interrupt.interrupt_id} expired: {interrupt.closed_reason}",
+                       interrupt_id=interrupt.interrupt_id)
+    return Refusal(
+        "CLOSED",
+        f"Interrupt {interrupt.interrupt_id} is closed: {interrupt.closed_reason or interrupt.status}.",
+        interrupt_id=interrupt.interrupt_id,
+    )
+
+
+def _batch_sent(interrupt: Interrupt) -> bool:
+    return Run.objects.filter(parent_id=interrupt.run_id, resume_key__isnull=False).exists()
+
+
+def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> ResumeEntry:
+    if status not in (Decision.Status.RESOLVED, Decision.Status.CANCELLED):
+        raise Refusal("INVALID_STATUS", f"A decision is 'resolved' or 'cancelled', not {status!r}.", status=400)
+    entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
+    check_entry(WireInterrupt.model_validate(interrupt.raw), entry, now)
+    return entry
+
+
+def _edited_args(interrupt: Interrupt, payload):
+    if not isinstance(payload, dict) or EDITED_ARGS not in payload:
+        return None
+    return apply_edits(interrupt.proposed_args or {}, payload, interrupt_id=interrupt.interrupt_id)
+
+
+def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "") -> Decision:
+    """Record ``user``'s answer to ``interrupt``; the last answer of a batch queues the resume.
+
+    Refused (``ContractViolation``) when the payload fails the responseSchema,
+    a cancellation carries a payload, metadata is not an object or uses the
+    reserved ``ag-ui`` key, or ``expiresAt`` has passed; refused
+    (``Refusal`` ``ALREADY_DECIDED``, HTTP 409) when someone decided first.
+    The author may change their answer (``revise``) until the batch is sent.
+    """
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
+    now = timezone.now()
+    with transaction.atomic():
+        interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
+        if interrupt.status != Interrupt.Status.PENDING:
+            live = interrupt.decisions.filter(superseded_at__isnull=True).first()
+            if live is not None and live.user_id == user.pk and not _batch_sent(interrupt):
+                return _revise(interrupt, live, user, status, payload, metadata, comment, now)
+            raise _already_decided(interrupt)
+        _checked(interrupt, status, payload, metadata, now)
+        edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
+        won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
+            status=status, version=F("version") + 1, closed_at=now
+        )
+        if not won:
+            raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
+        try:
+            with transaction.atomic():
+                decision = Decision.objects.create(
+                    interrupt=interrupt, user=user, status=status,
+                    payload=payload if status == Decision.Status.RESOLVED else None,
+                    edited_args=edited, metadata=metadata, comment=comment,
+                )
+        except IntegrityError:
+            raise _already_decided(interrupt) from None
+        _after_decision(interrupt, user, "decided")
+        return decision
+
+
+def _revise(interrupt, live, user, status, payload, metadata, comment, now) -> Decision:
+    _checked(interrupt, status, payload, metadata, now)
+    edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
+    # Superseding is the one change a decision row accepts (a database trigger
+    # refuses any other), and only once: a racing revision loses here.
+    if not Decision.objects.filter(pk=live.pk, superseded_at__isnull=True).update(superseded_at=now):
+        raise _already_decided(interrupt)
+    Interrupt.objects.filter(pk=interrupt.pk).update(status=status, version=F("version") + 1)
+    decision = Decision.objects.create(
+        interrupt=interrupt, user=user, status=status,
+        payload=payload if status == Decision.Status.RESOLVED else None,
+        edited_args=edited, metadata=metadata, comment=comment,
+    )
+    _after_decision(interrupt, user, "revised")
+    return decision
+
+
+def _after_decision(interrupt: Interrupt, user, reason: str) -> None:
+    run = interrupt.run
+    open_left = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).exists()
+    closed_without_answer = Interrupt.objects.filter(
+        run=run, status=Interrupt.Status.EXPIRED
+    ).exists()
+    if not open_left and not closed_without_answer:
+        runs.queue_resume(run, user=user)
+    thread_pk, seq = run.thread_id, run.thread.last_seq
+    transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, reason))
+
+
+def record_resume(interrupted: Run, entries: list[ResumeEntry], user) -> list[Decision]:
+    """Record a gateway client's resume as decisions by ``user``, all or none.
+
+    The contract checks already passed; this only claims each interrupt. If
+    the inbox answered one of them first, the whole resume is refused with
+    ``ALREADY_RESOLVED`` (nothing is recorded, nothing is sent).
+    """
+    now = timezone.now()
+    made = []
+    by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(run=interrupted)}
+    for entry in entries:
+        interrupt = by_id[entry.interrupt_id]
+        won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
+            status=entry.status, version=F("version") + 1, closed_at=now
+        )
+        if not won:
+            raise ContractViolation(
+                "ALREADY_RESOLVED",
+                f"Interrupt {entry.interrupt_id} was answered elsewhere first; nothing was sent.",
+                interrupt_id=entry.interrupt_id,
+            )
+        payload = entry.payload if entry.status == "resolved" else None
+        made.append(
+            Decision.objects.create(
+                interrupt=interrupt, user=user, status=entry.status, payload=payload,
+                edited_args=_edited_args(interrupt, payload), metadata=entry.metadata,
+                comment="Answered through the AG-UI gateway.",
+            )
+        )
+    thread_pk = interrupted.thread_id
+    transaction.on_commit(lambda: relay.inbox_changed(thread_pk, 0, "decided"))
+    return made
+
+
+def expire_due(now=None) -> int:
+    """Close every pending interrupt whose ``expiresAt`` has passed (or cannot be read).
+
+    A batch with an expired interrupt can never be sent whole (partial
+    resumes are not allowed), so its other open interrupts close with it and
+    the thread accepts fresh input again. Each closing is noted in the
+    thread's log for the audit trail. Returns how many interrupts closed.
+    """
+    now = now or timezone.now()
+    # An unreadable expiresAt was recorded as due at once (see recording).
+    due = Interrupt.objects.filter(status=Interrupt.Status.PENDING, expires_at__lte=now)
+    closed = 0
+    for run_pk in set(due.values_list("run_id", flat=True)):
+        with transaction.atomic():
+            run = Run.objects.select_related("thread").get(pk=run_pk)
+            batch = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING))
+            expired = [i for i in batch if i.expires_at and i.expires_at <= now]
+            if not expired:
+                continue
+            names = ", ".join(i.interrupt_id for i in expired)
+            for interrupt in batch:
+                if interrupt in expired:
+                    reason = (
+                        f"expiresAt {interrupt.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
+                        if _unreadable_expiry(interrupt)
+                        else f"expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+                    )
+                else:
+                    reason = f"closed with its batch: {names} expired"
+                closed += Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
+                    status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300],
+                    version=F("version") + 1,
+                )
+            event = recording.note(run, "countersign:interrupts_expired", {
+                "runId": run.run_id,
+                "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in batch],
+            })
+            thread_pk, seq = run.thread_id, event.seq
+            transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "expired"))
+    return closed
+
+
+def _unreadable_expiry(interrupt: Interrupt) -> bool:
+    return any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or [])

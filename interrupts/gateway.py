@@ -1,0 +1,126 @@
+"""The AG-UI gateway: ``POST /agui/<agent>/`` for any AG-UI client.
+
+It is an AG-UI endpoint in front of a registered agent: it applies the
+thread's contract, forwards the input, and streams the agent's events back as
+it records them, so interrupts raised here land in the team inbox and the
+audit trail like any other. A contract violation is answered the AG-UI way,
+as a stream of RUN_STARTED then RUN_ERROR with the violation's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from ag_ui.core import RunErrorEvent, RunStartedEvent
+from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework.authtoken.models import Token
+
+from . import runs, supervisor
+from .models import Agent, Event, Run
+from .protocol.errors import MalformedMessage, ProtocolError
+from .protocol.sse import CONTENT_TYPE, encode_event, format_frame
+from .protocol.wire import parse_run_input
+from .sdk.views import refusal
+
+# How often a replay of a run still streaming elsewhere looks for new events.
+REPLAY_POLL_SECONDS = 0.2
+
+
+async def _user(request: HttpRequest):
+    """The caller: a token (machines) or a session with a valid CSRF token (browsers)."""
+    header = request.headers.get("Authorization", "")
+    if header.startswith(("Token ", "Bearer ")):
+        key = header.split(" ", 1)[1].strip()
+        token = await Token.objects.select_related("user").filter(key=key).afirst()
+        return token.user if token and token.user.is_active else None
+    user = await request.auser()
+    if not user.is_authenticated:
+        return None
+    # A session is a browser's: hold it to CSRF like any form post.
+    check = CsrfViewMiddleware(lambda r: None)
+    if check.process_view(request, None, (), {}) is not None:
+        return None
+    return user
+
+
+def _sse(stream):
+    response = StreamingHttpResponse(stream, content_type=CONTENT_TYPE)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _refused(thread_id: str, run_id: str, problem: ProtocolError):
+    yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+    yield encode_event(RunErrorEvent(code=problem.code, message=problem.message))
+
+
+def _frame(payload: dict) -> str:
+    # The events exactly as recorded (as the agent sent them, or Countersign's own RUN_ERROR).
+    return format_frame(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+
+
+async def _live(listener: asyncio.Queue):
+    while True:
+        item = await listener.get()
+        if item is None:
+            return
+        yield _frame(item[1])
+
+
+async def _replay(run: Run):
+    """The recorded events of ``run``, following it to its end if it still streams."""
+    after = 0
+    while True:
+        events = [
+            (e.seq, e.payload)
+            async for e in Event.objects.filter(run=run, seq__gt=after).order_by("seq").only("seq", "payload")
+        ]
+        for seq, payload in events:
+            after = seq
+            yield _frame(payload)
+        status = await Run.objects.values_list("status", flat=True).aget(pk=run.pk)
+        if status not in (Run.Status.QUEUED, Run.Status.STREAMING) and not events:
+            return
+        if not events:
+            await asyncio.sleep(REPLAY_POLL_SECONDS)
+
+
+@csrf_exempt  # checked in _user for session callers; tokens carry no ambient authority
+@login_not_required  # answered with 401 JSON, not a redirect to a login page
+async def agui(request: HttpRequest, agent: str):
+    if request.method != "POST":
+        response = refusal(405, "METHOD_NOT_ALLOWED", "POST a RunAgentInput as JSON.")
+        response["Allow"] = "POST"
+        return response
+    user = await _user(request)
+    if user is None:
+        return refusal(401, "UNAUTHORIZED", "Log in, or send 'Authorization: Token <key>' (manage.py drf_create_token).")
+    registered = await Agent.objects.filter(name=agent).afirst()
+    if registered is None:
+        return refusal(404, "UNKNOWN_AGENT", f"No agent named {agent!r} is registered.")
+    try:
+        run_input = parse_run_input(request.body)
+    except RequestDataTooBig:
+        return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts.")
+    except MalformedMessage as problem:
+        return refusal(400, problem.code, problem.message, **problem.details)
+
+    background = supervisor.ensure()
+    try:
+        accepted = await sync_to_async(runs.accept_input)(registered, run_input, user, background.worker)
+    except ProtocolError as problem:
+        return _sse(_refused(run_input.thread_id, run_input.run_id, problem))
+    if accepted.verdict.kind == "replay":
+        return _sse(_replay(accepted.run))
+    listener: asyncio.Queue = asyncio.Queue()
+    # Streamed by the supervisor, not this request: if the client goes away
+    # the run is still recorded to its end.
+    background.stream(accepted.run.pk, listener)
+    return _sse(_live(listener))

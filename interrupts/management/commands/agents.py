@@ -1,0 +1,57 @@
+"""Register AG-UI agents from the command line: list, add, remove."""
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from interrupts.models import Agent
+
+
+class Command(BaseCommand):
+    help = "List, add or remove the AG-UI agents Countersign calls."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        sub.add_parser("list", help="Show every registered agent.")
+        add = sub.add_parser("add", help="Register an agent (or change its URL and header).")
+        add.add_argument("name", help="Short name, e.g. 'support-bot'.")
+        add.add_argument("url", help="Where RunAgentInput is POSTed.")
+        add.add_argument("--header", metavar="K:V", help="A header with the agent's credential, e.g. 'Authorization:Bearer x'.")
+        add.add_argument("--description", default="")
+        remove = sub.add_parser("remove", help="Remove an agent that has no runs.")
+        remove.add_argument("name")
+
+    def handle(self, *args, action, **options):
+        getattr(self, f"do_{action}")(**options)
+
+    def do_list(self, **options):
+        for agent in Agent.objects.order_by("name"):
+            credential = f"  {agent.auth_header}: {agent.masked_auth_value}" if agent.auth_value else ""
+            builtin = "  (built-in)" if agent.builtin else ""
+            self.stdout.write(f"{agent.name}  {agent.url}{credential}{builtin}")
+
+    def do_add(self, name, url, header, description, **options):
+        fields = {"url": url, "description": description}
+        if header:
+            key, sep, value = header.partition(":")
+            if not sep or not key.strip() or not value.strip():
+                raise CommandError(f"--header {header!r}: write it as Name:value, e.g. 'Authorization:Bearer abc'.")
+            fields |= {"auth_header": key.strip(), "auth_value": value.strip()}
+        agent = Agent.objects.filter(name=name).first() or Agent(name=name)
+        for field, value in fields.items():
+            setattr(agent, field, value)
+        try:
+            agent.full_clean()
+        except ValidationError as problem:
+            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in problem.message_dict.items())) from None
+        created = agent.pk is None
+        agent.save()
+        self.stdout.write(f"{'Added' if created else 'Updated'} agent {name} at {url}.")
+
+    def do_remove(self, name, **options):
+        agent = Agent.objects.filter(name=name).first()
+        if agent is None:
+            raise CommandError(f"No agent named {name!r}.")
+        if agent.runs.exists():
+            raise CommandError(f"Agent {name} has runs; its history must stay, so it cannot be removed.")
+        agent.delete()
+        self.stdout.write(f"Removed agent {name}.")

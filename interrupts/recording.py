@@ -1,0 +1,180 @@
+"""Write what an agent said into the event log, and what it means into the models.
+
+``append`` is the one function that adds an event: it numbers it within the
+thread, folds snapshots into the thread, finishes the run on a terminal event
+and creates its interrupts, all in one transaction, and broadcasts after
+commit. ``fail`` is the one that ends a run with a hub-generated RUN_ERROR.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import jsonpatch
+from ag_ui.core import CustomEvent, Interrupt as WireInterrupt, RunErrorEvent
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import relay
+from .models import Event, Interrupt, Run, Thread
+from .protocol.contract import interrupt_problems, parse_expiry
+from .protocol.errors import ContractViolation
+from .protocol.wire import dump
+
+logger = logging.getLogger(__name__)
+
+# Given a toolCallId, what the agent proposed: (tool name, parsed args).
+ProposalLookup = Callable[[str], tuple[str | None, object]]
+
+# A hub-generated RUN_ERROR carries the offending data for the audit, bounded.
+MAX_RAW_IN_ERROR = 4096
+
+
+def _next_seq(thread_pk: int) -> int:
+    # The UPDATE takes the thread row's write lock (PostgreSQL) or the
+    # database's (SQLite, IMMEDIATE): two writers can never get one number.
+    Thread.objects.filter(pk=thread_pk).update(last_seq=F("last_seq") + 1, updated_at=timezone.now())
+    return Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+
+
+def _log(run: Run, payload: dict, from_agent: bool) -> Event:
+    seq = _next_seq(run.thread_id)
+    event = Event.objects.create(
+        thread_id=run.thread_id, run=run, seq=seq, type=payload["type"], payload=payload, from_agent=from_agent
+    )
+    thread_pk, event_type = run.thread_id, payload["type"]
+    transaction.on_commit(lambda: relay.event_appended(thread_pk, seq, event_type, payload))
+    return event
+
+
+def _fold_state(run: Run, payload: dict) -> None:
+    kind = payload["type"]
+    if kind == "STATE_SNAPSHOT":
+        Thread.objects.filter(pk=run.thread_id).update(state=payload.get("snapshot"))
+    elif kind == "MESSAGES_SNAPSHOT":
+        Thread.objects.filter(pk=run.thread_id).update(messages=payload.get("messages") or [])
+    elif kind == "STATE_DELTA":
+        state = Thread.objects.values_list("state", flat=True).get(pk=run.thread_id)
+        try:
+            patched = jsonpatch.apply_patch(state, payload.get("delta") or [])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as problem:
+            # The event stays in the log; the thread keeps the last state it
+            # could build, and the next STATE_SNAPSHOT repairs it.
+            logger.warning("run %s: STATE_DELTA does not apply to the thread state: %s", run.run_id, problem)
+            return
+        Thread.objects.filter(pk=run.thread_id).update(state=patched)
+
+
+def _raise_interrupts(run: Run, interrupts: list[dict], proposal: ProposalLookup, now) -> None:
+    for raw in interrupts:
+        wire = WireInterrupt.model_validate(raw)
+        problems = [p.as_dict() for p in interrupt_problems(wire)]
+        try:
+            expires_at = parse_expiry(wire.expires_at)
+        except ContractViolation:
+            # Flagged in problems. An expiry nobody can read is not "never":
+            # the interrupt is due at once and the expiry sweep closes it.
+            expires_at = now
+        tool_name, args = (None, None)
+        if wire.tool_call_id:
+            tool_name, args = proposal(wire.tool_call_id)
+        Interrupt.objects.create(
+            run=run,
+            interrupt_id=wire.id,
+            reason=wire.reason,
+            message=wire.message or "",
+            tool_call_id=wire.tool_call_id or "",
+            tool_name=tool_name or "",
+            proposed_args=args,
+            response_schema=wire.response_schema,
+            expires_at=expires_at,
+            metadata=wire.metadata,
+            raw=raw,
+            problems=problems,
+        )
+
+
+def _finish(run: Run, payload: dict, proposal: ProposalLookup) -> None:
+    now = timezone.now()
+    fields = {"finished_at": now, "lease_until": None}
+    if payload["type"] == "RUN_ERROR":
+        fields |= {
+            "status": Run.Status.FAILED,
+            "error_code": (payload.get("code") or "RUN_ERROR")[:100],
+            "error_message": payload.get("message") or "",
+        }
+    else:
+        outcome = payload.get("outcome")
+        kind = (outcome or {}).get("type", "success")  # legacy: no outcome is success
+        fields["outcome"] = outcome
+        fields["status"] = {
+            "interrupt": Run.Status.INTERRUPTED,
+            "cancelled": Run.Status.CANCELLED,
+        }.get(kind, Run.Status.SUCCEEDED)
+        if kind == "interrupt":
+            _raise_interrupts(run, outcome["interrupts"], proposal, now)
+    Run.objects.filter(pk=run.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(run, name, value)
+
+
+def append(run: Run, payload: dict, *, proposal: ProposalLookup | None = None, from_agent: bool = True) -> Event:
+    """Record one event of ``run`` and everything it implies, atomically.
+
+    ``payload`` is the event as received (wire JSON). Snapshots update the
+    thread; a terminal event finishes the run (RUN_FINISHED with an interrupt
+    outcome raises one pending ``Interrupt`` per item, with the tool call's
+    proposal from ``proposal``). Watchers are told after commit.
+    """
+    with transaction.atomic():
+        event = _log(run, payload, from_agent)
+        _fold_state(run, payload)
+        if payload["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+            _finish(run, payload, proposal or (lambda _id: (None, None)))
+            if run.status == Run.Status.INTERRUPTED:
+                thread_pk, seq = run.thread_id, event.seq
+                transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "raised"))
+    return event
+
+
+def fail(run: Run, code: str, message: str, raw: object = None) -> Event:
+    """End ``run`` as failed with a RUN_ERROR of Countersign's own, recorded in its log.
+
+    Used for every fault of a stream (HTTP error, refused connection, timeout,
+    malformed or misplaced events): the run never stays "streaming", and the
+    log says why. If the run had already finished (an event after its
+    terminal one), interrupts it raised are closed, since the stream that
+    raised them cannot be trusted.
+    """
+    if isinstance(raw, (str, bytes)) and len(raw) > MAX_RAW_IN_ERROR:
+        raw = raw[:MAX_RAW_IN_ERROR] + (b"..." if isinstance(raw, bytes) else "…")
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
+    now = timezone.now()
+    with transaction.atomic():
+        event = _log(run, error, from_agent=False)
+        Run.objects.filter(pk=run.pk).update(
+            status=Run.Status.FAILED, error_code=code[:100], error_message=message, finished_at=now, lease_until=None
+        )
+        closed = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).update(
+            status=Interrupt.Status.CANCELLED,
+            closed_at=now,
+            closed_reason=f"The run failed after raising it ({code}).",
+            version=F("version") + 1,
+        )
+        if closed:
+            thread_pk, seq = run.thread_id, event.seq
+            transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "closed"))
+    run.status, run.error_code, run.error_message = Run.Status.FAILED, code, message
+    return event
+
+
+def note(run: Run, name: str, value: dict) -> Event:
+    """Record a Countersign event (a CUSTOM event, not the agent's) in the thread's log.
+
+    Must be called inside the transaction of the change it reports.
+    """
+    return _log(run, dump(CustomEvent(name=name, value=value)), from_agent=False)

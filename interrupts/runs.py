@@ -1,0 +1,251 @@
+"""Start and resume runs: the thread gate, building RunAgentInput, claiming work.
+
+Every run Countersign sends is created here, queued in the same transaction as
+the change that caused it (a new message, the last decision of a batch, a
+gateway request), so what is committed is never lost. Streaming is someone
+else's job (``streaming``, driven by the ``supervisor``); a request only
+commits the queued run and wakes the supervisor after commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from . import supervisor
+from .models import Agent, Decision, Interrupt, Run, Thread
+from .protocol.contract import ThreadGate, Verdict, check_input, idempotency_key
+from .protocol.wire import dump
+from .refusals import Refusal
+
+MAX_MESSAGE_CHARS = 100_000
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4().hex}"
+
+
+def thread_gate(thread: Thread) -> ThreadGate:
+    """The thread as the contract sees it: its open interrupts and its last accepted resume."""
+    pending = list(
+        Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+        .select_related("run")
+        .order_by("pk")
+    )
+    last_resume = (
+        Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
+    )
+    entries = ()
+    if last_resume is not None:
+        entries = tuple(ResumeEntry.model_validate(e) for e in last_resume.input.get("resume") or [])
+    return ThreadGate(
+        thread_id=thread.thread_id,
+        open_run_id=pending[0].run.run_id if pending else None,
+        open_interrupts=tuple(WireInterrupt.model_validate(i.raw) for i in pending),
+        last_resume=entries,
+        last_resume_run_id=last_resume.run_id if last_resume else None,
+    )
+
+
+def _thread_for(agent: Agent, thread_id: str | None, title: str = "") -> Thread:
+    if not thread_id:
+        return Thread.objects.create(thread_id=f"thread-{uuid.uuid4().hex}", agent=agent, title=title[:200])
+    thread, _ = Thread.objects.get_or_create(thread_id=thread_id, defaults={"agent": agent, "title": title[:200]})
+    if thread.agent_id != agent.pk:
+        raise Refusal(
+            "AGENT_MISMATCH",
+            f"Thread {thread_id} belongs to agent {thread.agent.name}, not {agent.name}: "
+            "start a new thread to talk to another agent.",
+        )
+    return thread
+
+
+def _queue(thread: Thread, agent: Agent, run_input: dict, *, user=None, parent=None, resume_key=None,
+           origin=Run.Origin.HUB, claimed_by: str = "") -> Run:
+    now = timezone.now()
+    run = Run.objects.create(
+        thread=thread,
+        agent=agent,
+        run_id=run_input["runId"],
+        parent=parent,
+        input=run_input,
+        resume_key=resume_key,
+        created_by=user,
+        origin=origin,
+        status=Run.Status.STREAMING if claimed_by else Run.Status.QUEUED,
+        claimed_by=claimed_by,
+        lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS) if claimed_by else None,
+        started_at=now if claimed_by else None,
+    )
+    if not claimed_by:
+        transaction.on_commit(supervisor.wake)
+    return run
+
+
+def start_run(
+    agent: Agent,
+    *,
+    user=None,
+    thread_id: str | None = None,
+    message: str | None = None,
+    forwarded_props: object = None,
+    title: str = "",
+) -> Run:
+    """Queue a new (non-resume) run on a thread, creating the thread if needed.
+
+    The input carries the thread's latest MESSAGES_SNAPSHOT plus ``message``
+    as a new user message, and its latest STATE_SNAPSHOT. Refused with
+    ``PENDING_INTERRUPTS`` while the thread waits for decisions.
+    """
+    if message is not None and len(message) > MAX_MESSAGE_CHARS:
+        raise Refusal("TOO_LARGE", f"A message holds at most {MAX_MESSAGE_CHARS:,} characters.", status=400)
+    with transaction.atomic():
+        thread = _thread_for(agent, thread_id, title or (message or "")[:80])
+        messages = list(thread.messages or [])
+        if message:
+            messages.append({"id": f"msg-{uuid.uuid4().hex}", "role": "user", "content": message})
+        run_input = {
+            "threadId": thread.thread_id,
+            "runId": new_run_id(),
+            "state": thread.state if thread.state is not None else {},
+            "messages": messages,
+            "tools": [],
+            "context": [],
+            "forwardedProps": forwarded_props if forwarded_props is not None else {},
+        }
+        check_input(thread_gate(thread), RunAgentInput.model_validate(run_input), timezone.now())
+        # The user's message is part of the conversation from now on, even if
+        # the agent never sends a MESSAGES_SNAPSHOT.
+        Thread.objects.filter(pk=thread.pk).update(messages=messages)
+        return _queue(thread, agent, run_input, user=user)
+
+
+def resume_entries(interrupted: Run) -> list[dict]:
+    """One resume entry per interrupt of ``interrupted``, from each live decision (wire form)."""
+    entries = []
+    decisions = Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).select_related(
+        "interrupt"
+    )
+    for decision in sorted(decisions, key=lambda d: d.interrupt.pk):
+        entry = ResumeEntry(
+            interrupt_id=decision.interrupt.interrupt_id,
+            status=decision.status,
+            payload=decision.payload,
+            metadata=decision.metadata,
+        )
+        entries.append(dump(entry))
+    return entries
+
+
+def queue_resume(interrupted: Run, user=None) -> Run:
+    """Queue the run that sends every decision of ``interrupted`` back to its agent.
+
+    Called by ``decisions`` in the transaction that records the batch's last
+    decision. The resume's idempotency key is unique: the same answers can
+    start at most one run, so a second dispatch returns the first.
+    """
+    thread = interrupted.thread
+    entries = resume_entries(interrupted)
+    key = idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries])
+    existing = Run.objects.filter(resume_key=key).first()
+    if existing is not None:
+        return existing
+    run_input = {
+        "threadId": thread.thread_id,
+        "runId": new_run_id(),
+        "parentRunId": interrupted.run_id,
+        "state": thread.state if thread.state is not None else {},
+        "messages": list(thread.messages or []),
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "resume": entries,
+    }
+    try:
+        with transaction.atomic():
+            return _queue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key)
+    except IntegrityError:
+        return Run.objects.get(resume_key=key)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What the gateway does with an input: stream ``run`` (new or resume), or replay it."""
+
+    verdict: Verdict
+    run: Run
+
+
+def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> Accepted:
+    """Hold a client's RunAgentInput to the contract and record it as a run of this process.
+
+    New input and resumes become a run claimed by ``worker`` (the gateway
+    streams it at once); a resume's answers are recorded as decisions by
+    ``user``, racing the inbox fairly: whoever answers first wins, the other
+    gets ``ALREADY_RESOLVED``. A replay of the last accepted resume returns
+    the run it started, and nothing is sent to the agent again.
+    """
+    from . import decisions  # decisions queues resumes through this module
+
+    with transaction.atomic():
+        thread = _thread_for(agent, run_input.thread_id)
+        verdict = check_input(thread_gate(thread), run_input, timezone.now())
+        if verdict.kind == "replay":
+            return Accepted(verdict, Run.objects.get(thread=thread, run_id=verdict.replay_of_run_id))
+        if Run.objects.filter(thread=thread, run_id=run_input.run_id).exists():
+            raise Refusal(
+                "DUPLICATE_RUN_ID",
+                f"Thread {thread.thread_id} already has a run {run_input.run_id}: use a fresh runId.",
+            )
+        wire_input = dump(run_input)
+        parent = key = None
+        if verdict.kind == "resume":
+            parent = Run.objects.get(thread=thread, run_id=verdict.interrupted_run_id)
+            decisions.record_resume(parent, run_input.resume, user)
+            key = verdict.idempotency_key
+        else:
+            Thread.objects.filter(pk=thread.pk).update(messages=wire_input.get("messages") or [])
+        run = _queue(thread, agent, wire_input, user=user, parent=parent, resume_key=key,
+                     origin=Run.Origin.GATEWAY, claimed_by=worker)
+        return Accepted(verdict, run)
+
+
+def claim(run_pk: int, worker: str) -> bool:
+    """Take a queued run for ``worker``; exactly one process wins a race for it."""
+    now = timezone.now()
+    return bool(
+        Run.objects.filter(pk=run_pk, status=Run.Status.QUEUED).update(
+            status=Run.Status.STREAMING,
+            claimed_by=worker,
+            started_at=now,
+            lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
+        )
+    )
+
+
+def renew(run_pk: int, worker: str) -> bool:
+    """Extend ``worker``'s claim on a streaming run; False if the claim was lost."""
+    return bool(
+        Run.objects.filter(pk=run_pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+            lease_until=timezone.now() + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
+        )
+    )
+
+
+def queued(limit: int) -> list[int]:
+    """The oldest queued runs, to be claimed."""
+    return list(Run.objects.filter(status=Run.Status.QUEUED).order_by("created_at", "pk").values_list("pk", flat=True)[:limit])
+
+
+def lapsed(now: datetime) -> list[Run]:
+    """Streaming runs whose process stopped renewing its claim (it died mid-stream)."""
+    return list(
+        Run.objects.filter(status=Run.Status.STREAMING).filter(Q(lease_until__lt=now) | Q(lease_until__isnull=True))
+    )

@@ -1,0 +1,200 @@
+"""Call an agent, read its SSE stream as it arrives, record every event.
+
+One coroutine, ``stream_run``, per run: it POSTs the run's RunAgentInput,
+feeds the response through the incremental SSE reader, parses each frame into
+the official models, checks the run's lifecycle (RUN_STARTED first, nothing
+after the terminal event) and appends each event as it arrives. Every fault
+ends the run as failed with a hub-generated RUN_ERROR carrying a code: a run
+is never left "streaming".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from . import recording, runs
+from .models import Run
+from .protocol.errors import MalformedMessage, MalformedStream
+from .protocol.lifecycle import RunLifecycle, StreamFault
+from .protocol.sse import SSEReader
+from .protocol.wire import parse_frame
+
+logger = logging.getLogger(__name__)
+
+# How much of an error response's body to keep in the run's RUN_ERROR.
+MAX_ERROR_BODY = 8192
+
+
+class Fault(Exception):
+    """A stream fault found by the hub, with the code of the RUN_ERROR it records."""
+
+    def __init__(self, code: str, message: str, raw: object = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.raw = code, message, raw
+
+
+def _error_body_message(body: bytes, content_type: str) -> str:
+    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace").strip()
+    if "json" in content_type:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return text
+        if isinstance(data, dict):
+            for key in ("message", "detail", "error"):
+                if data.get(key):
+                    value = data[key]
+                    return value if isinstance(value, str) else json.dumps(value)[:MAX_ERROR_BODY]
+    return text
+
+
+async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIterator[bytes]:
+    """The body's bytes; after the terminal event, only what arrives within the grace period."""
+    iterator = response.aiter_bytes()
+    while True:
+        try:
+            if lifecycle.finished:
+                chunk = await asyncio.wait_for(anext(iterator), settings.COUNTERSIGN_AFTER_TERMINAL_GRACE)
+            else:
+                chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            return  # finished and quiet: the agent just kept the connection open
+        yield chunk
+
+
+class RunStreamer:
+    """Streams one claimed run; ``listener`` (an asyncio.Queue) gets each recorded event."""
+
+    def __init__(self, run: Run, worker: str, listener: asyncio.Queue | None = None) -> None:
+        self.run = run
+        self.worker = worker
+        self.listener = listener
+        self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
+
+    def _proposal(self, tool_call_id: str):
+        found = self.lifecycle.proposed_args(tool_call_id)
+        if found.name is None:
+            # Not proposed in this run: the thread's conversation may hold it.
+            for message in self.run.thread.messages or []:
+                for call in message.get("toolCalls") or []:
+                    if call.get("id") == tool_call_id:
+                        function = call.get("function") or {}
+                        try:
+                            return function.get("name"), json.loads(function.get("arguments") or "null")
+                        except ValueError:
+                            return function.get("name"), function.get("arguments")
+        return found.name, found.args
+
+    async def _record(self, payload: dict) -> None:
+        event = await sync_to_async(recording.append)(self.run, payload, proposal=self._proposal)
+        self._tell(event.seq, payload)
+
+    def _tell(self, seq: int, payload: dict) -> None:
+        if self.listener is not None:
+            self.listener.put_nowait((seq, payload))
+
+    async def _fail(self, code: str, message: str, raw=None) -> None:
+        event = await sync_to_async(recording.fail)(self.run, code, message, raw)
+        self._tell(event.seq, event.payload)
+
+    async def _take(self, frame) -> None:
+        try:
+            event = parse_frame(frame, max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+        except MalformedMessage as problem:
+            raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {problem.message}", frame.data) from None
+        try:
+            self.lifecycle.accept(event)
+        except StreamFault as fault:
+            raise Fault(fault.code, fault.message, frame.data) from None
+        await self._record(json.loads(frame.data))
+
+    async def _read(self) -> None:
+        agent = self.run.agent
+        headers = {"Accept": "text/event-stream"}
+        if agent.auth_header and agent.auth_value:
+            headers[agent.auth_header] = agent.auth_value
+        timeout = httpx.Timeout(
+            connect=settings.COUNTERSIGN_CONNECT_TIMEOUT,
+            read=settings.COUNTERSIGN_IDLE_TIMEOUT,
+            write=settings.COUNTERSIGN_CONNECT_TIMEOUT,
+            pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
+        )
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            async with client.stream("POST", agent.url, json=self.run.input, headers=headers) as response:
+                content_type = response.headers.get("content-type", "")
+                if response.status_code >= 400:
+                    body = b""
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_ERROR_BODY:
+                            break
+                    detail = _error_body_message(body, content_type) or response.reason_phrase
+                    raise Fault("HTTP_ERROR", f"The agent answered HTTP {response.status_code}: {detail}", body)
+                if not content_type.startswith("text/event-stream"):
+                    raise Fault(
+                        "BAD_CONTENT_TYPE",
+                        f"The agent answered {content_type or 'no content type'} (HTTP {response.status_code}), "
+                        "not text/event-stream.",
+                    )
+                reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+                async for chunk in _chunks(response, self.lifecycle):
+                    for frame in reader.feed(chunk):
+                        await self._take(frame)
+                for frame in reader.close():
+                    await self._take(frame)
+        try:
+            self.lifecycle.end_of_stream()
+        except StreamFault as fault:
+            raise Fault(fault.code, fault.message) from None
+
+    async def _heartbeat(self) -> None:
+        interval = max(settings.COUNTERSIGN_LEASE_SECONDS / 3, 0.1)
+        while True:
+            await asyncio.sleep(interval)
+            await sync_to_async(runs.renew)(self.run.pk, self.worker)
+
+    async def stream(self) -> None:
+        """Stream the run to its end; every outcome, fault included, ends up recorded."""
+        heartbeat = asyncio.ensure_future(self._heartbeat())
+        try:
+            await self._read()
+        except Fault as fault:
+            await self._fail(fault.code, fault.message, fault.raw)
+        except MalformedStream as problem:
+            await self._fail("MALFORMED_STREAM", f"The agent's stream is not valid SSE: {problem.message}")
+        except httpx.ConnectTimeout:
+            await self._fail("TIMEOUT", f"The agent at {self.run.agent.url} did not accept a connection within "
+                                        f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s.")
+        except httpx.ReadTimeout:
+            await self._fail("TIMEOUT", f"The agent sent nothing for {settings.COUNTERSIGN_IDLE_TIMEOUT:g} s; "
+                                        "the run was abandoned.")
+        except httpx.ConnectError as problem:
+            await self._fail("CONNECT_ERROR", f"Could not connect to the agent at {self.run.agent.url}: {problem}")
+        except httpx.HTTPError as problem:
+            await self._fail("TRANSPORT_ERROR", f"The connection to the agent broke: {type(problem).__name__}: {problem}")
+        except asyncio.CancelledError:
+            # The process is shutting down: leave the claim to lapse, so the
+            # run is reported as lost rather than silently abandoned.
+            raise
+        except Exception as problem:  # a bug of ours must not leave the run streaming
+            logger.exception("streaming run %s failed", self.run.run_id)
+            await self._fail("HUB_ERROR", f"Countersign failed while streaming: {type(problem).__name__}: {problem}")
+        finally:
+            heartbeat.cancel()
+            if self.listener is not None:
+                self.listener.put_nowait(None)
+
+
+async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = None) -> None:
+    """Stream the run ``run_pk``, which ``worker`` has claimed, to its end."""
+    run = await Run.objects.select_related("thread", "agent").aget(pk=run_pk)
+    await RunStreamer(run, worker, listener).stream()

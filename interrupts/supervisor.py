@@ -1,0 +1,131 @@
+"""The per-process owner of background work: streams, queued resumes, expiry.
+
+``manage.py serve`` starts one ``Supervisor`` on daphne's event loop. It
+claims queued runs (a conditional UPDATE: with several processes exactly one
+wins each run) and streams them, closes interrupts whose expiry passed, and
+fails runs whose streaming process died (their claim lapsed). Requests never
+do this work: they commit a row and call ``wake()``; other processes find the
+row on their next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+# Identifies this process in run claims; unique even across restarts.
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+_current: Supervisor | None = None
+
+
+def wake() -> None:
+    """Ask this process's supervisor to look for work now (safe from any thread)."""
+    supervisor = _current
+    if supervisor is not None:
+        supervisor.loop.call_soon_threadsafe(supervisor.wakeup.set)
+
+
+def current() -> Supervisor | None:
+    """The supervisor running in this process, if any."""
+    return _current
+
+
+def ensure() -> Supervisor:
+    """This process's supervisor, started on the running loop if none runs yet.
+
+    ``manage.py serve`` starts one at boot; a server without that hook (for
+    instance ``runserver``) gets one at the first request that needs it.
+    """
+    return _current if _current is not None else Supervisor().start_and_return()
+
+
+class Supervisor:
+    def __init__(self, worker: str = WORKER_ID) -> None:
+        self.worker = worker
+        self.loop = asyncio.get_running_loop()
+        self.wakeup = asyncio.Event()
+        # Strong references: the event loop keeps only weak ones to tasks.
+        self.tasks: set[asyncio.Task] = set()
+
+    def start_and_return(self) -> Supervisor:
+        self.start()
+        return self
+
+    def start(self) -> asyncio.Task:
+        """Start the supervisor's loop on the running event loop and make it this process's."""
+        global _current
+        _current = self
+        task = self.loop.create_task(self.run_forever(), name="countersign-supervisor")
+        self.tasks.add(task)
+        return task
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad tick must not stop background work for good
+                logger.exception("supervisor tick failed")
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), settings.COUNTERSIGN_POLL_INTERVAL)
+            except TimeoutError:
+                pass
+            self.wakeup.clear()
+
+    async def tick(self) -> None:
+        """One round: expire due interrupts, fail lost runs, claim and stream queued runs."""
+        from . import decisions, recording, runs
+
+        await sync_to_async(close_old_connections)()
+        await sync_to_async(decisions.expire_due)()
+        for run in await sync_to_async(runs.lapsed)(timezone.now()):
+            await sync_to_async(recording.fail)(
+                run, "WORKER_LOST",
+                f"The process streaming this run ({run.claimed_by or 'unknown'}) stopped before the run ended; "
+                "it was not sent again, since the agent may already have acted on it.",
+            )
+        room = settings.COUNTERSIGN_MAX_STREAMS - self.streaming()
+        if room <= 0:
+            return
+        for run_pk in await sync_to_async(runs.queued)(room):
+            if await sync_to_async(runs.claim)(run_pk, self.worker):
+                self.stream(run_pk)
+
+    def streaming(self) -> int:
+        return sum(1 for t in self.tasks if t.get_name().startswith("stream-") and not t.done())
+
+    def stream(self, run_pk: int, listener: asyncio.Queue | None = None) -> asyncio.Task:
+        """Stream a run this process has claimed, in the background (it survives the caller)."""
+        from .streaming import stream_run
+
+        task = self.loop.create_task(stream_run(run_pk, self.worker, listener), name=f"stream-{run_pk}")
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("stream task %s failed", task.get_name(), exc_info=task.exception())
+        # A slot is free: there may be queued runs waiting for it.
+        self.wakeup.set()
+
+    async def stop(self) -> None:
+        global _current
+        if _current is self:
+            _current = None
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)

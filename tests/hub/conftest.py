@@ -1,0 +1,79 @@
+import time
+
+import pytest
+
+from ..servers import ServedApp
+from .scripted_agent import ScriptedAgent
+
+
+@pytest.fixture(scope="session")
+def scripted():
+    agent = ScriptedAgent().start()
+    yield agent
+    agent.stop()
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory, scripted):
+    """The app under `manage.py serve`, with short timeouts so faults show quickly."""
+    app = ServedApp(
+        tmp_path_factory.mktemp("hub"),
+        COUNTERSIGN_IDLE_TIMEOUT="1.5",
+        COUNTERSIGN_AFTER_TERMINAL_GRACE="0.5",
+        COUNTERSIGN_POLL_INTERVAL="0.2",
+        DEMO_FILING_EXPIRES_IN="2",
+    ).start()
+    with app.api() as api:
+        for name in ["approve", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
+                     "agent-error", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger"]:
+            response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})
+            assert response.status_code == 201, response.text
+        # A port nobody listens on: connection refused.
+        response = api.post("/api/agents/", json={"name": "x-refused", "url": "http://127.0.0.1:9/refused/"})
+        assert response.status_code == 201, response.text
+    yield app
+    app.stop()
+
+
+@pytest.fixture
+def api(hub):
+    with hub.api() as client:
+        yield client
+
+
+def wait_for(check, timeout=15.0, interval=0.05):
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {getattr(check, '__name__', check)}")
+        time.sleep(interval)
+
+
+def run_of(api, run_id):
+    return api.get(f"/api/runs/{run_id}/").json()
+
+
+def finished_run(api, run_id):
+    """Wait for a run to leave queued/streaming, and return it."""
+    return wait_for(lambda: (r := run_of(api, run_id))["status"] not in ("queued", "streaming") and r)
+
+
+def events(api, thread_id, after=0):
+    return api.get(f"/api/threads/{thread_id}/events/", params={"after": after, "limit": 1000}).json()["events"]
+
+
+def pending(api, thread_id):
+    return api.get("/api/interrupts/", params={"thread": thread_id}).json()["results"]
+
+
+def start(api, agent, message=None):
+    body = {"agent": agent}
+    if message:
+        body["message"] = message
+    response = api.post("/api/threads/", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
