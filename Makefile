@@ -4,6 +4,10 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+# The external LangGraph agent of the end-to-end tests has its own venv: its
+# dependencies are its own, not the app's.
+LG_VENV := .venv-langgraph
+LG_REQUIREMENTS := tests/external/requirements-langgraph.txt
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -34,14 +38,19 @@ $(VENV)/.installed: requirements.txt | check-python
 
 venv: $(VENV)/.installed
 
+$(LG_VENV)/.installed: $(LG_REQUIREMENTS) | check-python
+	@[ -x $(LG_VENV)/bin/python ] || "$(BOOTSTRAP_PYTHON)" -m venv $(LG_VENV)
+	$(LG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(LG_REQUIREMENTS)
+	@touch $@
+
 serve: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_reviewer
 	@echo "Log in at http://$(HOST):$(PORT)/ as reviewer / countersign (admin: /admin/)."
 	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
-test: venv
+test: venv $(LG_VENV)/.installed
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache
+	rm -rf $(VENV) $(LG_VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache

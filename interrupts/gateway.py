@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from ag_ui.core import RunErrorEvent, RunStartedEvent
 from asgiref.sync import sync_to_async
@@ -57,8 +58,9 @@ def _sse(stream):
 
 
 async def _refused(thread_id: str, run_id: str, problem: ProtocolError):
-    yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
-    yield encode_event(RunErrorEvent(code=problem.code, message=problem.message))
+    now = int(time.time() * 1000)
+    yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=now))
+    yield encode_event(RunErrorEvent(code=problem.code, message=problem.message, timestamp=now))
 
 
 def _frame(payload: dict) -> str:

@@ -120,23 +120,33 @@ def _finish(run: Run, payload: dict, proposal: ProposalLookup) -> None:
         setattr(run, name, value)
 
 
-def append(run: Run, payload: dict, *, proposal: ProposalLookup | None = None, from_agent: bool = True) -> Event:
-    """Record one event of ``run`` and everything it implies, atomically.
+def append(run: Run, payload: dict, *, from_agent: bool = True) -> Event:
+    """Record one event of ``run`` (wire JSON, as received) and fold its snapshots, atomically.
 
-    ``payload`` is the event as received (wire JSON). Snapshots update the
-    thread; a terminal event finishes the run (RUN_FINISHED with an interrupt
-    outcome raises one pending ``Interrupt`` per item, with the tool call's
-    proposal from ``proposal``). Watchers are told after commit.
+    STATE_SNAPSHOT, STATE_DELTA and MESSAGES_SNAPSHOT update the thread.
+    A terminal event is recorded here but finishes the run only through
+    ``finish``, once the stream has ended cleanly after it. Watchers are told
+    after commit.
     """
     with transaction.atomic():
         event = _log(run, payload, from_agent)
         _fold_state(run, payload)
-        if payload["type"] in ("RUN_FINISHED", "RUN_ERROR"):
-            _finish(run, payload, proposal or (lambda _id: (None, None)))
-            if run.status == Run.Status.INTERRUPTED:
-                thread_pk, seq = run.thread_id, event.seq
-                transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "raised"))
     return event
+
+
+def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> None:
+    """End ``run`` as its terminal event says, once its stream closed cleanly.
+
+    RUN_ERROR fails it with the agent's code; RUN_FINISHED succeeds, is
+    cancelled, or (interrupt outcome) raises one pending ``Interrupt`` per
+    item, with the tool call's name and proposed args from ``proposal``.
+    """
+    with transaction.atomic():
+        _finish(run, terminal, proposal or (lambda _id: (None, None)))
+        if run.status == Run.Status.INTERRUPTED:
+            thread_pk = run.thread_id
+            seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+            transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "raised"))
 
 
 def fail(run: Run, code: str, message: str, raw: object = None) -> Event:
@@ -144,9 +154,8 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event:
 
     Used for every fault of a stream (HTTP error, refused connection, timeout,
     malformed or misplaced events): the run never stays "streaming", and the
-    log says why. If the run had already finished (an event after its
-    terminal one), interrupts it raised are closed, since the stream that
-    raised them cannot be trusted.
+    log says why. Interrupts the run may have raised are closed, since the
+    stream that raised them cannot be trusted.
     """
     if isinstance(raw, (str, bytes)) and len(raw) > MAX_RAW_IN_ERROR:
         raw = raw[:MAX_RAW_IN_ERROR] + (b"..." if isinstance(raw, bytes) else "…")

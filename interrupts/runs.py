@@ -247,5 +247,17 @@ def queued(limit: int) -> list[int]:
 def lapsed(now: datetime) -> list[Run]:
     """Streaming runs whose process stopped renewing its claim (it died mid-stream)."""
     return list(
-        Run.objects.filter(status=Run.Status.STREAMING).filter(Q(lease_until__lt=now) | Q(lease_until__isnull=True))
+        Run.objects.filter(status=Run.Status.STREAMING)
+        .filter(Q(lease_until__lt=now) | Q(lease_until__isnull=True))
+        .select_related("thread")
+    )
+
+
+def take_over(run: Run, worker: str) -> bool:
+    """Claim a lapsed run to settle it; with several processes exactly one wins."""
+    return bool(
+        Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=run.claimed_by,
+                           lease_until=run.lease_until).update(
+            claimed_by=worker, lease_until=timezone.now() + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
+        )
     )

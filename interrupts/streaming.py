@@ -20,11 +20,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from . import recording, runs
-from .models import Run
-from .protocol.errors import MalformedMessage, MalformedStream
+from .models import Run, Thread
+from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from .protocol.lifecycle import RunLifecycle, StreamFault
 from .protocol.sse import SSEReader
-from .protocol.wire import parse_frame
+from .protocol.wire import parse_event, parse_frame
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,53 @@ async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIte
         yield chunk
 
 
+def proposals(lifecycle: RunLifecycle, thread: Thread):
+    """What the agent proposed for a toolCallId: this run's TOOL_CALL_* events, else the thread's messages."""
+
+    def lookup(tool_call_id: str):
+        found = lifecycle.proposed_args(tool_call_id)
+        if found.name is not None:
+            return found.name, found.args
+        for message in thread.messages or []:
+            for call in message.get("toolCalls") or []:
+                if call.get("id") == tool_call_id:
+                    function = call.get("function") or {}
+                    try:
+                        return function.get("name"), json.loads(function.get("arguments") or "null")
+                    except ValueError:
+                        return function.get("name"), function.get("arguments")
+        return None, None
+
+    return lookup
+
+
+def recover(run: Run) -> None:
+    """Settle a run whose streaming process died (its claim lapsed).
+
+    If the agent's terminal event was already recorded, the run ends as that
+    event says, with its proposals rebuilt from the recorded events. Otherwise
+    it fails with WORKER_LOST; it is not sent again, since the agent may
+    already have acted on it.
+    """
+    lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
+    terminal = None
+    for payload in run.events.filter(from_agent=True).order_by("seq").values_list("payload", flat=True):
+        try:
+            lifecycle.accept(parse_event(payload))
+        except ProtocolError:
+            break
+        if lifecycle.finished:
+            terminal = payload
+    if terminal is not None:
+        recording.finish(run, terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)))
+    else:
+        recording.fail(
+            run, "WORKER_LOST",
+            f"The process streaming this run ({run.claimed_by or 'unknown'}) stopped before the run ended; "
+            "it was not sent again, since the agent may already have acted on it.",
+        )
+
+
 class RunStreamer:
     """Streams one claimed run; ``listener`` (an asyncio.Queue) gets each recorded event."""
 
@@ -79,23 +126,10 @@ class RunStreamer:
         self.worker = worker
         self.listener = listener
         self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
-
-    def _proposal(self, tool_call_id: str):
-        found = self.lifecycle.proposed_args(tool_call_id)
-        if found.name is None:
-            # Not proposed in this run: the thread's conversation may hold it.
-            for message in self.run.thread.messages or []:
-                for call in message.get("toolCalls") or []:
-                    if call.get("id") == tool_call_id:
-                        function = call.get("function") or {}
-                        try:
-                            return function.get("name"), json.loads(function.get("arguments") or "null")
-                        except ValueError:
-                            return function.get("name"), function.get("arguments")
-        return found.name, found.args
+        self.terminal: dict | None = None
 
     async def _record(self, payload: dict) -> None:
-        event = await sync_to_async(recording.append)(self.run, payload, proposal=self._proposal)
+        event = await sync_to_async(recording.append)(self.run, payload)
         self._tell(event.seq, payload)
 
     def _tell(self, seq: int, payload: dict) -> None:
@@ -115,7 +149,10 @@ class RunStreamer:
             self.lifecycle.accept(event)
         except StreamFault as fault:
             raise Fault(fault.code, fault.message, frame.data) from None
-        await self._record(json.loads(frame.data))
+        payload = json.loads(frame.data)
+        await self._record(payload)
+        if self.lifecycle.finished:
+            self.terminal = payload  # as received: interrupts keep every field the agent sent
 
     async def _read(self) -> None:
         agent = self.run.agent
@@ -155,6 +192,8 @@ class RunStreamer:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:
             raise Fault(fault.code, fault.message) from None
+        # Only now, with nothing after the terminal event, does the run end as it said.
+        await sync_to_async(recording.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
 
     async def _heartbeat(self) -> None:
         interval = max(settings.COUNTERSIGN_LEASE_SECONDS / 3, 0.1)

@@ -11,6 +11,7 @@ row on their next poll.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import socket
@@ -66,9 +67,7 @@ class Supervisor:
         """Start the supervisor's loop on the running event loop and make it this process's."""
         global _current
         _current = self
-        task = self.loop.create_task(self.run_forever(), name="countersign-supervisor")
-        self.tasks.add(task)
-        return task
+        return self._spawn(self.run_forever(), "countersign-supervisor")
 
     async def run_forever(self) -> None:
         while True:
@@ -86,16 +85,13 @@ class Supervisor:
 
     async def tick(self) -> None:
         """One round: expire due interrupts, fail lost runs, claim and stream queued runs."""
-        from . import decisions, recording, runs
+        from . import decisions, runs, streaming
 
         await sync_to_async(close_old_connections)()
         await sync_to_async(decisions.expire_due)()
         for run in await sync_to_async(runs.lapsed)(timezone.now()):
-            await sync_to_async(recording.fail)(
-                run, "WORKER_LOST",
-                f"The process streaming this run ({run.claimed_by or 'unknown'}) stopped before the run ended; "
-                "it was not sent again, since the agent may already have acted on it.",
-            )
+            if await sync_to_async(runs.take_over)(run, self.worker):
+                await sync_to_async(streaming.recover)(run)
         room = settings.COUNTERSIGN_MAX_STREAMS - self.streaming()
         if room <= 0:
             return
@@ -110,9 +106,15 @@ class Supervisor:
         """Stream a run this process has claimed, in the background (it survives the caller)."""
         from .streaming import stream_run
 
-        task = self.loop.create_task(stream_run(run_pk, self.worker, listener), name=f"stream-{run_pk}")
-        self.tasks.add(task)
+        task = self._spawn(stream_run(run_pk, self.worker, listener), f"stream-{run_pk}")
         task.add_done_callback(self._done)
+        return task
+
+    def _spawn(self, coroutine, name: str) -> asyncio.Task:
+        # A fresh context: a task started from a request must not inherit the
+        # request's asgiref executor, which quits when the response is done.
+        task = self.loop.create_task(coroutine, name=name, context=contextvars.Context())
+        self.tasks.add(task)
         return task
 
     def _done(self, task: asyncio.Task) -> None:

@@ -35,19 +35,20 @@ class Streamed:
     def said(self) -> list[str]:
         return [e["delta"] for e in self.events if e["type"] == "TEXT_MESSAGE_CONTENT"]
 
-    def problems(self) -> list[str]:
-        """Every validator finding, errors and warnings alike, plus its own failures."""
-        return [f"{d.severity} {d.rule}: {d.message}" for d in self.report.diagnostics] + list(
-            self.report.internal_errors
-        )
+    def problems(self, severities=("error", "warning", "info")) -> list[str]:
+        """Validator findings of these severities (all, by default), plus its own failures."""
+        return [
+            f"{d.severity} {d.rule}: {d.message}" for d in self.report.diagnostics if d.severity in severities
+        ] + list(self.report.internal_errors)
 
 
-async def post_run(url: str, body: dict) -> Streamed:
+async def post_run(url: str, body: dict, headers: dict | None = None) -> Streamed:
     """POST a RunAgentInput and read the stream through ag-ui-validate, keeping every event."""
     events: list[dict] = []
     result = await validate_endpoint(
         url,
-        TransportOptions(input=body, timeout_ms=20_000, on_event=lambda raw, _: events.append(json.loads(raw))),
+        TransportOptions(input=body, timeout_ms=20_000, headers=headers,
+                         on_event=lambda raw, _: events.append(json.loads(raw))),
     )
     return Streamed(events=events, report=result.report, status=result.status)
 

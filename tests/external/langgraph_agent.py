@@ -184,8 +184,8 @@ class FormState(TypedDict, total=False):
     decision: str
 
 
-def ask_form(state: FormState) -> dict:
-    expires = datetime.now(timezone.utc) + timedelta(hours=1)
+def ask_form(state: FormState, expires_in: timedelta = timedelta(hours=1)) -> dict:
+    expires = datetime.now(timezone.utc) + expires_in
     answer = interrupt(
         {
             "reason": "input_required",
@@ -199,9 +199,9 @@ def ask_form(state: FormState) -> dict:
     return {"decision": "submitted", "form": answer}
 
 
-def build_form(checkpointer) -> Any:
+def build_form(checkpointer, expires_in: timedelta = timedelta(hours=1)) -> Any:
     graph = StateGraph(FormState)
-    graph.add_node("ask_form", ask_form)
+    graph.add_node("ask_form", lambda state: ask_form(state, expires_in))
     graph.add_edge(START, "ask_form")
     graph.add_edge("ask_form", END)
     return graph.compile(checkpointer=checkpointer)
@@ -298,6 +298,9 @@ def create_app(*, legacy_on_interrupt: bool = False, raw_events: bool = False) -
     endpoints = [
         ("/approve/", make_agent(LangGraphAgent, "approve", build_approve(InMemorySaver()), **opts)),
         ("/form/", make_agent(LangGraphAgent, "form", build_form(InMemorySaver()), **opts)),
+        # The same form, answerable for two seconds only: for expiry tests.
+        ("/form-short/", make_agent(LangGraphAgent, "form_short",
+                                    build_form(InMemorySaver(), timedelta(seconds=2)), **opts)),
         ("/parallel/", make_agent(MappedResumeAgent, "parallel", build_parallel(InMemorySaver()), **opts)),
         ("/parallel-stock/", make_agent(LangGraphAgent, "parallel_stock", build_parallel(InMemorySaver()), **opts)),
     ]

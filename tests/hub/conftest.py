@@ -1,8 +1,9 @@
+import subprocess
 import time
 
 import pytest
 
-from ..servers import ServedApp
+from ..servers import ROOT, ServedApp, free_port
 from .scripted_agent import ScriptedAgent
 
 
@@ -25,7 +26,7 @@ def hub(tmp_path_factory, scripted):
     ).start()
     with app.api() as api:
         for name in ["approve", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
-                     "agent-error", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger"]:
+                     "agent-error", "interrupt-then-noise", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger"]:
             response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})
             assert response.status_code == 201, response.text
         # A port nobody listens on: connection refused.
@@ -77,3 +78,29 @@ def start(api, agent, message=None):
     response = api.post("/api/threads/", json=body)
     assert response.status_code == 201, response.text
     return response.json()
+
+
+LANGGRAPH_PYTHON = ROOT / ".venv-langgraph" / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def langgraph(tmp_path_factory, hub):
+    """The LangGraph agent (tests/external) in its own process and venv, registered with the hub."""
+    if not LANGGRAPH_PYTHON.exists():
+        pytest.fail(f"{LANGGRAPH_PYTHON} is missing: `make test` creates it from tests/external/requirements-langgraph.txt")
+    port = free_port()
+    log = tmp_path_factory.mktemp("langgraph") / "agent.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([str(LANGGRAPH_PYTHON), "tests/external/langgraph_agent.py", "--port", str(port)],
+                                   cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "ready on" in log.read_text() or process.poll() is not None, timeout=60)
+        assert process.poll() is None, log.read_text()
+        with hub.api() as api:
+            for path in ("approve", "form", "form-short", "parallel"):
+                response = api.post("/api/agents/", json={"name": f"lg-{path}", "url": f"http://127.0.0.1:{port}/{path}/"})
+                assert response.status_code == 201, response.text
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

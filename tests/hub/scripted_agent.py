@@ -34,8 +34,11 @@ def approve_interrupt(body: dict) -> list[bytes]:
     """Interrupt for approval; on resume, report what was answered and succeed."""
     if body.get("resume"):
         answers = {e["interruptId"]: e for e in body["resume"]}
+        call = {"id": "m-call", "role": "assistant", "toolCalls": [
+            {"id": "tc-1", "type": "function", "function": {"name": "deleteRepo", "arguments": '{"repo": "acme/web"}'}}]}
         return [
             frame(started(body)),
+            frame({"type": "MESSAGES_SNAPSHOT", "messages": [call]}),
             frame({"type": "TOOL_CALL_RESULT", "messageId": "m-result", "toolCallId": "tc-1",
                    "content": json.dumps(answers)}),
             frame(finished(body, {"type": "success"})),
@@ -63,6 +66,8 @@ SCRIPTS = {
     "no-terminal": lambda body: [frame(started(body)), frame({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"})],
     "after-end": lambda body: [frame(started(body)), frame(finished(body, {"type": "success"})),
                                frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"})],
+    "interrupt-then-noise": lambda body: approve_interrupt({k: v for k, v in body.items() if k != "resume"})
+    + [frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"})],
     "agent-error": lambda body: [frame(started(body)), frame({"type": "RUN_ERROR", "code": "QUOTA", "message": "out of credits"})],
     "wrong-run": lambda body: [frame({**started(body), "runId": "someone-elses-run"})],
     "empty-interrupts": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": []}))],

@@ -1,0 +1,126 @@
+"""The AG-UI gateway: any AG-UI client talks to a registered agent through Countersign.
+
+Every stream it returns is checked by ag-ui-validate, like the agents' own.
+"""
+
+import httpx
+import pytest
+
+from ..agui import post_run, resume_body
+from .conftest import finished_run, pending, wait_for
+
+
+@pytest.fixture
+def gateway(hub):
+    headers = {"Authorization": f"Token {hub.token}"}
+
+    async def call(agent: str, body: dict):
+        streamed = await post_run(f"{hub.url}/agui/{agent}/", body, headers=headers)
+        assert streamed.status == 200
+        # The gateway relays agents' events as they were sent, so an agent's
+        # own style (no timestamps: "info") is not the gateway's to fix.
+        assert streamed.problems(severities=("error", "warning")) == []
+        return streamed
+
+    return call
+
+
+def new_input(thread: str, run: str = "r1", **fields) -> dict:
+    return {"threadId": thread, "runId": run, "messages": [], "state": {}, "tools": [], "context": [],
+            "forwardedProps": {}, **fields}
+
+
+async def test_an_interrupt_raised_through_the_gateway_lands_in_the_inbox(gateway, api):
+    first = await gateway("mailer", new_input("gw-inbox"))
+    assert first.types[0] == "RUN_STARTED" and first.last["outcome"]["type"] == "interrupt"
+    [asked] = first.interrupts
+    [waiting] = wait_for(lambda: pending(api, "gw-inbox"))
+    assert waiting["interrupt_id"] == asked["id"]
+    assert waiting["proposed_args"]["to"] == "a@b.com"
+
+
+async def test_a_resume_through_the_gateway_is_recorded_as_the_callers_decision(gateway, api):
+    first = await gateway("deployer", new_input("gw-resume"))
+    resume = [{"interruptId": "approve-deploy", "status": "resolved", "payload": {"build": 42}}]
+    second = await gateway("deployer", resume_body(first, "gw-resume", "r2", resume))
+    assert second.events[0]["runId"] == "r2"
+    assert "Deployed build 42." in second.said()
+    [answered] = api.get("/api/interrupts/", params={"thread": "gw-resume", "status": "resolved"}).json()["results"]
+    [decision] = api.get(f"/api/interrupts/{answered['id']}/").json()["decisions"]
+    assert decision["user"]["username"] == "reviewer"
+    assert decision["payload"] == {"build": 42}
+    assert finished_run(api, "r2")["parent"] == "r1"
+
+
+async def test_replaying_an_identical_resume_returns_the_recorded_run_without_calling_the_agent(gateway, scripted):
+    first = await gateway("x-approve", new_input("gw-replay"))
+    resume = [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+    second = await gateway("x-approve", resume_body(first, "gw-replay", "r2", resume))
+    calls = scripted.calls[("approve", "gw-replay")]
+    assert calls == 2
+    again = await gateway("x-approve", resume_body(first, "gw-replay", "r3", list(reversed(resume))))
+    assert scripted.calls[("approve", "gw-replay")] == calls
+    assert again.events == second.events
+    assert again.events[0]["runId"] == "r2"
+
+
+async def test_new_input_while_pending_is_answered_with_run_error(gateway):
+    await gateway("deployer", new_input("gw-pending"))
+    refused = await gateway("deployer", new_input("gw-pending", run="r2"))
+    assert refused.types == ["RUN_STARTED", "RUN_ERROR"]
+    assert refused.events[0] == {**refused.events[0], "threadId": "gw-pending", "runId": "r2"}
+    assert refused.last["code"] == "PENDING_INTERRUPTS"
+    assert "approve-deploy" in refused.last["message"]
+
+
+async def test_a_partial_resume_is_refused(gateway):
+    first = await gateway("bulk-mailer", new_input("gw-partial"))
+    ids = [i["id"] for i in first.interrupts]
+    partial = [{"interruptId": i, "status": "resolved", "payload": {"approved": True}} for i in ids[:2]]
+    refused = await gateway("bulk-mailer", resume_body(first, "gw-partial", "r2", partial))
+    assert refused.last["code"] == "INCOMPLETE_RESUME"
+    assert ids[2] in refused.last["message"]
+    unknown = partial + [{"interruptId": "int-nobody", "status": "cancelled"}]
+    refused = await gateway("bulk-mailer", resume_body(first, "gw-partial", "r3", unknown))
+    assert refused.last["code"] == "UNKNOWN_INTERRUPT"
+
+
+async def test_a_bad_payload_is_refused_before_it_reaches_the_agent(gateway, scripted):
+    first = await gateway("x-approve", new_input("gw-bad"))
+    bad = [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": "yes"}}]
+    refused = await gateway("x-approve", resume_body(first, "gw-bad", "r2", bad))
+    assert refused.last["code"] == "INVALID_PAYLOAD"
+    assert scripted.calls[("approve", "gw-bad")] == 1
+
+
+async def test_whoever_answers_first_wins_and_the_other_gets_already_resolved(gateway, api):
+    first = await gateway("x-approve", new_input("gw-race"))
+    [asked] = wait_for(lambda: pending(api, "gw-race"))
+    assert api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "reject"}).status_code == 201
+    late = [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+    refused = await gateway("x-approve", resume_body(first, "gw-race", "r2", late))
+    assert refused.last["code"] == "ALREADY_RESOLVED"
+
+
+def test_the_gateway_needs_a_login_and_a_known_agent(hub):
+    body = new_input("gw-auth")
+    anonymous = httpx.post(f"{hub.url}/agui/mailer/", json=body)
+    assert anonymous.status_code == 401 and anonymous.json()["code"] == "UNAUTHORIZED"
+    headers = {"Authorization": f"Token {hub.token}"}
+    unknown = httpx.post(f"{hub.url}/agui/nobody/", json=body, headers=headers)
+    assert unknown.status_code == 404 and unknown.json()["code"] == "UNKNOWN_AGENT"
+    malformed = httpx.post(f"{hub.url}/agui/mailer/", content=b'{"threadId": 5}', headers=headers)
+    assert malformed.status_code == 400 and malformed.json()["code"] in {"INVALID_FIELD", "MISSING_FIELD"}
+
+
+def test_a_browser_session_needs_a_csrf_token(hub):
+    with httpx.Client(base_url=hub.url) as browser:
+        page = browser.get("/accounts/login/")
+        token = page.cookies["csrftoken"]
+        browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
+                                               "csrfmiddlewaretoken": token}, headers={"Referer": f"{hub.url}/accounts/login/"})
+        forged = browser.post("/agui/mailer/", json=new_input("gw-csrf"))
+        assert forged.status_code == 401
+        allowed = browser.post("/agui/mailer/", json=new_input("gw-csrf"),
+                               headers={"X-CSRFToken": browser.cookies["csrftoken"], "Referer": f"{hub.url}/"})
+        assert allowed.status_code == 200
