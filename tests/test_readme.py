@@ -44,3 +44,24 @@ async def test_the_readme_agent_pauses_then_acts_on_the_answer():
     bad = {**resume, "payload": {"approved": "yes"}}
     third = await post(client, {"threadId": "t", "runId": "r3", "messages": [], "resume": [bad]})
     assert third[-1]["type"] == "RUN_ERROR" and third[-1]["code"] == "INVALID_RESUME"
+
+
+def test_the_readme_api_walkthrough_runs_against_a_live_server(served):
+    import os
+    import subprocess
+
+    section = README.split("## Through the API", 1)[1]
+    script = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "BASE": served.url, "TOKEN": served.token},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    proposed, decided, results = lines[0], lines[1], lines[-1]
+    assert "sendEmail" in proposed and "c@d.com" in proposed and "True" in proposed
+    assert decided.startswith("resolved") and "Tuesday?" in decided
+    # The result answers the very tool call proposed in step 1.
+    proposed_call = re.search(r"'(tc-[0-9a-f]+)'", proposed).group(1)
+    assert re.search(r"'(tc-[0-9a-f]+)'", results).group(1) == proposed_call
+    assert '"sent": true' in results and "Tuesday?" in results

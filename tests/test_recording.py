@@ -1,0 +1,90 @@
+"""Recording and resuming, in process: broadcasts after commit, one resume per set of answers."""
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from interrupts import decisions, recording, relay, runs
+from interrupts.models import Interrupt, Run
+
+from . import factories as make
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def drain(layer, channel) -> list[dict]:
+    """Every message waiting on ``channel``."""
+    messages = []
+    while True:
+        try:
+            messages.append(await asyncio.wait_for(layer.receive(channel), 0.2))
+        except TimeoutError:
+            return messages
+
+
+@pytest.fixture
+def listening():
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+
+    def subscribe(group):
+        async_to_sync(layer.group_add)(group, channel)
+
+    yield subscribe, lambda: async_to_sync(drain)(layer, channel)
+    async_to_sync(layer.flush)()
+
+
+def test_each_recorded_event_is_broadcast_with_its_sequence_number(listening):
+    subscribe, received = listening
+    run = make.run()
+    subscribe(relay.thread_group(run.thread_id))
+    recording.append(run, {"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id})
+    recording.append(run, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}})
+    messages = received()
+    assert [(m["seq"], m["event_type"]) for m in messages] == [(1, "RUN_STARTED"), (2, "STATE_SNAPSHOT")]
+    run.thread.refresh_from_db()
+    assert run.thread.state == {"n": 1} and run.thread.last_seq == 2
+
+
+def test_an_interrupt_outcome_raises_interrupts_and_tells_the_inbox(listening):
+    subscribe, received = listening
+    subscribe(relay.INBOX_GROUP)
+    run = make.run()
+    terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
+                "outcome": {"type": "interrupt", "interrupts": [
+                    {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a"},
+                    {"id": "i-2", "reason": "input_required", "expiresAt": "tomorrow"}]}}
+    recording.append(run, terminal)
+    recording.finish(run, terminal, lambda tool_call_id: ("sendEmail", {"to": "x@y.com"}))
+    first, second = Interrupt.objects.filter(run=run).order_by("pk")
+    assert (first.tool_name, first.proposed_args) == ("sendEmail", {"to": "x@y.com"})
+    # An unreadable expiry is flagged and due at once, never "no expiry".
+    assert [p["code"] for p in second.problems] == ["INVALID_EXPIRY"]
+    assert second.expires_at is not None
+    assert [m["reason"] for m in received()] == ["raised"]
+    assert Run.objects.get(pk=run.pk).status == "interrupted"
+
+
+def test_the_same_answers_start_one_resume_however_often_they_are_queued():
+    reviewer = make.user()
+    run = make.run(status="interrupted")
+    interrupt = make.interrupt(run, interrupt_id="i-1")
+    decisions.decide(interrupt, reviewer, "resolved", {"approved": True})
+    resume = Run.objects.get(parent=run)
+    assert runs.queue_resume(run) == resume
+    assert Run.objects.filter(parent=run).count() == 1
+    assert resume.input["resume"] == [{"interruptId": "i-1", "status": "resolved", "payload": {"approved": True}}]
+    assert resume.input["parentRunId"] == run.run_id
+
+
+def test_a_decision_with_reserved_metadata_is_refused_and_nothing_is_stored():
+    from interrupts.protocol.errors import ContractViolation
+
+    interrupt = make.interrupt()
+    with pytest.raises(ContractViolation) as refused:
+        decisions.decide(interrupt, make.user(), "resolved", {"approved": True}, metadata={"ag-ui": {}})
+    assert refused.value.code == "RESERVED_METADATA_KEY"
+    interrupt.refresh_from_db()
+    assert interrupt.status == "pending" and not interrupt.decisions.exists()
