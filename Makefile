@@ -18,7 +18,9 @@ BOOTSTRAP_PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do \
 	if "$$p" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
 	echo "$$p"; break; fi; done)
 
-.PHONY: serve test venv check-python clean
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: serve test venv check-python browser clean
 
 check-python:
 	@if [ -z "$(BOOTSTRAP_PYTHON)" ]; then \
@@ -49,8 +51,22 @@ serve: venv
 	@echo "Log in at http://$(HOST):$(PORT)/ as reviewer / countersign (admin: /admin/)."
 	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
-test: venv $(LG_VENV)/.installed
+# The browser tests drive Debian's Chromium (never a downloaded browser).
+# As root (CI, a fresh machine) it is installed; otherwise say what to run.
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's chromium for the browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || { echo "apt-get could not install chromium"; exit 1; }; \
+	  else \
+	    echo "*** $(CHROMIUM) is missing: the browser tests will be SKIPPED (under CI=true they fail)."; \
+	    echo "*** Install it with: sudo apt-get install chromium"; \
+	  fi; \
+	fi
+
+test: venv $(LG_VENV)/.installed browser
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(LG_VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache
+	rm -rf $(VENV) $(LG_VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts

@@ -7,10 +7,10 @@ own their state changes, never by editing a row.
 
 import json
 
-from django import forms
 from django.contrib import admin
 from django.utils.html import format_html
 
+from .forms import AgentForm
 from .models import Agent, Decision, Event, Interrupt, Run, Thread
 
 
@@ -34,33 +34,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class AgentForm(forms.ModelForm):
-    # The stored credential is never sent back to the browser: the field starts
-    # empty and an empty submission keeps the current value.
-    auth_value = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput(render_value=False),
-        label="Credential",
-        help_text="Sent to the agent in the header above. Leave empty to keep the current one.",
-    )
-    clear_auth_value = forms.BooleanField(required=False, label="Remove the stored credential")
-
-    class Meta:
-        model = Agent
-        fields = ["name", "url", "description", "auth_header", "auth_value", "capabilities", "builtin"]
-
-    def clean(self):
-        cleaned = super().clean()
-        if self.instance.pk and not cleaned.get("auth_value"):
-            cleaned["auth_value"] = "" if cleaned.get("clear_auth_value") else self.instance.auth_value
-        if cleaned.get("auth_value") and not cleaned.get("auth_header"):
-            self.add_error("auth_header", "Name the header that carries the credential.")
-        return cleaned
+class AdminAgentForm(AgentForm):
+    class Meta(AgentForm.Meta):
+        fields = AgentForm.Meta.fields + ["builtin"]
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    form = AgentForm
+    form = AdminAgentForm
     list_display = ["name", "url", "builtin", "credential", "created_at"]
     list_filter = ["builtin"]
     search_fields = ["name", "url", "description"]

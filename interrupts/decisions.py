@@ -18,7 +18,7 @@ from . import recording, relay, runs
 from .models import Decision, Interrupt, Run
 from .protocol.contract import check_entry
 from .protocol.errors import ContractViolation
-from .protocol.schema import EDITED_ARGS, apply_edits
+from .protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
 from .refusals import Refusal
 
 MAX_COMMENT_CHARS = 10_000
@@ -61,6 +61,42 @@ def _edited_args(interrupt: Interrupt, payload):
     if not isinstance(payload, dict) or EDITED_ARGS not in payload:
         return None
     return apply_edits(interrupt.proposed_args or {}, payload, interrupt_id=interrupt.interrupt_id)
+
+
+ACTIONS = ("approve", "reject", "edit", "respond", "cancel")
+
+
+def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=None) -> tuple[str, object]:
+    """What a reviewer's action means on the wire: the (status, payload) of the resume entry.
+
+    ``approve``/``reject`` use the schema's yes/no field (``{approved: false}``
+    for a rejection: denials live in the payload); ``edit`` approves with
+    ``editedArgs``, offered only when the schema declares it; ``respond``
+    sends ``payload`` as given; ``cancel`` declines without an answer.
+    """
+    if action == "cancel":
+        return Decision.Status.CANCELLED, None
+    if action == "respond":
+        return Decision.Status.RESOLVED, payload
+    if action == "edit":
+        if not supports_edits(interrupt.response_schema):
+            raise Refusal(
+                "EDITS_NOT_OFFERED",
+                f"Interrupt {interrupt.interrupt_id}'s responseSchema has no editedArgs: approve or reject it.",
+                status=400,
+            )
+        return Decision.Status.RESOLVED, {"approved": True, EDITED_ARGS: edited_args}
+    if action not in ("approve", "reject"):
+        raise Refusal("INVALID_ACTION", f"Unknown action {action!r}: use one of {', '.join(ACTIONS)}.", status=400)
+    answer = approval_payload(interrupt.response_schema, action == "approve")
+    if answer is None:
+        raise Refusal(
+            "NEEDS_PAYLOAD",
+            f"Interrupt {interrupt.interrupt_id} asks for more than yes or no: answer with action "
+            "'respond' and a payload that fits its responseSchema.",
+            status=400,
+        )
+    return Decision.Status.RESOLVED, answer
 
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "") -> Decision:

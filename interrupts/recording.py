@@ -45,7 +45,7 @@ def _log(run: Run, payload: dict, from_agent: bool) -> Event:
         thread_id=run.thread_id, run=run, seq=seq, type=payload["type"], payload=payload, from_agent=from_agent
     )
     thread_pk, event_type = run.thread_id, payload["type"]
-    transaction.on_commit(lambda: relay.event_appended(thread_pk, seq, event_type, payload))
+    transaction.on_commit(lambda: relay.event_appended(thread_pk, seq, event_type))
     return event
 
 

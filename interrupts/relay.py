@@ -32,12 +32,9 @@ def _send(group: str, message: dict) -> None:
         logger.exception("broadcast to %s failed", group)
 
 
-def event_appended(thread_pk: int, seq: int, event_type: str, payload: dict) -> None:
-    """Tell the thread's watchers that event ``seq`` was recorded."""
-    _send(
-        thread_group(thread_pk),
-        {"type": "thread.event", "seq": seq, "event_type": event_type, "payload": payload},
-    )
+def event_appended(thread_pk: int, seq: int, event_type: str) -> None:
+    """Tell the thread's watchers that event ``seq`` was recorded (they read it from the log)."""
+    _send(thread_group(thread_pk), {"type": "thread.event", "seq": seq, "event_type": event_type})
 
 
 def inbox_changed(thread_pk: int, seq: int, reason: str) -> None:

@@ -1,6 +1,10 @@
-"""WebSocket routes, mounted by project/asgi.py behind login and origin checks.
+"""WebSocket routes, mounted by project/asgi.py behind session login and origin checks."""
 
-The live inbox and thread consumers register here (consumers.py).
-"""
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/inbox/", consumers.InboxConsumer.as_asgi()),
+    path("ws/threads/<str:thread_id>/", consumers.ThreadConsumer.as_asgi()),
+]

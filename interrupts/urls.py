@@ -4,4 +4,18 @@ from . import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("inbox/", views.inbox, name="inbox"),
+    path("inbox/pending/", views.pending_badge, name="pending-badge"),
+    path("interrupts/<int:pk>/decide/", views.decide, name="decide"),
+    path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
+    path("threads/", views.threads, name="threads"),
+    path("threads/start/", views.start_run, name="start-thread"),
+    path("threads/<str:thread_id>/", views.thread_detail, name="thread"),
+    path("threads/<str:thread_id>/events/", views.thread_events, name="thread-events"),
+    path("threads/<str:thread_id>/runs/", views.start_run, name="start-run"),
+    path("threads/<str:thread_id>/audit/", views.audit, name="thread-audit"),
+    path("audit/", views.audit, name="audit"),
+    path("registry/", views.agents, name="agents"),
+    path("registry/add/", views.agent_edit, name="agent-add"),
+    path("registry/<slug:name>/edit/", views.agent_edit, name="agent-edit"),
 ]

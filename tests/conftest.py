@@ -22,3 +22,9 @@ def served(tmp_path_factory):
     app = ServedApp(tmp_path_factory.mktemp("served")).start()
     yield app
     app.stop()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # Browser tests last: Playwright's sync API runs an event loop of its own,
+    # which must not overlap the async tests.
+    items.sort(key=lambda item: "/browser/" in str(item.path))

@@ -24,7 +24,7 @@ def test_the_login_page_is_served(client):
     assert b"csrfmiddlewaretoken" in response.content
 
 
-@pytest.mark.parametrize("url", ["/", "/admin/"])
+@pytest.mark.parametrize("url", ["/", "/inbox/", "/threads/", "/audit/", "/registry/", "/admin/", "/api/docs/"])
 def test_pages_send_anonymous_visitors_to_log_in(client, url):
     response = client.get(url)
     assert response.status_code == 302
@@ -39,7 +39,7 @@ def test_a_wrong_password_is_told_and_keeps_you_out(client):
     assert client.get("/").status_code == 302
 
 
-def test_logging_in_shows_the_overview_with_live_counts(client):
+def test_logging_in_lands_on_the_inbox_with_the_pending_count(client):
     make.user(username="alice")
     interrupt = make.interrupt()
     make.interrupt(interrupt.run)
@@ -47,16 +47,10 @@ def test_logging_in_shows_the_overview_with_live_counts(client):
         reverse("login"), {"username": "alice", "password": "pw-for-tests-only"}, follow=True
     )
     assert response.status_code == 200
-    assert b'data-testid="pending-count">2<' in response.content
-    assert interrupt.run.agent.name.encode() in response.content
-
-
-def test_agent_supplied_text_is_escaped_on_the_overview(client):
-    make.agent(name="evil", url="http://127.0.0.1:9/<script>alert(1)</script>")
-    client.force_login(make.user())
-    response = client.get("/")
-    assert b"<script>alert(1)</script>" not in response.content
-    assert b"&lt;script&gt;" in response.content
+    assert response.redirect_chain[-1][0] == "/inbox/"
+    assert b'id="pending-badge"' in response.content
+    assert b"<title>(2) Inbox" in response.content
+    assert b'data-testid="inbox-count">2<' in response.content
 
 
 @pytest.mark.parametrize("model", ["agent", "thread", "run", "event", "interrupt", "decision"])

@@ -32,7 +32,7 @@ def test_the_demo_reviewer_logs_in_and_reaches_the_admin(served):
             headers={"Referer": f"{served.url}/accounts/login/"},
         )
         assert response.status_code == 302, response.text
-        assert browser.get("/").status_code == 200
+        assert browser.get("/inbox/").status_code == 200
         admin = browser.get("/admin/")
         assert admin.status_code == 200
         assert "Countersign" in admin.text

@@ -15,7 +15,6 @@ from rest_framework.response import Response
 
 from .. import decisions, runs
 from ..models import Agent, Event, Interrupt, Run, Thread
-from ..protocol.schema import approval_payload, supports_edits
 from ..refusals import Refusal
 from . import serializers as s
 
@@ -157,33 +156,10 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         body = s.DecideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        status_, payload = self._answer(interrupt, data)
+        status_, payload = decisions.answer_for(
+            interrupt, data["action"], payload=data.get("payload"), edited_args=data.get("edited_args")
+        )
         decision = decisions.decide(
             interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", "")
         )
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
-
-    @staticmethod
-    def _answer(interrupt: Interrupt, data: dict):
-        action_ = data["action"]
-        if action_ == "cancel":
-            return "cancelled", None
-        if action_ == "respond":
-            return "resolved", data["payload"]
-        if action_ == "edit":
-            if not supports_edits(interrupt.response_schema):
-                raise Refusal(
-                    "EDITS_NOT_OFFERED",
-                    f"Interrupt {interrupt.interrupt_id}'s responseSchema has no editedArgs: approve or reject it.",
-                    status=400,
-                )
-            return "resolved", {"approved": True, "editedArgs": data["edited_args"]}
-        payload = approval_payload(interrupt.response_schema, action_ == "approve")
-        if payload is None:
-            raise Refusal(
-                "NEEDS_PAYLOAD",
-                f"Interrupt {interrupt.interrupt_id} asks for more than yes or no: answer with action "
-                "'respond' and a payload that fits its responseSchema.",
-                status=400,
-            )
-        return "resolved", payload

@@ -57,7 +57,31 @@ def approve_interrupt(body: dict) -> list[bytes]:
     ]
 
 
+EVIL = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+
+
+def evil_interrupt(body: dict) -> list[bytes]:
+    """Markup everywhere an agent can put text: every page must show it as text."""
+    return [
+        frame(started(body)),
+        frame({"type": "TEXT_MESSAGE_START", "messageId": "m-evil", "role": "assistant"}),
+        frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-evil", "delta": EVIL}),
+        frame({"type": "TEXT_MESSAGE_END", "messageId": "m-evil"}),
+        frame({"type": "TOOL_CALL_START", "toolCallId": "tc-evil", "toolCallName": EVIL}),
+        frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-evil", "delta": json.dumps({"html": EVIL})}),
+        frame({"type": "TOOL_CALL_END", "toolCallId": "tc-evil"}),
+        frame(finished(body, {"type": "interrupt", "interrupts": [
+            {"id": "int-evil", "reason": EVIL, "message": EVIL, "toolCallId": "tc-evil",
+             "metadata": {EVIL: EVIL},
+             "responseSchema": {"type": "object", "title": EVIL, "description": EVIL,
+                                "properties": {"note": {"type": "string", "title": EVIL, "description": EVIL}},
+                                "required": ["note"]}},
+        ]})),
+    ]
+
+
 SCRIPTS = {
+    "evil": evil_interrupt,
     "approve": approve_interrupt,
     "legacy": lambda body: [frame(started(body)), frame(finished(body))],
     "malformed": lambda body: [frame(started(body)), b"data: {not json\n\n"],

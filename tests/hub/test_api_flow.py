@@ -255,12 +255,18 @@ def test_events_are_paged_by_sequence_number(api):
     assert page["next_after"] == 5 and page["last_seq"] == len(everything)
 
 
-def test_the_openapi_schema_and_docs_are_served(api):
+def test_the_openapi_schema_and_docs_are_served(api, hub):
     schema = api.get("/api/schema/", headers={"Accept": "application/json"})
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/api/interrupts/{id}/decide/" in paths and "/api/threads/{thread_id}/events/" in paths
-    docs = api.get("/api/docs/")
+    assert httpx.get(f"{hub.url}/api/schema/").status_code == 401
+    assert httpx.get(f"{hub.url}/api/docs/").status_code == 302  # to the login page
+    browser = httpx.Client(base_url=hub.url)
+    token = browser.get("/accounts/login/").cookies["csrftoken"]
+    browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
+                                           "csrfmiddlewaretoken": token}, headers={"Referer": f"{hub.url}/"})
+    docs = browser.get("/api/docs/")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     # Offline: the UI's assets come from this server, not a CDN.
     assert "cdn.jsdelivr" not in docs.text and "unpkg.com" not in docs.text

@@ -1,0 +1,345 @@
+// Countersign's pages, live: the inbox and the header badge over ws/inbox/, the
+// thread history over ws/threads/<id>/, schema forms, countdowns, shortcuts.
+//
+// The WebSockets carry pokes ("something changed at sequence N"), never the
+// record: every page reads what it has not seen from the server, so a dropped
+// message or a reconnect never loses or repeats anything.
+"use strict";
+
+(() => {
+  const $ = (selector, root = document) => root.querySelector(selector);
+  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
+
+  // --- a WebSocket that reconnects with backoff --------------------------------
+  function liveSocket(path, { onMessage, onOpen, onState }) {
+    let delay = 500;
+    let stopped = false;
+    function connect() {
+      const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+      const socket = new WebSocket(`${scheme}//${location.host}${path}`);
+      socket.onopen = () => { delay = 500; onState && onState("live"); onOpen && onOpen(); };
+      socket.onmessage = (event) => onMessage(JSON.parse(event.data));
+      socket.onclose = (event) => {
+        if (event.code === 4401) { onState && onState("logged out: reload the page to log in"); return; }
+        if (stopped) return;
+        onState && onState("reconnecting…");
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 10000);
+      };
+    }
+    connect();
+    return () => { stopped = true; };
+  }
+
+  // --- the header badge and the tab title ---------------------------------------
+  function showPending(count) {
+    const badge = $("#pending-badge");
+    if (badge) {
+      badge.textContent = count;
+      badge.setAttribute("aria-label", `${count} pending`);
+    }
+    document.title = (count ? `(${count}) ` : "") + document.title.replace(/^\(\d+\) /, "");
+  }
+
+  // --- the inbox: refresh the list, keeping any card someone is working on --------
+  let refreshing = null;
+  function busy(section) {
+    return section.contains(document.activeElement) || $$("details[open]", section).length > 0
+      || $$("[data-dirty]", section).length > 0;
+  }
+  async function refreshInbox() {
+    const list = $("#inbox-list");
+    if (!list) return;
+    if (refreshing) { refreshing.again = true; return; }
+    refreshing = { again: false };
+    try {
+      const response = await fetch(location.pathname + location.search, {
+        headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
+      });
+      if (!response.ok) return;
+      const fresh = document.createElement("div");
+      fresh.innerHTML = await response.text();
+      const freshIds = new Set($$("section.batch", fresh).map((s) => s.id));
+      // Batches decided elsewhere: say so. One someone is working on stays
+      // (sending it is answered with who decided first); the others fade away.
+      const leaving = [];
+      for (const section of $$("section.batch", list)) {
+        if (freshIds.has(section.id)) continue;
+        if (!section.classList.contains("gone")) {
+          section.classList.add("gone");
+          const note = document.createElement("p");
+          note.className = "gone-note";
+          note.setAttribute("role", "status");
+          note.textContent = "Decided elsewhere.";
+          section.prepend(note);
+        }
+        leaving.push(section);
+      }
+      for (const section of $$("section.batch", fresh)) {
+        const current = document.getElementById(section.id);
+        if (current && busy(current)) section.replaceWith(current);
+      }
+      list.replaceChildren(...fresh.childNodes);
+      for (const section of leaving) {
+        list.append(section);
+        if (!busy(section)) setTimeout(() => section.remove(), 1500);
+      }
+      htmx.process(list);
+      enhance(list);
+    } finally {
+      const again = refreshing.again;
+      refreshing = null;
+      if (again) refreshInbox();
+    }
+  }
+
+  // --- the thread page: append what the log has beyond the last sequence seen ------
+  function threadLive(history) {
+    let lastSeq = Number(history.dataset.lastSeq || 0);
+    let fetching = false;
+    let wanted = 0;
+    let forced = false;
+    const status = $("[data-live-status]");
+
+    async function catchUp(force = false) {
+      if (force) forced = true; // ask even if no event is known to be missing
+      if (fetching) return;
+      fetching = true;
+      try {
+        while (wanted > lastSeq || forced) {
+          forced = false;
+          const response = await fetch(`${history.dataset.eventsUrl}?after=${lastSeq}`, { credentials: "same-origin" });
+          if (!response.ok) break;
+          const html = await response.text();
+          const reached = Number(response.headers.get("X-Last-Seq") || lastSeq);
+          appendHistory(history, html);
+          setStartAllowed(response.headers.get("X-Pending") !== "1");
+          if (reached <= lastSeq) break;
+          lastSeq = reached;
+          history.dataset.lastSeq = String(lastSeq);
+        }
+      } finally {
+        fetching = false;
+        // An event announced but not yet readable (its commit raced our read): try again.
+        if (wanted > lastSeq || forced) setTimeout(catchUp, 200);
+      }
+    }
+
+    history.refreshLive = () => catchUp(true);
+    liveSocket(history.dataset.ws, {
+      onState: (text) => { if (status) status.textContent = text; },
+      onMessage: (message) => {
+        const seq = message.type === "hello" ? message.last_seq : message.seq;
+        if (seq > wanted) wanted = seq;
+        catchUp();
+      },
+    });
+  }
+
+  function appendHistory(history, html) {
+    const holder = document.createElement("div");
+    holder.innerHTML = html;
+    for (const element of Array.from(holder.children)) {
+      if (element.dataset.seq && history.querySelector(`[data-seq="${element.dataset.seq}"]`)) continue; // seen
+      if (element.hasAttribute("data-continues")) {
+        const key = element.dataset.message || element.dataset.call;
+        const target = element.dataset.message
+          ? history.querySelector(`[data-message="${CSS.escape(key)}"] .text`)
+          : history.querySelector(`[data-call="${CSS.escape(key)}"] .args`);
+        const piece = element.querySelector(".text, .args");
+        if (target && piece) { target.textContent += piece.textContent; continue; }
+      }
+      history.append(element);
+    }
+    enhance(history);
+    window.scrollTo({ top: document.body.scrollHeight });
+  }
+
+  function setStartAllowed(allowed) {
+    const form = $("[data-start-run]");
+    if (!form) return;
+    $("button[type=submit]", form).disabled = !allowed;
+    const reason = $("[data-blocked-reason]", form);
+    if (reason) {
+      reason.hidden = allowed;
+      if (!allowed && !$("[data-pending-list]", reason).textContent) {
+        $("[data-pending-list]", reason).textContent = "the interrupts of the last run";
+      }
+    }
+  }
+
+  // --- forms generated from a responseSchema (json-editor) --------------------------
+  const editors = new WeakMap();
+  const stash = new Map(); // interrupt id -> the answer last sent, to restore after a refusal
+
+  function safeSchema(schema) {
+    const copy = JSON.parse(JSON.stringify(schema));
+    if (copy && typeof copy === "object" && !copy.title) copy.title = "Answer";
+    return copy;
+  }
+
+  function makeEditor(holder, schema, startval) {
+    if (!window.JSONEditor) return null;
+    const options = {
+      schema: safeSchema(schema), theme: "html", iconlib: null, disable_edit_json: true,
+      disable_properties: true, disable_collapse: true, disable_array_delete_all_rows: true,
+      prompt_before_delete: false, show_errors: "change", no_additional_properties: false,
+      required_by_default: false, display_required_only: false, show_opt_in: false,
+    };
+    if (startval !== undefined) options.startval = startval;
+    return new window.JSONEditor(holder, options);
+  }
+
+  function showServerErrors(editor, card) {
+    const data = $(".error script[type='application/json']", card);
+    if (!editor || !data) return;
+    const errors = JSON.parse(data.textContent).map((e) => ({
+      path: "root" + (e.path || "").replaceAll("/", "."), property: "server", message: e.message,
+    }));
+    editor.setOption && editor.setOption("show_errors", "always");
+    if (editor.root && editor.root.showValidationErrors) editor.root.showValidationErrors(errors);
+  }
+
+  function enhanceSchemaForm(form) {
+    if (form.dataset.enhanced) return;
+    form.dataset.enhanced = "1";
+    const card = form.closest("[data-card]");
+    const schema = JSON.parse($("script[type='application/json']", form).textContent);
+    const key = card && card.dataset.interruptId;
+    const editor = makeEditor($(".schema-editor", form), schema, stash.get(key));
+    if (!editor) return;
+    $(".fallback", form).hidden = true;
+    editors.set(form, editor);
+    // Typing marks the card as being worked on: live refreshes leave it alone.
+    form.addEventListener("input", () => { if (card) card.dataset.dirty = "1"; });
+    editor.on("change", () => { if (card && editor.ready) card.dataset.dirty = "1"; });
+    editor.on("ready", () => showServerErrors(editor, card));
+    form.addEventListener("htmx:confirm", (event) => {
+      // json-editor reads a field on "change"; a submit by Enter, or before the
+      // field lost focus, would otherwise send the previous value.
+      for (const field of $$("input, select, textarea", $(".schema-editor", form))) {
+        field.dispatchEvent(new Event("change", { bubbles: true }));
+      }
+      const problems = editor.validate(editor.getValue()); // with a value: validated now, not last frame
+      if (problems.length) {
+        event.preventDefault();
+        editor.setOption("show_errors", "always");
+        editor.root.showValidationErrors(problems);
+        const first = $(".errmsg, .je-form-input-label + .errmsg", form);
+        if (first) first.scrollIntoView({ block: "center" });
+      }
+    });
+    form.addEventListener("htmx:configRequest", (event) => {
+      const value = editor.getValue();
+      stash.set(key, value);
+      event.detail.parameters.payload = JSON.stringify(value);
+    });
+  }
+
+  function enhanceEditArgs(textarea) {
+    if (textarea.dataset.enhanced) return;
+    textarea.dataset.enhanced = "1";
+    const form = textarea.form;
+    form.addEventListener("htmx:confirm", (event) => {
+      try {
+        const value = JSON.parse(textarea.value);
+        if (value === null || typeof value !== "object" || Array.isArray(value)) throw new Error("not an object");
+        textarea.setCustomValidity("");
+      } catch (problem) {
+        event.preventDefault();
+        textarea.setCustomValidity("The edited arguments must be one JSON object.");
+        textarea.reportValidity();
+      }
+    });
+    textarea.addEventListener("input", () => textarea.setCustomValidity(""));
+  }
+
+  // --- expiry countdowns ---------------------------------------------------------------
+  function tick() {
+    const now = Date.now();
+    for (const time of $$("time[data-countdown]")) {
+      const left = Math.round((Date.parse(time.getAttribute("datetime")) - now) / 1000);
+      const card = time.closest("[data-card]");
+      if (left <= 0) {
+        time.textContent = "now: expired";
+        if (card && !card.classList.contains("expired")) {
+          card.classList.add("expired");
+          for (const control of $$("button, input, textarea, select", card)) control.disabled = true;
+          const note = document.createElement("p");
+          note.className = "warning";
+          note.textContent = "This request expired and can no longer be answered.";
+          card.append(note);
+        }
+      } else {
+        const h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
+        time.textContent = `in ${h ? h + "h " : ""}${m ? m + "m " : ""}${s}s`;
+      }
+    }
+  }
+
+  // --- keyboard ---------------------------------------------------------------------------
+  function keyboard(event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName)
+      || document.activeElement.isContentEditable;
+    if (typing) return;
+    const cards = $$("[data-card]:not(.expired)");
+    const current = document.activeElement.closest ? document.activeElement.closest("[data-card]") : null;
+    const index = cards.indexOf(current);
+    const press = (key) => {
+      const control = current && $(`[data-key="${key}"]`, current);
+      if (control) { event.preventDefault(); control.click(); }
+    };
+    switch (event.key) {
+      case "j": if (cards.length) { event.preventDefault(); cards[Math.min(index + 1, cards.length - 1)].focus(); } break;
+      case "k": if (cards.length) { event.preventDefault(); cards[Math.max(index - 1, 0)].focus(); } break;
+      case "a": case "r": case "c": press(event.key); break;
+      case "e": {
+        const summary = current && $("details[data-edit] > summary", current);
+        if (summary) { event.preventDefault(); summary.click(); const area = $("textarea", current); if (area) area.focus(); }
+        break;
+      }
+      case "?": { event.preventDefault(); const dialog = $("#shortcuts"); if (dialog) dialog.showModal(); break; }
+    }
+  }
+
+  function enhance(root = document) {
+    $$("form[data-schema-form]", root).forEach(enhanceSchemaForm);
+    $$("textarea[data-json-editor]", root).forEach(enhanceEditArgs);
+    tick();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    if (window.JSONEditor) {
+      // json-editor strips tags by parsing text as HTML; agent text must never be parsed.
+      const asText = (text) => (text === undefined || text === null ? "" : String(text));
+      if (window.JSONEditor.AbstractEditor) window.JSONEditor.AbstractEditor.prototype.cleanText = asText;
+      if (window.JSONEditor.AbstractTheme) window.JSONEditor.AbstractTheme.prototype.cleanText = asText;
+    }
+    enhance();
+    setInterval(tick, 1000);
+    document.addEventListener("keydown", keyboard);
+    document.body.addEventListener("htmx:afterSwap", (event) => enhance(event.detail.target.parentNode || document));
+    document.body.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
+    const help = $("[data-action=shortcuts]");
+    if (help) help.addEventListener("click", () => $("#shortcuts").showModal());
+
+    if (document.body.dataset.liveInbox) {
+      let opened = false;
+      liveSocket(document.body.dataset.liveInbox, {
+        onMessage: (message) => {
+          showPending(message.pending);
+          if (message.type !== "changed") return;
+          refreshInbox();
+          // Interrupts raised, decided or expired on the thread shown: recheck it.
+          const shown = $("#history");
+          if (shown && shown.refreshLive && String(message.thread) === shown.dataset.threadPk) shown.refreshLive();
+        },
+        // After a reconnect, changes may have been missed while offline.
+        onOpen: () => { if (opened) refreshInbox(); opened = true; },
+      });
+    }
+    const history = $("#history");
+    if (history) threadLive(history);
+  });
+})();

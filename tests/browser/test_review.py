@@ -1,0 +1,196 @@
+"""Reviewing in real Chromium: the inbox, the cards, the thread page, live across tabs and people."""
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from ..hub.scripted_agent import ScriptedAgent
+
+TIMEOUT = 15_000
+
+
+def start(site, agent, message=None):
+    with site.api() as api:
+        response = api.post("/api/threads/", json={"agent": agent, **({"message": message} if message else {})})
+        assert response.status_code == 201, response.text
+        thread = response.json()["thread"]
+        # Wait until its interrupts are recorded.
+        for _ in range(200):
+            if api.get("/api/interrupts/", params={"thread": thread}).json()["count"]:
+                return thread
+            import time
+            time.sleep(0.05)
+    raise AssertionError(f"{agent} raised no interrupt")
+
+
+def inbox_for(person, thread):
+    page = person.open(f"/inbox/?thread={thread}")
+    expect(page.locator("[data-card]").first).to_be_visible(timeout=TIMEOUT)
+    return page
+
+
+def thread_page_shows_result(person, thread, text):
+    page = person.open(f"/threads/{thread}/")
+    expect(page.get_by_test_id("tool-result").last).to_contain_text(text, timeout=TIMEOUT)
+    return page
+
+
+def test_approve_the_mailer(reviewer, site):
+    thread = start(site, "mailer", "Email c@d.com about lunch")
+    page = inbox_for(reviewer, thread)
+    card = page.locator("[data-card]").first
+    expect(card.locator(".proposal")).to_contain_text('"to": "c@d.com"')
+    reviewer.screenshot("inbox")
+    card.get_by_role("button", name="Approve").click()
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    page = thread_page_shows_result(reviewer, thread, '"sent": true')
+    reviewer.screenshot("thread")
+
+
+def test_edit_and_approve_shows_a_diff_then_runs_the_edited_args(reviewer, site):
+    thread = start(site, "mailer")
+    page = inbox_for(reviewer, thread)
+    card = page.locator("[data-card]").first
+    card.get_by_text("Edit & approve").click()
+    editor = card.locator("textarea[name=edited_args]")
+    expect(editor).to_have_value(re.compile('"to": "a@b.com"'))
+    editor.fill(json.dumps({"to": "not-an-address", "subject": "Hi", "body": "x"}))
+    card.get_by_role("button", name="Review changes").click()
+    expect(card.get_by_test_id("preview-error")).to_contain_text("/editedArgs/to", timeout=TIMEOUT)
+    editor.fill(json.dumps({"to": "a@b.com", "subject": "Hi", "body": "Edited in the browser"}))
+    card.get_by_role("button", name="Review changes").click()
+    diff = card.get_by_test_id("edit-diff")
+    expect(diff).to_contain_text("Edited in the browser", timeout=TIMEOUT)
+    expect(diff.locator("table.diff")).to_be_visible()
+    card.get_by_role("button", name="Approve with these edits").click()
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    thread_page_shows_result(reviewer, thread, "Edited in the browser")
+
+
+def test_the_filing_form_shows_a_field_error_before_it_sends(reviewer, site):
+    thread = start(site, "filing")
+    page = inbox_for(reviewer, thread)
+    card = page.locator("[data-card]").first
+    year = card.locator("input[name='root[year]']")
+    year.fill("1999")
+    card.locator("input[name='root[revenue]']").fill("4200000")
+    card.get_by_role("button", name="Send answer").click()
+    expect(card.locator(".errmsg").filter(has_text="2000").first).to_be_visible(timeout=TIMEOUT)
+    with site.api() as api:  # nothing was sent
+        assert api.get("/api/interrupts/", params={"thread": thread}).json()["count"] == 1
+    card.locator("select[name='root[quarter]']").select_option("Q2")
+    year.fill("2026")
+    card.get_by_role("button", name="Send answer").click()
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    page = reviewer.open(f"/threads/{thread}/")
+    expect(page.locator(".bubble").last).to_contain_text("Filed Q2 2026", timeout=TIMEOUT)
+
+
+def test_cancel_declines_without_an_answer(reviewer, site):
+    thread = start(site, "deployer")
+    page = inbox_for(reviewer, thread)
+    card = page.locator("[data-card]").first
+    expect(card).to_contain_text("countersign:deploy")
+    card.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    page = reviewer.open(f"/threads/{thread}/")
+    expect(page.locator(".bubble").last).to_contain_text("Left production alone.", timeout=TIMEOUT)
+
+
+def test_the_planner_batch_shows_progress_and_resumes_after_the_second_decision(reviewer, site):
+    thread = start(site, "planner")
+    page = inbox_for(reviewer, thread)
+    expect(page.get_by_test_id("batch-progress")).to_have_text("0 of 2 decided")
+    budget = page.locator("[data-card][data-interrupt-id='approve-budget']")
+    budget.get_by_role("button", name="Yes").click()
+    expect(page.get_by_test_id("batch-progress")).to_have_text("1 of 2 decided", timeout=TIMEOUT)
+    expect(page.locator(".decided")).to_contain_text("Demo Reviewer")
+    date = page.locator("[data-card][data-interrupt-id='confirm-date']")
+    date.locator("input[name='root[date]']").fill("2026-12-24")
+    date.get_by_role("button", name="Send answer").click()
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    page = reviewer.open(f"/threads/{thread}/")
+    expect(page.locator(".bubble").last).to_contain_text("Booked for 2026-12-24", timeout=TIMEOUT)
+
+
+def test_a_card_decided_by_one_reviewer_leaves_the_others_inbox_live(reviewer, alice, site):
+    thread = start(site, "janitor")
+    theirs = inbox_for(alice, thread)
+    mine = inbox_for(reviewer, thread)
+    theirs.locator("[data-card]").first.get_by_role("button", name="Yes").click()
+    expect(mine.locator("[data-card]")).to_have_count(0, timeout=TIMEOUT)
+    expect(mine.get_by_test_id("inbox-count")).to_have_text("0", timeout=TIMEOUT)
+
+
+def test_a_simultaneous_decision_is_told_who_decided_first(reviewer, alice, site):
+    thread = start(site, "janitor")
+    mine = inbox_for(reviewer, thread)
+    theirs = inbox_for(alice, thread)
+    # I am typing a comment: my card stays put while Alice decides.
+    my_card = mine.locator("[data-card]").first
+    my_card.locator("input[name=comment]").fill("looks fine")
+    theirs.locator("[data-card]").first.get_by_role("button", name="Yes").click()
+    expect(theirs.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    my_card.get_by_role("button", name="Yes").click()
+    expect(mine.get_by_test_id("card-error")).to_contain_text("already decided by Alice", timeout=TIMEOUT)
+
+
+def test_start_from_the_thread_page_watch_live_approve_in_another_tab(reviewer, site):
+    page = reviewer.open("/threads/")
+    page.locator("select[name=agent]").select_option("mailer")
+    page.locator("textarea[name=message]").fill("Email c@d.com about the launch")
+    page.get_by_role("button", name="Start run").click()
+    page.wait_for_url(re.compile(r"/threads/thread-[0-9a-f]+/$"))
+    thread = page.url.rstrip("/").rsplit("/", 1)[1]
+    # The run's events arrive over the WebSocket: no reload.
+    expect(page.locator(".run-end.outcome-interrupt")).to_be_visible(timeout=TIMEOUT)
+    expect(page.locator(".tool-call")).to_contain_text("sendEmail")
+    expect(page.get_by_role("button", name="Start run")).to_be_disabled()
+    other = reviewer.context.new_page()
+    other.goto(f"{site.url}/inbox/?thread={thread}")
+    other.locator("[data-card]").first.get_by_role("button", name="Approve").click()
+    expect(other.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    expect(page.get_by_test_id("tool-result")).to_contain_text('"sent": true', timeout=TIMEOUT)
+    expect(page.get_by_role("button", name="Start run")).to_be_enabled(timeout=TIMEOUT)
+    assert page.url.endswith(f"/threads/{thread}/")
+
+
+def test_keyboard_moves_between_cards_and_decides(reviewer, site):
+    thread = start(site, "janitor")
+    page = inbox_for(reviewer, thread)
+    page.keyboard.press("j")
+    expect(page.locator("[data-card]").first).to_be_focused()
+    page.keyboard.press("a")
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    page.keyboard.press("?")
+    expect(page.locator("#shortcuts")).to_be_visible()
+
+
+@pytest.fixture(scope="module")
+def evil_agent(site):
+    agent = ScriptedAgent().start()
+    with site.api() as api:
+        assert api.post("/api/agents/", json={"name": "evil", "url": f"{agent.url}/evil/"}).status_code == 201
+    yield agent
+    agent.stop()
+
+
+def test_agent_supplied_markup_is_shown_as_text_everywhere(reviewer, site, evil_agent):
+    from ..hub.scripted_agent import EVIL
+
+    thread = start(site, "evil")
+    for path in (f"/inbox/?thread={thread}", f"/threads/{thread}/", "/threads/"):
+        page = reviewer.open(path)
+        page.wait_for_timeout(500)
+        assert reviewer.dialogs == [], path
+        assert page.locator("img[src=x]").count() == 0, path
+    page = reviewer.open(f"/inbox/?thread={thread}")
+    expect(page.locator("[data-card]").first).to_contain_text(EVIL)
+    with site.api() as api:
+        [asked] = api.get("/api/interrupts/", params={"thread": thread}).json()["results"]
+        api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "cancel"})
+    page = reviewer.open("/audit/")
+    page.wait_for_timeout(300)
+    assert reviewer.dialogs == [] and page.locator("img[src=x]").count() == 0
