@@ -126,6 +126,9 @@
     }
 
     history.refreshLive = () => catchUp(true);
+    // A dropped poke is noticed at the next one; the last pokes of a run have
+    // no next one, so also look now and then while the page is visible.
+    setInterval(() => { if (document.visibilityState === "visible") catchUp(true); }, 5000);
     liveSocket(history.dataset.ws, {
       onState: (text) => { if (status) status.textContent = text; },
       onMessage: (message) => {

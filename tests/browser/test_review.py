@@ -194,3 +194,54 @@ def test_agent_supplied_markup_is_shown_as_text_everywhere(reviewer, site, evil_
     page = reviewer.open("/audit/")
     page.wait_for_timeout(300)
     assert reviewer.dialogs == [] and page.locator("img[src=x]").count() == 0
+
+
+def test_dropped_messages_and_a_reconnect_lose_and_repeat_no_event(reviewer, site):
+    """The WebSocket may drop messages (the channel layer does under bursts): the page reads the log."""
+    with site.api() as api:
+        thread = api.post("/api/threads/", json={"agent": "janitor"}).json()["thread"]
+    page = reviewer.page
+    dropped = []
+    sockets = []
+
+    def relay_dropping(ws):
+        server = ws.connect_to_server()
+        sockets.append(ws)
+
+        def from_server(message):
+            data = json.loads(message)
+            # Keep the greeting; drop every event poke but one in three.
+            if data.get("type") == "event" and data["seq"] % 3:
+                dropped.append(data["seq"])
+                return
+            ws.send(message)
+
+        server.on_message(from_server)
+        ws.on_message(lambda message: server.send(message))
+
+    page.route_web_socket(re.compile(r".*/ws/threads/.*"), relay_dropping)
+    reviewer.open(f"/threads/{thread}/")
+    expect(page.locator(".run-end.outcome-interrupt")).to_be_visible(timeout=TIMEOUT)
+    with site.api() as api:
+        [asked] = api.get("/api/interrupts/", params={"thread": thread}).json()["results"]
+        assert api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "approve"}).status_code == 201
+    expect(page.locator(".run-end")).to_have_count(2, timeout=TIMEOUT)
+    # Drop the connection and run again meanwhile: the page reconnects and reads what it missed.
+    sockets[-1].close()
+    with site.api() as api:
+        assert api.post(f"/api/threads/{thread}/runs/", json={"message": "once more"}).status_code == 201
+    for _ in range(100):  # it reconnects, with backoff
+        if len(sockets) >= 2:
+            break
+        page.wait_for_timeout(100)
+    assert len(sockets) >= 2
+    expect(page.locator(".run-end")).to_have_count(3, timeout=TIMEOUT)
+    expect(page.locator("[data-live-status]")).to_have_text("live")
+    with site.api() as api:
+        log = api.get(f"/api/threads/{thread}/events/").json()["events"]
+    shown = page.locator("[data-seq]").evaluate_all("els => els.map(e => e.dataset.seq)")
+    numbered = [int(seq) for seq in shown if seq.isdigit()]
+    folded = {"TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TOOL_CALL_ARGS", "TOOL_CALL_END"}
+    expected = [e["seq"] for e in log if e["type"] not in folded]
+    assert dropped, "the test must really drop messages"
+    assert numbered == expected  # every event once, in order

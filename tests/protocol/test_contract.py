@@ -26,6 +26,8 @@ from interrupts.protocol.contract import (
 )
 from interrupts.protocol.errors import ContractViolation
 
+from .. import spec_examples
+
 UTC = timezone.utc
 NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)  # before int-form's expiry
 FORM_EXPIRY = datetime(2026, 4, 20, 17, 0, tzinfo=UTC)
@@ -35,71 +37,10 @@ FORM_EXPIRY = datetime(2026, 4, 20, 17, 0, tzinfo=UTC)
 # The four spec examples, parsed from their wire (camelCase) form
 # --------------------------------------------------------------------------- #
 
-APPROVAL = Interrupt.model_validate(
-    {
-        "id": "int-abc123",
-        "reason": "tool_call",
-        "message": "Send email to a@b.com with subject 'Hi'?",
-        "toolCallId": "tc-001",
-        "responseSchema": {
-            "type": "object",
-            "properties": {"approved": {"type": "boolean"}},
-            "required": ["approved"],
-        },
-    }
-)
-
-EMAIL_EDIT = Interrupt.model_validate(
-    {
-        "id": "int-email-edit",
-        "reason": "tool_call",
-        "message": "Send email to a@b.com? You can edit the body before approving.",
-        "toolCallId": "tc-42",
-        "responseSchema": {
-            "type": "object",
-            "properties": {
-                "approved": {"type": "boolean"},
-                "editedArgs": {
-                    "type": "object",
-                    "properties": {
-                        "to": {"type": "string", "format": "email"},
-                        "subject": {"type": "string"},
-                        "body": {"type": "string"},
-                    },
-                },
-            },
-            "required": ["approved"],
-        },
-        "metadata": {"langgraph": {"checkpointId": "ckpt-xyz", "nodeId": "tool_executor"}},
-    }
-)
-
-PARALLEL = tuple(
-    Interrupt.model_validate(raw)
-    for raw in [
-        {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a", "message": "Approve sendEmail to x@y.com?"},
-        {"id": "i-2", "reason": "tool_call", "toolCallId": "tc-b", "message": "Approve sendEmail to y@z.com?"},
-        {"id": "i-3", "reason": "tool_call", "toolCallId": "tc-c", "message": "Approve sendEmail to z@w.com?"},
-    ]
-)
-
-FORM = Interrupt.model_validate(
-    {
-        "id": "int-form",
-        "reason": "input_required",
-        "message": "Please provide the quarterly filing details.",
-        "responseSchema": {
-            "type": "object",
-            "properties": {
-                "quarter": {"type": "string", "enum": ["Q1", "Q2", "Q3", "Q4"]},
-                "year": {"type": "integer", "minimum": 2000},
-                "revenue": {"type": "number"},
-            },
-            "required": ["quarter", "year", "revenue"],
-        },
-        "expiresAt": "2026-04-20T17:00:00Z",
-    }
-)
+APPROVAL = Interrupt.model_validate(spec_examples.APPROVAL)
+EMAIL_EDIT = Interrupt.model_validate(spec_examples.EMAIL_EDIT)
+PARALLEL = tuple(Interrupt.model_validate(raw) for raw in spec_examples.PARALLEL)
+FORM = Interrupt.model_validate(spec_examples.FORM)
 
 GATE_1 = ThreadGate("thread-1", "run-1", (APPROVAL,))
 GATE_2 = ThreadGate("thread-2", "run-10", (EMAIL_EDIT,))
@@ -120,25 +61,11 @@ def entry(interrupt_id: str, status: str = "resolved", **fields) -> ResumeEntry:
     return ResumeEntry.model_validate({"interruptId": interrupt_id, "status": status, **fields})
 
 
-RESUME_1 = [{"interruptId": "int-abc123", "status": "resolved", "payload": {"approved": True}}]
-RESUME_2 = [
-    {
-        "interruptId": "int-email-edit",
-        "status": "resolved",
-        "payload": {
-            "approved": True,
-            "editedArgs": {"to": "a@b.com", "subject": "Hi", "body": "Hi (revised per my note)"},
-        },
-    }
-]
-RESUME_3 = [
-    {"interruptId": "i-1", "status": "resolved", "payload": {"approved": True}},
-    {"interruptId": "i-2", "status": "resolved", "payload": {"approved": True}},
-    {"interruptId": "i-3", "status": "cancelled"},
-]
-RESUME_4 = [
-    {"interruptId": "int-form", "status": "resolved", "payload": {"quarter": "Q1", "year": 2026, "revenue": 4200000}}
-]
+# The spec's resumes, as the entries of their wire bodies.
+RESUME_1 = spec_examples.APPROVAL_RESUME["resume"]
+RESUME_2 = spec_examples.EMAIL_EDIT_RESUME["resume"]
+RESUME_3 = spec_examples.PARALLEL_RESUME["resume"]
+RESUME_4 = spec_examples.FORM_RESUME["resume"]
 
 
 def refused(gate: ThreadGate, inp: RunAgentInput, now: datetime = NOW) -> ContractViolation:

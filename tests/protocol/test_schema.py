@@ -19,40 +19,8 @@ from interrupts.protocol.schema import (
     validate_payload,
 )
 
-# Minimal tool approval (int-abc123).
-APPROVAL_SCHEMA = {
-    "type": "object",
-    "properties": {"approved": {"type": "boolean"}},
-    "required": ["approved"],
-}
-
-# Approve with edits (int-email-edit).
-EDIT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "approved": {"type": "boolean"},
-        "editedArgs": {
-            "type": "object",
-            "properties": {
-                "to": {"type": "string", "format": "email"},
-                "subject": {"type": "string"},
-                "body": {"type": "string"},
-            },
-        },
-    },
-    "required": ["approved"],
-}
-
-# Non-tool input request (int-form).
-FORM_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "quarter": {"type": "string", "enum": ["Q1", "Q2", "Q3", "Q4"]},
-        "year": {"type": "integer", "minimum": 2000},
-        "revenue": {"type": "number"},
-    },
-    "required": ["quarter", "year", "revenue"],
-}
+# The schemas of the spec's examples (int-abc123, int-email-edit, int-form).
+from ..spec_examples import APPROVAL_SCHEMA, EDIT_SCHEMA, FORM_SCHEMA
 
 
 # --------------------------------------------------------------------------- #

@@ -25,6 +25,8 @@ from interrupts.protocol.wire import (
     parse_run_input,
 )
 
+from .. import spec_examples
+
 
 def refusal(parse, data, **kwargs) -> MalformedMessage:
     with pytest.raises(MalformedMessage) as err:
@@ -42,146 +44,15 @@ def run_input(**fields) -> dict:
 
 # -- the examples of interrupts.mdx ------------------------------------------
 
-MINIMAL_TOOL_APPROVAL = run_finished(
-    outcome={
-        "type": "interrupt",
-        "interrupts": [
-            {
-                "id": "int-abc123",
-                "reason": "tool_call",
-                "message": "Send email to a@b.com with subject 'Hi'?",
-                "toolCallId": "tc-001",
-                "responseSchema": {
-                    "type": "object",
-                    "properties": {"approved": {"type": "boolean"}},
-                    "required": ["approved"],
-                },
-            }
-        ],
-    }
-)
-
-APPROVE_WITH_EDITS = {
-    "type": "RUN_FINISHED",
-    "threadId": "thread-2",
-    "runId": "run-10",
-    "outcome": {
-        "type": "interrupt",
-        "interrupts": [
-            {
-                "id": "int-email-edit",
-                "reason": "tool_call",
-                "message": "Send email to a@b.com? You can edit the body before approving.",
-                "toolCallId": "tc-42",
-                "responseSchema": {
-                    "type": "object",
-                    "properties": {
-                        "approved": {"type": "boolean"},
-                        "editedArgs": {
-                            "type": "object",
-                            "properties": {
-                                "to": {"type": "string", "format": "email"},
-                                "subject": {"type": "string"},
-                                "body": {"type": "string"},
-                            },
-                        },
-                    },
-                    "required": ["approved"],
-                },
-                "metadata": {"langgraph": {"checkpointId": "ckpt-xyz", "nodeId": "tool_executor"}},
-            }
-        ],
-    },
-}
-
-PARALLEL = {
-    "type": "RUN_FINISHED",
-    "threadId": "thread-3",
-    "runId": "run-20",
-    "outcome": {
-        "type": "interrupt",
-        "interrupts": [
-            {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a", "message": "Approve sendEmail to x@y.com?"},
-            {"id": "i-2", "reason": "tool_call", "toolCallId": "tc-b", "message": "Approve sendEmail to y@z.com?"},
-            {"id": "i-3", "reason": "tool_call", "toolCallId": "tc-c", "message": "Approve sendEmail to z@w.com?"},
-        ],
-    },
-}
-
-INPUT_REQUIRED = {
-    "type": "RUN_FINISHED",
-    "threadId": "thread-4",
-    "runId": "run-30",
-    "outcome": {
-        "type": "interrupt",
-        "interrupts": [
-            {
-                "id": "int-form",
-                "reason": "input_required",
-                "message": "Please provide the quarterly filing details.",
-                "responseSchema": {
-                    "type": "object",
-                    "properties": {
-                        "quarter": {"type": "string", "enum": ["Q1", "Q2", "Q3", "Q4"]},
-                        "year": {"type": "integer", "minimum": 2000},
-                        "revenue": {"type": "number"},
-                    },
-                    "required": ["quarter", "year", "revenue"],
-                },
-                "expiresAt": "2026-04-20T17:00:00Z",
-            }
-        ],
-    },
-}
-
-SPEC_EVENTS = [MINIMAL_TOOL_APPROVAL, APPROVE_WITH_EDITS, PARALLEL, INPUT_REQUIRED]
+SPEC_EVENTS = spec_examples.EVENTS
 
 # The spec's resume bodies omit messages, which the 1.0 model requires; a real
 # client sends at least [] (see NOTES.md), so they are given one here.
-SPEC_RESUMES = [
-    run_input(resume=[{"interruptId": "int-abc123", "status": "resolved", "payload": {"approved": True}}]),
-    {
-        "threadId": "thread-2",
-        "runId": "run-11",
-        "messages": [],
-        "resume": [
-            {
-                "interruptId": "int-email-edit",
-                "status": "resolved",
-                "payload": {
-                    "approved": True,
-                    "editedArgs": {"to": "a@b.com", "subject": "Hi", "body": "Hi (revised per my note)"},
-                },
-            }
-        ],
-    },
-    {
-        "threadId": "thread-3",
-        "runId": "run-21",
-        "messages": [],
-        "resume": [
-            {"interruptId": "i-1", "status": "resolved", "payload": {"approved": True}},
-            {"interruptId": "i-2", "status": "resolved", "payload": {"approved": True}},
-            {"interruptId": "i-3", "status": "cancelled"},
-        ],
-    },
-    {
-        "threadId": "thread-4",
-        "runId": "run-31",
-        "messages": [],
-        "resume": [
-            {
-                "interruptId": "int-form",
-                "status": "resolved",
-                "payload": {"quarter": "Q1", "year": 2026, "revenue": 4200000},
-            }
-        ],
-    },
-]
+SPEC_RESUMES = [{**body, "messages": []} for body in spec_examples.RESUMES]
 
 
 def test_minimal_tool_approval_parses_to_an_interrupt_outcome():
-    event = parse_event(json.dumps(MINIMAL_TOOL_APPROVAL))
+    event = parse_event(json.dumps(spec_examples.APPROVAL_EVENT))
     assert isinstance(event, RunFinishedEvent)
     assert (event.thread_id, event.run_id) == ("thread-1", "run-1")
     assert isinstance(event.outcome, RunFinishedInterruptOutcome)
@@ -196,7 +67,7 @@ def test_minimal_tool_approval_parses_to_an_interrupt_outcome():
 
 
 def test_approve_with_edits_keeps_schema_and_metadata():
-    [interrupt] = parse_event(json.dumps(APPROVE_WITH_EDITS)).outcome.interrupts
+    [interrupt] = parse_event(json.dumps(spec_examples.EMAIL_EDIT_EVENT)).outcome.interrupts
     assert interrupt.tool_call_id == "tc-42"
     edited = interrupt.response_schema["properties"]["editedArgs"]
     assert edited["properties"]["to"] == {"type": "string", "format": "email"}
@@ -204,7 +75,7 @@ def test_approve_with_edits_keeps_schema_and_metadata():
 
 
 def test_parallel_interrupts_keep_their_order():
-    outcome = parse_event(json.dumps(PARALLEL)).outcome
+    outcome = parse_event(json.dumps(spec_examples.PARALLEL_EVENT)).outcome
     assert [(i.id, i.tool_call_id) for i in outcome.interrupts] == [
         ("i-1", "tc-a"),
         ("i-2", "tc-b"),
@@ -214,7 +85,7 @@ def test_parallel_interrupts_keep_their_order():
 
 
 def test_input_required_form_keeps_expiry_and_has_no_tool_call():
-    [interrupt] = parse_event(json.dumps(INPUT_REQUIRED)).outcome.interrupts
+    [interrupt] = parse_event(json.dumps(spec_examples.FORM_EVENT)).outcome.interrupts
     assert interrupt.reason == "input_required"
     assert interrupt.tool_call_id is None
     assert interrupt.expires_at == "2026-04-20T17:00:00Z"
