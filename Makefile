@@ -20,7 +20,7 @@ BOOTSTRAP_PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do \
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: serve test venv check-python browser clean
+.PHONY: serve test bench venv check-python browser clean
 
 check-python:
 	@if [ -z "$(BOOTSTRAP_PYTHON)" ]; then \
@@ -67,6 +67,11 @@ browser:
 
 test: venv $(LG_VENV)/.installed browser
 	$(PY) -m pytest
+
+# Figures, not pass/fail: each benchmark prints its own table.
+bench: venv
+	$(PY) bench/sse_reader.py
+	$(PY) bench/inbox_scale.py
 
 clean:
 	rm -rf $(VENV) $(LG_VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts

@@ -1,3 +1,5 @@
+from django.utils.functional import SimpleLazyObject
+
 from . import selectors
 
 
@@ -5,4 +7,5 @@ def header(request):
     """The pending count every page's header shows (and keeps live)."""
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
-    return {"pending_count": selectors.pending_count()}
+    # Lazy: counted once, and only by a page that shows it.
+    return {"pending_count": SimpleLazyObject(selectors.pending_count)}

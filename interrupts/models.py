@@ -230,6 +230,8 @@ class Interrupt(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "created_at"], name="interrupt_status_created"),
+            # The inbox's reason filter and its list of reasons (DISTINCT) read this index alone.
+            models.Index(fields=["status", "reason"], name="interrupt_status_reason"),
         ]
 
     def __str__(self) -> str:
