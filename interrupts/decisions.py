@@ -24,6 +24,17 @@ from .refusals import Refusal
 MAX_COMMENT_CHARS = 10_000
 
 
+def lock_batch(run_pk: int) -> None:
+    """Serialise every change to one run's batch (PostgreSQL: a row lock on the run).
+
+    Deciding the last two open interrupts at once, or revising one while
+    another completes the batch, must see each other: otherwise the resume
+    is never queued, or carries an answer the audit trail does not show.
+    SQLite's IMMEDIATE transactions already run one at a time.
+    """
+    Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
+
+
 def _already_decided(interrupt: Interrupt) -> Refusal:
     live = interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").first()
     if live is not None:
@@ -112,6 +123,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
         raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
     now = timezone.now()
     with transaction.atomic():
+        lock_batch(interrupt.run_id)
         interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
             live = interrupt.decisions.filter(superseded_at__isnull=True).first()
@@ -176,7 +188,18 @@ def record_resume(interrupted: Run, entries: list[ResumeEntry], user) -> list[De
     """
     now = timezone.now()
     made = []
+    lock_batch(interrupted.pk)
     by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(run=interrupted)}
+    answered = [i for i in by_id.values() if i.status != Interrupt.Status.PENDING]
+    if answered:
+        # The inbox answered part of this batch: a resume from here would drop
+        # those answers (partial resumes are not allowed), so neither is sent.
+        raise ContractViolation(
+            "ALREADY_RESOLVED",
+            f"Interrupt(s) {', '.join(i.interrupt_id for i in answered)} of this run were answered elsewhere "
+            "first; answer the rest there.",
+            interrupt_ids=[i.interrupt_id for i in answered],
+        )
     for entry in entries:
         interrupt = by_id[entry.interrupt_id]
         won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
@@ -215,6 +238,7 @@ def expire_due(now=None) -> int:
     closed = 0
     for run_pk in set(due.values_list("run_id", flat=True)):
         with transaction.atomic():
+            lock_batch(run_pk)
             run = Run.objects.select_related("thread").get(pk=run_pk)
             batch = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING))
             expired = [i for i in batch if i.expires_at and i.expires_at <= now]

@@ -113,9 +113,12 @@ def _finish(run: Run, payload: dict, proposal: ProposalLookup) -> None:
             "interrupt": Run.Status.INTERRUPTED,
             "cancelled": Run.Status.CANCELLED,
         }.get(kind, Run.Status.SUCCEEDED)
-        if kind == "interrupt":
-            _raise_interrupts(run, outcome["interrupts"], proposal, now)
-    Run.objects.filter(pk=run.pk).update(**fields)
+    # Only a run still streaming ends here: one another process already
+    # settled (its claim had lapsed) keeps the end it was given.
+    if not Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING).update(**fields):
+        return
+    if fields["status"] == Run.Status.INTERRUPTED:
+        _raise_interrupts(run, outcome["interrupts"], proposal, now)
     for name, value in fields.items():
         setattr(run, name, value)
 
@@ -149,7 +152,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> 
             transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "raised"))
 
 
-def fail(run: Run, code: str, message: str, raw: object = None) -> Event:
+def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
     """End ``run`` as failed with a RUN_ERROR of Countersign's own, recorded in its log.
 
     Used for every fault of a stream (HTTP error, refused connection, timeout,
@@ -164,10 +167,13 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event:
     error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     now = timezone.now()
     with transaction.atomic():
-        event = _log(run, error, from_agent=False)
-        Run.objects.filter(pk=run.pk).update(
+        ended = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).update(
             status=Run.Status.FAILED, error_code=code[:100], error_message=message, finished_at=now, lease_until=None
         )
+        if not ended:
+            # Already settled elsewhere: its log must not gain a second ending.
+            return None
+        event = _log(run, error, from_agent=False)
         closed = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).update(
             status=Interrupt.Status.CANCELLED,
             closed_at=now,

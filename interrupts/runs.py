@@ -9,6 +9,7 @@ commits the queued run and wakes the supervisor after commit.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,9 +40,13 @@ def thread_gate(thread: Thread) -> ThreadGate:
         .select_related("run")
         .order_by("pk")
     )
-    last_resume = (
-        Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
-    )
+    last_resume = None
+    if not pending:
+        # With interrupts open, the same answers are meant for them, not a
+        # replay of an earlier batch that happened to use the same ids.
+        last_resume = (
+            Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
+        )
     entries = ()
     if last_resume is not None:
         entries = tuple(ResumeEntry.model_validate(e) for e in last_resume.input.get("resume") or [])
@@ -52,6 +57,32 @@ def thread_gate(thread: Thread) -> ThreadGate:
         last_resume=entries,
         last_resume_run_id=last_resume.run_id if last_resume else None,
     )
+
+
+def resume_key(interrupted_run_id: str, contract_key: str) -> str:
+    """The unique key of the resume of one interrupted run.
+
+    The contract's key is (thread, answers); the run is added so that a later
+    batch reusing the same interrupt ids and answers still gets its own resume.
+    """
+    return hashlib.sha256(f"{interrupted_run_id}\n{contract_key}".encode()).hexdigest()
+
+
+def _check_id(kind: str, value: str) -> None:
+    # Ids travel in URLs and 200-character columns: refuse what cannot be stored or linked.
+    if not value or len(value) > 200 or "/" in value or any(ch.isspace() or ord(ch) < 32 for ch in value):
+        raise Refusal("INVALID_ID", f"{kind} must be 1 to 200 characters without '/', spaces or control characters.",
+                      status=400)
+
+
+def _refuse_if_busy(thread: Thread) -> None:
+    busy = Run.objects.filter(thread=thread, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).first()
+    if busy is not None:
+        raise Refusal(
+            "RUN_IN_PROGRESS",
+            f"Run {busy.run_id} of thread {thread.thread_id} is still {busy.status}: wait for it to end, "
+            "so the next run starts from its messages and state.",
+        )
 
 
 def _thread_for(agent: Agent, thread_id: str | None, title: str = "") -> Thread:
@@ -121,6 +152,7 @@ def start_run(
             "forwardedProps": forwarded_props if forwarded_props is not None else {},
         }
         check_input(thread_gate(thread), RunAgentInput.model_validate(run_input), timezone.now())
+        _refuse_if_busy(thread)
         # The user's message is part of the conversation from now on, even if
         # the agent never sends a MESSAGES_SNAPSHOT.
         Thread.objects.filter(pk=thread.pk).update(messages=messages)
@@ -153,7 +185,8 @@ def queue_resume(interrupted: Run, user=None) -> Run:
     """
     thread = interrupted.thread
     entries = resume_entries(interrupted)
-    key = idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries])
+    key = resume_key(interrupted.run_id,
+                     idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries]))
     existing = Run.objects.filter(resume_key=key).first()
     if existing is not None:
         return existing
@@ -194,6 +227,8 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
     """
     from . import decisions  # decisions queues resumes through this module
 
+    _check_id("threadId", run_input.thread_id)
+    _check_id("runId", run_input.run_id)
     with transaction.atomic():
         thread = _thread_for(agent, run_input.thread_id)
         verdict = check_input(thread_gate(thread), run_input, timezone.now())
@@ -209,8 +244,9 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
         if verdict.kind == "resume":
             parent = Run.objects.get(thread=thread, run_id=verdict.interrupted_run_id)
             decisions.record_resume(parent, run_input.resume, user)
-            key = verdict.idempotency_key
+            key = resume_key(parent.run_id, verdict.idempotency_key)
         else:
+            _refuse_if_busy(thread)
             Thread.objects.filter(pk=thread.pk).update(messages=wire_input.get("messages") or [])
         run = _queue(thread, agent, wire_input, user=user, parent=parent, resume_key=key,
                      origin=Run.Origin.GATEWAY, claimed_by=worker)

@@ -21,6 +21,7 @@ from django.conf import settings
 
 from . import recording, runs
 from .models import Run, Thread
+from .protocol.contract import outcome_problems
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from .protocol.lifecycle import RunLifecycle, StreamFault
 from .protocol.sse import SSEReader
@@ -91,6 +92,12 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
     return lookup
 
 
+def duplicate_interrupts(lifecycle: RunLifecycle) -> str:
+    """Why an interrupt outcome cannot be recorded (an id used twice), or ''."""
+    found = [p.message for p in outcome_problems(lifecycle.interrupts) if p.code == "DUPLICATE_INTERRUPT_ID"]
+    return " ".join(found)
+
+
 def recover(run: Run) -> None:
     """Settle a run whose streaming process died (its claim lapsed).
 
@@ -108,7 +115,9 @@ def recover(run: Run) -> None:
             break
         if lifecycle.finished:
             terminal = payload
-    if terminal is not None:
+    if terminal is not None and duplicate_interrupts(lifecycle):
+        recording.fail(run, "DUPLICATE_INTERRUPT_ID", duplicate_interrupts(lifecycle))
+    elif terminal is not None:
         recording.finish(run, terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)))
     else:
         recording.fail(
@@ -138,7 +147,8 @@ class RunStreamer:
 
     async def _fail(self, code: str, message: str, raw=None) -> None:
         event = await sync_to_async(recording.fail)(self.run, code, message, raw)
-        self._tell(event.seq, event.payload)
+        if event is not None:
+            self._tell(event.seq, event.payload)
 
     async def _take(self, frame) -> None:
         try:
@@ -192,18 +202,30 @@ class RunStreamer:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:
             raise Fault(fault.code, fault.message) from None
+        duplicated = duplicate_interrupts(self.lifecycle)
+        if duplicated:
+            raise Fault("DUPLICATE_INTERRUPT_ID", duplicated)
         # Only now, with nothing after the terminal event, does the run end as it said.
         await sync_to_async(recording.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, stream: asyncio.Task) -> None:
         interval = max(settings.COUNTERSIGN_LEASE_SECONDS / 3, 0.1)
         while True:
             await asyncio.sleep(interval)
-            await sync_to_async(runs.renew)(self.run.pk, self.worker)
+            try:
+                kept = await sync_to_async(runs.renew)(self.run.pk, self.worker)
+            except Exception:  # a missed beat is retried; the lease has room for two more
+                logger.exception("could not renew the claim on run %s", self.run.run_id)
+                continue
+            if not kept:
+                # Another process settled this run: stop recording into it.
+                logger.warning("run %s: claim lost, stopping its stream", self.run.run_id)
+                stream.cancel()
+                return
 
     async def stream(self) -> None:
         """Stream the run to its end; every outcome, fault included, ends up recorded."""
-        heartbeat = asyncio.ensure_future(self._heartbeat())
+        heartbeat = asyncio.ensure_future(self._heartbeat(asyncio.current_task()))
         try:
             await self._read()
         except Fault as fault:
@@ -235,5 +257,10 @@ class RunStreamer:
 
 async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = None) -> None:
     """Stream the run ``run_pk``, which ``worker`` has claimed, to its end."""
-    run = await Run.objects.select_related("thread", "agent").aget(pk=run_pk)
+    try:
+        run = await Run.objects.select_related("thread", "agent").aget(pk=run_pk)
+    except BaseException:
+        if listener is not None:
+            listener.put_nowait(None)  # a waiting client is told the stream is over
+        raise
     await RunStreamer(run, worker, listener).stream()

@@ -18,6 +18,7 @@ from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from . import decisions, history, runs, selectors
@@ -36,6 +37,14 @@ def _without_page(params) -> str:
     params.pop("page", None)
     params.pop("format", None)
     return params.urlencode()
+
+
+def _safe_next(request, target: str | None, fallback: str) -> str:
+    """``target`` if it points back into this site, else ``fallback``: never an open redirect."""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return target
+    return fallback
 
 
 def home(request):
@@ -111,7 +120,7 @@ def decide(request, pk: int):
         messages.error(request, problem["message"])
     else:
         messages.success(request, f"Decision recorded for {interrupt.interrupt_id}.")
-    return redirect(request.POST.get("next") or reverse("inbox"))
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
 
 
 @require_POST
@@ -184,7 +193,7 @@ def start_run(request, thread_id: str | None = None):
     thread = get_object_or_404(Thread, thread_id=thread_id) if thread_id else None
     if not form.is_valid() or (thread is None and form.cleaned_data.get("agent") is None):
         messages.error(request, "Pick an agent and write a message (at most 100,000 characters).")
-        return redirect(request.META.get("HTTP_REFERER") or reverse("threads"))
+        return redirect(_safe_next(request, request.META.get("HTTP_REFERER"), reverse("threads")))
     agent = thread.agent if thread else form.cleaned_data["agent"]
     try:
         run = runs.start_run(agent, user=request.user, thread_id=thread.thread_id if thread else None,

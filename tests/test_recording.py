@@ -51,7 +51,7 @@ def test_each_recorded_event_is_broadcast_with_its_sequence_number(listening):
 def test_an_interrupt_outcome_raises_interrupts_and_tells_the_inbox(listening):
     subscribe, received = listening
     subscribe(relay.INBOX_GROUP)
-    run = make.run()
+    run = make.run(status="streaming")
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [
                     {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a"},
@@ -88,3 +88,36 @@ def test_a_decision_with_reserved_metadata_is_refused_and_nothing_is_stored():
     assert refused.value.code == "RESERVED_METADATA_KEY"
     interrupt.refresh_from_db()
     assert interrupt.status == "pending" and not interrupt.decisions.exists()
+
+
+def test_a_run_settled_elsewhere_keeps_its_end():
+    # Another process took the run over (its claim lapsed) and failed it; the
+    # original stream's late ending must neither overwrite that nor raise interrupts.
+    run = make.run(status="failed")
+    terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
+                "outcome": {"type": "interrupt", "interrupts": [{"id": "i-1", "reason": "confirmation"}]}}
+    recording.finish(run, terminal)
+    assert recording.fail(run, "LATE", "late") is None
+    assert Run.objects.get(pk=run.pk).status == "failed"
+    assert not Interrupt.objects.filter(run=run).exists()
+    assert not run.events.exists()
+
+
+def test_deciding_a_batch_locks_it_so_the_last_answer_queues_the_resume():
+    reviewer = make.user()
+    run = make.run(status="interrupted")
+    first, second = make.interrupt(run, interrupt_id="a"), make.interrupt(run, interrupt_id="b")
+    decisions.decide(first, reviewer, "resolved", {"approved": True})
+    assert not Run.objects.filter(parent=run).exists()
+    decisions.decide(second, reviewer, "cancelled")
+    assert Run.objects.filter(parent=run).count() == 1
+
+
+def test_a_new_batch_reusing_ids_and_answers_gets_its_own_resume():
+    reviewer = make.user()
+    first_run = make.run(status="interrupted")
+    decisions.decide(make.interrupt(first_run, interrupt_id="confirm-clear"), reviewer, "resolved", {"confirm": True})
+    second_run = make.run(first_run.thread, status="interrupted")
+    decisions.decide(make.interrupt(second_run, interrupt_id="confirm-clear"), reviewer, "resolved", {"confirm": True})
+    first_resume, second_resume = Run.objects.get(parent=first_run), Run.objects.get(parent=second_run)
+    assert first_resume != second_resume and first_resume.resume_key != second_resume.resume_key

@@ -99,6 +99,12 @@ def test_without_javascript_a_decision_redirects_back_with_a_message(client, rev
     assert f"Decision recorded for {interrupt.interrupt_id}" in response.content.decode()
 
 
+def test_next_never_redirects_off_site(client, reviewer):
+    interrupt = make.interrupt()
+    response = client.post(reverse("decide", args=[interrupt.pk]), {"action": "approve", "next": "https://evil.example/"})
+    assert response["Location"] == reverse("inbox")
+
+
 def test_the_edit_preview_diffs_proposed_and_edited_args(client, reviewer):
     interrupt = make.interrupt(interrupt_id="e-1", reason="tool_call", tool_call_id="tc-1", proposed_args={"to": "a@b.com"},
                                response_schema=EDITS_SCHEMA,

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 
@@ -112,12 +112,26 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 
 
 class RunDetail(generics.RetrieveAPIView):
+    """One run by its runId; ``?thread=`` picks one when several threads reuse a runId."""
+
     serializer_class = s.RunSerializer
-    lookup_field = "run_id"
-    queryset = Run.objects.select_related("thread", "agent", "parent")
+
+    def get_object(self):
+        runs_ = Run.objects.select_related("thread", "agent", "parent").filter(run_id=self.kwargs["run_id"])
+        if thread := self.request.query_params.get("thread"):
+            runs_ = runs_.filter(thread__thread_id=thread)
+        found = list(runs_[:2])
+        if not found:
+            raise NotFound(f"No run {self.kwargs['run_id']!r}.")
+        if len(found) > 1:
+            raise Refusal("AMBIGUOUS_RUN_ID", f"Several threads have a run {self.kwargs['run_id']!r}: "
+                          "add ?thread=<threadId>.", status=409)
+        return found[0]
 
 
 class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    lookup_value_regex = r"\d+"
+
     @extend_schema(parameters=[
         OpenApiParameter("status", str, enum=Interrupt.Status.values),
         OpenApiParameter("agent", str), OpenApiParameter("reason", str), OpenApiParameter("thread", str),

@@ -56,7 +56,8 @@
       const response = await fetch(location.pathname + location.search, {
         headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
       });
-      if (!response.ok) return;
+      // A redirect here is to the login page: the session ended, show nothing of it.
+      if (!response.ok || response.redirected) return;
       const fresh = document.createElement("div");
       fresh.innerHTML = await response.text();
       const freshIds = new Set($$("section.batch", fresh).map((s) => s.id));
@@ -109,9 +110,13 @@
         while (wanted > lastSeq || forced) {
           forced = false;
           const response = await fetch(`${history.dataset.eventsUrl}?after=${lastSeq}`, { credentials: "same-origin" });
-          if (!response.ok) break;
+          if (!response.ok || response.redirected || !response.headers.has("X-Last-Seq")) {
+            if (status) status.textContent = "logged out: reload the page to log in";
+            wanted = lastSeq; // stop asking until something new is announced
+            break;
+          }
           const html = await response.text();
-          const reached = Number(response.headers.get("X-Last-Seq") || lastSeq);
+          const reached = Number(response.headers.get("X-Last-Seq"));
           appendHistory(history, html);
           setStartAllowed(response.headers.get("X-Pending") !== "1");
           if (reached <= lastSeq) break;
@@ -208,7 +213,7 @@
     form.dataset.enhanced = "1";
     const card = form.closest("[data-card]");
     const schema = JSON.parse($("script[type='application/json']", form).textContent);
-    const key = card && card.dataset.interruptId;
+    const key = card && card.id; // unique per interrupt row, unlike the agent's interrupt id
     const editor = makeEditor($(".schema-editor", form), schema, stash.get(key));
     if (!editor) return;
     $(".fallback", form).hidden = true;

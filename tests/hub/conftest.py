@@ -26,7 +26,7 @@ def hub(tmp_path_factory, scripted):
     ).start()
     with app.api() as api:
         for name in ["approve", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
-                     "agent-error", "interrupt-then-noise", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger"]:
+                     "agent-error", "interrupt-then-noise", "duplicate-ids", "slow-finish", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger"]:
             response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})
             assert response.status_code == 201, response.text
         # A port nobody listens on: connection refused.
@@ -54,13 +54,13 @@ def wait_for(check, timeout=15.0, interval=0.05):
         time.sleep(interval)
 
 
-def run_of(api, run_id):
-    return api.get(f"/api/runs/{run_id}/").json()
+def run_of(api, run_id, thread=None):
+    return api.get(f"/api/runs/{run_id}/", params={"thread": thread} if thread else None).json()
 
 
-def finished_run(api, run_id):
+def finished_run(api, run_id, thread=None):
     """Wait for a run to leave queued/streaming, and return it."""
-    return wait_for(lambda: (r := run_of(api, run_id))["status"] not in ("queued", "streaming") and r)
+    return wait_for(lambda: (r := run_of(api, run_id, thread))["status"] not in ("queued", "streaming") and r)
 
 
 def events(api, thread_id, after=0):

@@ -94,6 +94,8 @@ SCRIPTS = {
     + [frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"})],
     "agent-error": lambda body: [frame(started(body)), frame({"type": "RUN_ERROR", "code": "QUOTA", "message": "out of credits"})],
     "wrong-run": lambda body: [frame({**started(body), "runId": "someone-elses-run"})],
+    "duplicate-ids": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": [
+        {"id": "same", "reason": "confirmation"}, {"id": "same", "reason": "confirmation"}]}))],
     "empty-interrupts": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": []}))],
 }
 
@@ -118,6 +120,13 @@ class ScriptedAgent:
                                       json.dumps({"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]}).encode())
                 if name == "html":
                     return self._send(200, "text/html", b"<html>not an agent</html>")
+                if name == "slow-finish":
+                    # Finishes after a while: the run stays in progress meanwhile.
+                    self._start_stream()
+                    self._write(frame(started(body)))
+                    time.sleep(1)
+                    self._write(frame(finished(body, {"type": "success"})))
+                    return
                 if name == "silent":
                     self._start_stream()
                     self._write(frame(started(body)))

@@ -270,3 +270,16 @@ def test_the_openapi_schema_and_docs_are_served(api, hub):
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     # Offline: the UI's assets come from this server, not a CDN.
     assert "cdn.jsdelivr" not in docs.text and "unpkg.com" not in docs.text
+
+
+def test_a_new_run_waits_for_the_one_in_progress(api):
+    run = start(api, "x-slow-finish")
+    busy = api.post(f"/api/threads/{run['thread']}/runs/", json={"message": "and now?"})
+    assert busy.status_code == 409 and busy.json()["code"] == "RUN_IN_PROGRESS"
+    finished_run(api, run["run_id"])
+    assert api.post(f"/api/threads/{run['thread']}/runs/", json={"message": "and now?"}).status_code == 201
+
+
+def test_lookups_never_answer_500(api):
+    assert api.post("/api/interrupts/abc/decide/", json={"action": "approve"}).status_code == 404
+    assert api.get("/api/runs/no-such-run/").json()["code"] == "NOT_FOUND"

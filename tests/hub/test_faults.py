@@ -30,6 +30,7 @@ def failed(api, agent):
         ("x-after-end", "AFTER_END", ["TEXT_MESSAGE_START"]),
         ("x-wrong-run", "RUN_MISMATCH", ["someone-elses-run"]),
         ("x-empty-interrupts", "MALFORMED_EVENT", ["interrupt"]),
+        ("x-duplicate-ids", "DUPLICATE_INTERRUPT_ID", ["same"]),
     ],
 )
 def test_a_fault_fails_the_run_with_a_recorded_hub_error(api, agent, code, words):

@@ -49,7 +49,7 @@ async def test_a_resume_through_the_gateway_is_recorded_as_the_callers_decision(
     [decision] = api.get(f"/api/interrupts/{answered['id']}/").json()["decisions"]
     assert decision["user"]["username"] == "reviewer"
     assert decision["payload"] == {"build": 42}
-    assert finished_run(api, "r2")["parent"] == "r1"
+    assert finished_run(api, "r2", thread="gw-resume")["parent"] == "r1"
 
 
 async def test_replaying_an_identical_resume_returns_the_recorded_run_without_calling_the_agent(gateway, scripted):
@@ -124,3 +124,29 @@ def test_a_browser_session_needs_a_csrf_token(hub):
         allowed = browser.post("/agui/mailer/", json=new_input("gw-csrf"),
                                headers={"X-CSRFToken": browser.cookies["csrftoken"], "Referer": f"{hub.url}/"})
         assert allowed.status_code == 200
+
+
+async def test_a_resume_for_a_batch_partly_answered_in_the_inbox_is_refused(gateway, api):
+    first = await gateway("bulk-mailer", new_input("gw-part-inbox"))
+    asked = wait_for(lambda: len(found := pending(api, "gw-part-inbox")) == 3 and found)
+    assert api.post(f"/api/interrupts/{asked[0]['id']}/decide/", json={"action": "approve"}).status_code == 201
+    rest = [{"interruptId": i["interrupt_id"], "status": "cancelled"} for i in asked[1:]]
+    refused = await gateway("bulk-mailer", resume_body(first, "gw-part-inbox", "r2", rest))
+    assert refused.last["code"] == "ALREADY_RESOLVED"
+    assert asked[0]["interrupt_id"] in refused.last["message"]
+    assert len(pending(api, "gw-part-inbox")) == 2  # nothing was recorded
+
+
+async def test_ids_that_cannot_be_stored_or_linked_are_refused(gateway):
+    refused = await gateway("mailer", new_input("a/b"))
+    assert refused.last["code"] == "INVALID_ID"
+    refused = await gateway("mailer", new_input("t-long", run="r" * 201))
+    assert refused.last["code"] == "INVALID_ID"
+
+
+async def test_a_run_id_two_clients_both_chose_is_found_by_thread(gateway, api):
+    await gateway("janitor", new_input("gw-amb-1", run="dup-run"))
+    await gateway("janitor", new_input("gw-amb-2", run="dup-run"))
+    ambiguous = api.get("/api/runs/dup-run/")
+    assert ambiguous.status_code == 409 and ambiguous.json()["code"] == "AMBIGUOUS_RUN_ID"
+    assert api.get("/api/runs/dup-run/", params={"thread": "gw-amb-2"}).json()["thread"] == "gw-amb-2"
