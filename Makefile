@@ -20,7 +20,7 @@ BOOTSTRAP_PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do \
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: serve test bench venv check-python browser clean
+.PHONY: serve test test-scale bench venv check-python browser clean
 
 check-python:
 	@if [ -z "$(BOOTSTRAP_PYTHON)" ]; then \
@@ -67,6 +67,12 @@ browser:
 
 test: venv $(LG_VENV)/.installed browser
 	$(PY) -m pytest
+
+# The same suite against PostgreSQL and Redis (started on loopback by bin/services).
+test-scale: venv $(LG_VENV)/.installed browser
+	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
+	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL"; \
+	  $(PY) -m pytest
 
 # Figures, not pass/fail: each benchmark prints its own table.
 bench: venv

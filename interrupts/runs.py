@@ -30,6 +30,7 @@ MAX_MESSAGE_CHARS = 100_000
 
 
 def new_run_id() -> str:
+    """A fresh runId: random, so two processes never pick the same one."""
     return f"run-{uuid.uuid4().hex}"
 
 

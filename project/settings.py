@@ -125,6 +125,8 @@ if REDIS_URL:
                 # redis-py's default pool of 100 connections runs out at about
                 # 100 concurrent WebSocket connects per process.
                 "hosts": [{"address": REDIS_URL, "max_connections": 1000}],
+                # Several deployments (or test servers) may share one Redis.
+                "prefix": os.environ.get("COUNTERSIGN_CHANNEL_PREFIX", "asgi"),
                 # The layer drops messages for a full channel; the event log is
                 # the record, but a larger buffer keeps gaps rare.
                 "capacity": 1000,

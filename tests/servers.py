@@ -1,5 +1,6 @@
 """Real servers for end-to-end tests: `manage.py serve` as `make serve` runs it."""
 
+import hashlib
 import os
 import socket
 import subprocess
@@ -8,6 +9,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_for(workdir: Path) -> str:
+    """The database of the test server in ``workdir``: a SQLite file, or, when the
+    suite runs against PostgreSQL (DATABASE_URL), a database of its own there."""
+    base = os.environ.get("DATABASE_URL", "")
+    if not base.startswith("postgres"):
+        return f"sqlite:///{workdir / 'db.sqlite3'}"
+    import psycopg
+
+    name = "cs_" + hashlib.sha1(str(workdir).encode()).hexdigest()[:16]
+    with psycopg.connect(base, autocommit=True) as connection:
+        exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            connection.execute(f'CREATE DATABASE "{name}"')
+    return base.rsplit("/", 1)[0] + "/" + name
 
 
 def free_port() -> int:
@@ -28,9 +45,10 @@ class ServedApp:
 
     def __init__(self, workdir: Path, **env: str) -> None:
         self.workdir = workdir
-        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}", "DEBUG": "true", **env}
-        if "REDIS_URL" not in env:
-            self.env.pop("REDIS_URL", None)  # the in-memory layer, as `make serve` has
+        self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true", **env}
+        if os.environ.get("REDIS_URL"):
+            # One Redis for every test server: each gets its own key prefix.
+            self.env["COUNTERSIGN_CHANNEL_PREFIX"] = "cs" + hashlib.sha1(str(workdir).encode()).hexdigest()[:10]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "serve.log"

@@ -55,6 +55,7 @@ class Agent:
     description: str = ""
 
     async def run(self, ctx: RunContext) -> RunOutcome:  # pragma: no cover - abstract
+        """Do one run's work through ``ctx`` and say how it ends."""
         raise NotImplementedError(f"{type(self).__name__}.run is not implemented")
 
 

@@ -60,10 +60,12 @@ class RunContext:
 
     @property
     def thread_id(self) -> str:
+        """The conversation this run belongs to."""
         return self.input.thread_id
 
     @property
     def run_id(self) -> str:
+        """This run's id (a resume has a new one; ``input.parent_run_id`` names the paused run)."""
         return self.input.run_id
 
     @property
