@@ -6,7 +6,6 @@ pages stay fast with 100,000 pending interrupts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -120,16 +119,6 @@ def _live_decisions(queryset):
     from django.db.models import Prefetch
 
     return Prefetch("decisions", queryset=queryset, to_attr="live_decisions")
-
-
-def interrupt_card(pk: int) -> Interrupt:
-    """One interrupt with everything its card shows."""
-    live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
-    return (
-        Interrupt.objects.select_related("run__agent", "run__thread")
-        .prefetch_related(_live_decisions(live))
-        .get(pk=pk)
-    )
 
 
 def resumed_by(run_pks) -> dict[int, Run]:
@@ -283,12 +272,3 @@ def audit_rows(interrupts) -> list[AuditRow]:
         found = results.get((resume.pk, interrupt.tool_call_id), []) if resume and interrupt.tool_call_id else []
         rows.append(AuditRow(interrupt, decisions.get(interrupt.pk, []), resume, found))
     return rows
-
-
-def pretty(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-
-
-def overview():
-    """Counts for the header and landing page."""
-    return {"pending": pending_count(), "threads": Thread.objects.count()}

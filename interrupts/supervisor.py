@@ -37,11 +37,6 @@ def wake() -> None:
         supervisor.loop.call_soon_threadsafe(supervisor.wakeup.set)
 
 
-def current() -> Supervisor | None:
-    """The supervisor running in this process, if any."""
-    return _current
-
-
 def ensure() -> Supervisor:
     """This process's supervisor, started on the running loop if none runs yet.
 

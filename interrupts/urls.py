@@ -5,7 +5,6 @@ from . import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("inbox/", views.inbox, name="inbox"),
-    path("inbox/pending/", views.pending_badge, name="pending-badge"),
     path("interrupts/<int:pk>/decide/", views.decide, name="decide"),
     path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
     path("threads/", views.threads, name="threads"),

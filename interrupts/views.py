@@ -14,7 +14,7 @@ import json
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -138,10 +138,6 @@ def edit_preview(request, pk: int):
         "interrupt": interrupt, "edited": edited, "edited_json": json.dumps(edited, ensure_ascii=False),
         "errors": errors,
     })
-
-
-def pending_badge(request):
-    return JsonResponse({"pending": selectors.pending_count()})
 
 
 # --- threads ----------------------------------------------------------------------

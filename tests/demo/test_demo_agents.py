@@ -16,7 +16,7 @@ from interrupts.demo.deployer import APPROVE_DEPLOY
 from interrupts.demo.filing import FILING
 from interrupts.demo.mailer import SEND_EMAIL_SCHEMA
 
-from ..agui import post_run, resume_body
+from ..agui import Streamed, post_run, resume_body
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def agent_url(served):
     return lambda name: f"{served.url}/agents/{name}/"
 
 
-async def start(agent_url, name: str, thread: str = "t1", **body) -> "Streamed":  # noqa: F821
+async def start(agent_url, name: str, thread: str = "t1", **body) -> Streamed:
     streamed = await post_run(agent_url(name), {"threadId": thread, "runId": "r1", "messages": [], **body})
     assert streamed.status == 200
     assert streamed.problems() == []

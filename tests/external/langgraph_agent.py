@@ -55,7 +55,6 @@ from langgraph.types import Command, interrupt
 from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
 from ag_ui_langgraph.interrupts import (
     DEFAULT_RESUME_SENTINEL_CANCELLED,
-    DEFAULT_RESUME_SENTINEL_MAP,
 )
 
 HOST = "127.0.0.1"
