@@ -37,6 +37,15 @@ def interrupt_id(tool_call_id: str) -> str:
     return f"approve-{tool_call_id}"
 
 
+def in_order(emails: dict) -> list:
+    """The ledger in the order the emails were proposed.
+
+    JSON objects have no order (PostgreSQL's jsonb, for one, stores the state
+    with its keys sorted), so the ledger carries its own.
+    """
+    return sorted(emails.items(), key=lambda item: item[1].get("n", 0))
+
+
 def last_user_text(ctx) -> str:
     for message in reversed(ctx.messages):
         if getattr(message, "role", None) == "user" and isinstance(message.content, str):
@@ -65,14 +74,14 @@ class Mailer(Agent):
         if not ctx.is_resume():
             for args in self.drafts(ctx):
                 tool_call_id = ctx.tool_call("sendEmail", args)
-                emails[tool_call_id] = {"args": args, "status": "proposed"}
+                emails[tool_call_id] = {"args": args, "status": "proposed", "n": len(emails)}
         else:
             # Refuse before sending anything: a resume is applied whole or not at all.
             waiting = {interrupt_id(t) for t, e in emails.items() if e["status"] == "proposed"}
             unknown = [e.interrupt_id for e in ctx.resume() if e.interrupt_id not in waiting]
             if unknown:
                 raise InvalidResume(f"No email of this thread waits for {', '.join(unknown)}.")
-            for tool_call_id, email in emails.items():
+            for tool_call_id, email in in_order(emails):
                 answer = ctx.resume_for(interrupt_id(tool_call_id))
                 if email["status"] == "proposed" and answer is not None:
                     emails[tool_call_id] = self.settle(ctx, tool_call_id, email, answer)
@@ -85,7 +94,7 @@ class Mailer(Agent):
                 message=f"Send email to {email['args']['to']} with subject '{email['args']['subject']}'?",
                 response_schema=SEND_EMAIL_SCHEMA,
             )
-            for tool_call_id, email in emails.items()
+            for tool_call_id, email in in_order(emails)
             if email["status"] == "proposed"
         ]
         if pending:
