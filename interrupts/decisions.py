@@ -57,7 +57,7 @@ def _already_decided(interrupt: Interrupt) -> Refusal:
 
 
 def _batch_sent(interrupt: Interrupt) -> bool:
-    return Run.objects.filter(parent_id=interrupt.run_id, resume_key__isnull=False).exists()
+    return interrupt.run.resumed_by() is not None
 
 
 def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> ResumeEntry:

@@ -150,6 +150,10 @@ class Run(models.Model):
     def __str__(self) -> str:
         return self.run_id
 
+    def resumed_by(self) -> Run | None:
+        """The run that sent this run's decisions back to the agent, once the batch was sent."""
+        return self.children.filter(resume_key__isnull=False).first()
+
 
 class Event(models.Model):
     """One AG-UI event exactly as received: append-only, numbered per thread."""

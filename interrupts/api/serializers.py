@@ -81,7 +81,7 @@ class RunSerializer(serializers.ModelSerializer):
                   "error_message", "resumed_by", "created_at", "started_at", "finished_at"]
 
     def get_resumed_by(self, run) -> str | None:
-        child = run.children.filter(resume_key__isnull=False).first()
+        child = run.resumed_by()
         return child.run_id if child else None
 
 
@@ -127,7 +127,7 @@ class InterruptDetailSerializer(InterruptSerializer):
         fields = InterruptSerializer.Meta.fields + ["raw", "decisions", "resumed_by"]
 
     def get_resumed_by(self, interrupt) -> str | None:
-        child = interrupt.run.children.filter(resume_key__isnull=False).first()
+        child = interrupt.run.resumed_by()
         return child.run_id if child else None
 
 
