@@ -133,6 +133,11 @@ class Run(models.Model):
     # heartbeat: a claim that lapses means that process died mid-stream.
     claimed_by = models.CharField(max_length=100, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Delivery: a queued run whose agent could not be reached waits for
+    # ``retry_at``; ``attempts`` counts the failed tries, ``last_error`` says why.
+    attempts = models.PositiveIntegerField(default=0)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -149,6 +154,19 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.run_id
+
+    @property
+    def awaiting_agent(self) -> bool:
+        """Queued again because its agent could not be reached: waiting to be retried."""
+        return self.status == RunStatus.QUEUED and self.attempts > 0
+
+    @property
+    def delivery(self) -> str:
+        """What people are told about a run waiting for its agent, or ''."""
+        if not self.awaiting_agent:
+            return ""
+        kind = "resume" if self.resume_key else "run"
+        return f"{kind} pending — agent unreachable, attempt {self.attempts}"
 
     def resumed_by(self) -> Run | None:
         """The run that sent this run's decisions back to the agent, once the batch was sent."""

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import supervisor
+from . import recording, relay, supervisor
 from .models import Agent, Decision, Interrupt, Run, Thread
 from .protocol.contract import ThreadGate, Verdict, check_input, idempotency_key
 from .protocol.wire import dump
@@ -254,17 +254,87 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
         return Accepted(verdict, run)
 
 
-def claim(run_pk: int, worker: str) -> bool:
-    """Take a queued run for ``worker``; exactly one process wins a race for it."""
+def claim_due(limit: int, worker: str) -> list[int]:
+    """Take up to ``limit`` due queued runs for ``worker``, oldest first; returns their pks.
+
+    Several processes poll at once. On PostgreSQL the rows are locked with
+    ``FOR UPDATE SKIP LOCKED``, so each process takes different runs without
+    waiting for the others; SQLite ignores the lock clause, but its IMMEDIATE
+    transactions already run one writer at a time. The UPDATE is conditional
+    on the run still being queued either way, so a run is never taken twice.
+    """
     now = timezone.now()
-    return bool(
-        Run.objects.filter(pk=run_pk, status=Run.Status.QUEUED).update(
+    with transaction.atomic():
+        due = list(
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(status=Run.Status.QUEUED)
+            .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+            .order_by("created_at", "pk")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not due:
+            return []
+        Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
             status=Run.Status.STREAMING,
             claimed_by=worker,
             started_at=now,
+            retry_at=None,
             lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
         )
-    )
+        return list(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
+                    .order_by("created_at", "pk").values_list("pk", flat=True))
+
+
+def _tell_inbox(run: Run, seq: int) -> None:
+    # The inbox lists resumes waiting for their agent: its watchers refresh.
+    thread_pk = run.thread_id
+    transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "delivery"))
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...): doubling, capped."""
+    return min(settings.COUNTERSIGN_RETRY_BASE * 2 ** (attempt - 1), settings.COUNTERSIGN_RETRY_MAX_DELAY)
+
+
+def defer(run: Run, worker: str, code: str, message: str) -> int | None:
+    """Queue ``run`` again because its agent could not be reached; the attempt number, or None.
+
+    Only for a failure before the agent accepted the request (nothing of the
+    run reached it), so trying again cannot make it act twice. None when
+    ``worker`` no longer holds the run (another process settled it).
+    """
+    attempt = run.attempts + 1
+    now = timezone.now()
+    retry_at = now + timedelta(seconds=retry_delay(attempt))
+    with transaction.atomic():
+        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None,
+            attempts=attempt, retry_at=retry_at, last_error=f"{code}: {message}"[:2000],
+        )
+        if not taken:
+            return None
+        # In the thread's log too, so its page and the audit trail show each try.
+        event = recording.note(run, "countersign.delivery_failed", {
+            "runId": run.run_id, "attempt": attempt, "code": code, "message": message,
+            "retryAt": retry_at.isoformat(),
+        })
+        _tell_inbox(run, event.seq)
+    run.status, run.attempts, run.retry_at, run.last_error = Run.Status.QUEUED, attempt, retry_at, f"{code}: {message}"
+    return attempt
+
+
+def retry_now(run: Run, user=None) -> bool:
+    """Make a run waiting for its agent due at once (the Retry-now action); False if it is not waiting."""
+    with transaction.atomic():
+        moved = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED, attempts__gt=0).update(
+            retry_at=timezone.now())
+        if not moved:
+            return False
+        event = recording.note(run, "countersign.retry_requested", {
+            "runId": run.run_id, "by": user.get_username() if user is not None else None})
+        _tell_inbox(run, event.seq)
+        transaction.on_commit(supervisor.wake)
+    return True
 
 
 def renew(run_pk: int, worker: str) -> bool:
@@ -274,11 +344,6 @@ def renew(run_pk: int, worker: str) -> bool:
             lease_until=timezone.now() + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
         )
     )
-
-
-def queued(limit: int) -> list[int]:
-    """The oldest queued runs, to be claimed."""
-    return list(Run.objects.filter(status=Run.Status.QUEUED).order_by("created_at", "pk").values_list("pk", flat=True)[:limit])
 
 
 def lapsed(now: datetime) -> list[Run]:

@@ -126,6 +126,12 @@ def resumed_by(run_pks) -> dict[int, Run]:
     return {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)}
 
 
+def awaiting_agent(limit: int = 50) -> list[Run]:
+    """Runs queued again because their agent could not be reached, next try first."""
+    return list(Run.objects.filter(status=Run.Status.QUEUED, attempts__gt=0).select_related("thread", "agent")
+                .order_by("retry_at", "pk")[:limit])
+
+
 def threads(agent: str = "", q: str = ""):
     """Threads, busiest first, with their pending count and latest run's status."""
     latest = Run.objects.filter(thread=OuterRef("pk")).order_by("-created_at", "-pk")

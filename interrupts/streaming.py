@@ -36,9 +36,16 @@ MAX_ERROR_BODY = 8192
 class Fault(Exception):
     """A stream fault found by the hub, with the code of the RUN_ERROR it records."""
 
-    def __init__(self, code: str, message: str, raw: object = None) -> None:
+    def __init__(self, code: str, message: str, raw: object = None, *, unreached: bool = False) -> None:
         super().__init__(message)
         self.code, self.message, self.raw = code, message, raw
+        # True when the agent provably did not take the run (nothing was
+        # accepted): trying again later cannot make it act twice.
+        self.unreached = unreached
+
+
+# Answers that mean "not now" rather than "no": the request was not processed.
+RETRY_STATUSES = {429, 502, 503}
 
 
 def _error_body_message(body: bytes, content_type: str) -> str:
@@ -185,7 +192,8 @@ class RunStreamer:
                         if len(body) > MAX_ERROR_BODY:
                             break
                     detail = _error_body_message(body, content_type) or response.reason_phrase
-                    raise Fault("HTTP_ERROR", f"The agent answered HTTP {response.status_code}: {detail}", body)
+                    raise Fault("HTTP_ERROR", f"The agent answered HTTP {response.status_code}: {detail}", body,
+                                unreached=response.status_code in RETRY_STATUSES)
                 if not content_type.startswith("text/event-stream"):
                     raise Fault(
                         "BAD_CONTENT_TYPE",
@@ -223,23 +231,46 @@ class RunStreamer:
                 stream.cancel()
                 return
 
+    async def _unreached(self, fault: Fault) -> None:
+        """The agent did not take the run: queue it again with backoff, or fail once tries run out.
+
+        Runs a client streams through the gateway fail at once instead: that
+        client is waiting on this very connection and decides itself.
+        """
+        if self.run.origin == Run.Origin.HUB:
+            tries = self.run.attempts + 1
+            if tries >= settings.COUNTERSIGN_RETRY_ATTEMPTS:
+                await self._fail("AGENT_UNREACHABLE", f"Gave up after {tries} attempts; the last one: {fault.message}",
+                                 fault.raw)
+                return
+            attempt = await sync_to_async(runs.defer)(self.run, self.worker, fault.code, fault.message)
+            if attempt is not None:
+                logger.warning("run %s: agent unreachable (attempt %d): %s", self.run.run_id, attempt, fault.message)
+            return  # None: another process settled the run meanwhile
+        await self._fail(fault.code, fault.message, fault.raw)
+
     async def stream(self) -> None:
         """Stream the run to its end; every outcome, fault included, ends up recorded."""
         heartbeat = asyncio.ensure_future(self._heartbeat(asyncio.current_task()))
         try:
             await self._read()
         except Fault as fault:
-            await self._fail(fault.code, fault.message, fault.raw)
+            if fault.unreached:
+                await self._unreached(fault)
+            else:
+                await self._fail(fault.code, fault.message, fault.raw)
         except MalformedStream as problem:
             await self._fail("MALFORMED_STREAM", f"The agent's stream is not valid SSE: {problem.message}")
         except httpx.ConnectTimeout:
-            await self._fail("TIMEOUT", f"The agent at {self.run.agent.url} did not accept a connection within "
-                                        f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s.")
+            await self._unreached(Fault(
+                "TIMEOUT", f"The agent at {self.run.agent.url} did not accept a connection within "
+                           f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s."))
         except httpx.ReadTimeout:
             await self._fail("TIMEOUT", f"The agent sent nothing for {settings.COUNTERSIGN_IDLE_TIMEOUT:g} s; "
                                         "the run was abandoned.")
         except httpx.ConnectError as problem:
-            await self._fail("CONNECT_ERROR", f"Could not connect to the agent at {self.run.agent.url}: {problem}")
+            await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at {self.run.agent.url}: "
+                                                         f"{problem}"))
         except httpx.HTTPError as problem:
             await self._fail("TRANSPORT_ERROR", f"The connection to the agent broke: {type(problem).__name__}: {problem}")
         except asyncio.CancelledError:

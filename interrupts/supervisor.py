@@ -1,8 +1,8 @@
 """The per-process owner of background work: streams, queued resumes, expiry.
 
 ``manage.py serve`` starts one ``Supervisor`` on daphne's event loop. It
-claims queued runs (a conditional UPDATE: with several processes exactly one
-wins each run) and streams them, closes interrupts whose expiry passed, and
+claims queued runs that are due (row locks: with several processes each run
+goes to exactly one) and streams them, closes interrupts whose expiry passed, and
 fails runs whose streaming process died (their claim lapsed). Requests never
 do this work: they commit a row and call ``wake()``; other processes find the
 row on their next poll.
@@ -90,9 +90,8 @@ class Supervisor:
         room = settings.COUNTERSIGN_MAX_STREAMS - self.streaming()
         if room <= 0:
             return
-        for run_pk in await sync_to_async(runs.queued)(room):
-            if await sync_to_async(runs.claim)(run_pk, self.worker):
-                self.stream(run_pk)
+        for run_pk in await sync_to_async(runs.claim_due)(room, self.worker):
+            self.stream(run_pk)
 
     def streaming(self) -> int:
         return sum(1 for t in self.tasks if t.get_name().startswith("stream-") and not t.done())

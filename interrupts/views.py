@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 
 from . import decisions, history, runs, selectors
 from .forms import AgentForm, DecideForm, StartRunForm
-from .models import Agent, Interrupt, Thread
+from .models import Agent, Interrupt, Run, Thread
 from .protocol.errors import ProtocolError
 from .protocol.schema import EDITED_ARGS, approval_payload, edited_args_schema, payload_errors, supports_edits
 
@@ -82,6 +82,7 @@ def inbox(request):
         .values_list("reason", flat=True).distinct()[:50],
         "query": _without_page(request.GET),
         "now": timezone.now(),
+        "awaiting": selectors.awaiting_agent(),
     }
     if request.htmx and request.htmx.target == "inbox-list":
         return render(request, "interrupts/_inbox_list.html", context)
@@ -120,6 +121,20 @@ def decide(request, pk: int):
         messages.error(request, problem["message"])
     else:
         messages.success(request, f"Decision recorded for {interrupt.interrupt_id}.")
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
+
+
+@require_POST
+def retry_run(request, pk: int):
+    """Retry-now: try a run waiting for its unreachable agent at once, not at its backoff time."""
+    run = get_object_or_404(Run, pk=pk)
+    retried = runs.retry_now(run, request.user)
+    said = (f"Trying {run.run_id} again now." if retried else
+            f"Run {run.run_id} is no longer waiting for its agent ({run.get_status_display().lower()}).")
+    if request.htmx:
+        return render(request, "interrupts/_awaiting.html", {"awaiting": selectors.awaiting_agent(),
+                                                             "said": said, "now": timezone.now()})
+    (messages.success if retried else messages.error)(request, said)
     return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
 
 

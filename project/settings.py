@@ -161,7 +161,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "interrupts.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # JSON only, and only JSON that every database can store and every agent
+    # can read back (no NUL characters, bounded nesting).
+    "DEFAULT_PARSER_CLASSES": ["interrupts.api.parsers.JSONParser"],
+    # DRF's limit/offset paging with a ceiling on ?limit=.
+    "DEFAULT_PAGINATION_CLASS": "interrupts.api.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
 SPECTACULAR_SETTINGS = {
@@ -234,11 +238,24 @@ COUNTERSIGN_LEASE_SECONDS = float(os.environ.get("COUNTERSIGN_LEASE_SECONDS", "3
 # How often each process looks for queued runs and due expiries without a wake-up.
 COUNTERSIGN_POLL_INTERVAL = float(os.environ.get("COUNTERSIGN_POLL_INTERVAL", "1"))
 COUNTERSIGN_MAX_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_STREAMS", "50"))
+# An agent that cannot be reached (refused, connect timeout, HTTP 502/503/429
+# before any event) is tried again after RETRY_BASE seconds, doubling up to
+# RETRY_MAX_DELAY; after RETRY_ATTEMPTS failed tries the run fails with
+# AGENT_UNREACHABLE. The defaults keep trying for about four hours.
+COUNTERSIGN_RETRY_BASE = float(os.environ.get("COUNTERSIGN_RETRY_BASE", "1"))
+COUNTERSIGN_RETRY_MAX_DELAY = float(os.environ.get("COUNTERSIGN_RETRY_MAX_DELAY", "300"))
+COUNTERSIGN_RETRY_ATTEMPTS = int(os.environ.get("COUNTERSIGN_RETRY_ATTEMPTS", "50"))
 # Where this app serves its own demo agents; `manage.py serve` sets it to the
 # address it listens on.
 COUNTERSIGN_SELF_URL = os.environ.get("COUNTERSIGN_SELF_URL", "http://127.0.0.1:8000")
-# Bounds on what an agent may send (bytes).
+# Bounds on what an agent may send: one event (bytes), and one run's whole
+# stream (events, bytes); past any of them the run fails with a RUN_ERROR.
 COUNTERSIGN_MAX_EVENT_BYTES = int(os.environ.get("COUNTERSIGN_MAX_EVENT_BYTES", str(8 * 1024 * 1024)))
+COUNTERSIGN_MAX_RUN_EVENTS = int(os.environ.get("COUNTERSIGN_MAX_RUN_EVENTS", "100000"))
+COUNTERSIGN_MAX_RUN_BYTES = int(os.environ.get("COUNTERSIGN_MAX_RUN_BYTES", str(128 * 1024 * 1024)))
+# Bound on a request's body (the REST API, the AG-UI gateway, forms): larger
+# ones get 413 TOO_LARGE. Django's own default, 2.5 MiB, unless set.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("COUNTERSIGN_MAX_REQUEST_BYTES", str(2_621_440)))
 
 # How long the demo filing agent's form stays answerable, in seconds.
 DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))

@@ -74,11 +74,22 @@ class RunSerializer(serializers.ModelSerializer):
     agent = serializers.SlugRelatedField(slug_field="name", read_only=True)
     parent = serializers.SlugRelatedField(slug_field="run_id", read_only=True)
     resumed_by = serializers.SerializerMethodField(help_text="The run that sent this run's decisions back.")
+    delivery = serializers.CharField(
+        read_only=True,
+        help_text="For a run queued again because its agent could not be reached: "
+                  "'resume pending — agent unreachable, attempt N'; empty otherwise.",
+    )
 
     class Meta:
         model = Run
         fields = ["id", "run_id", "thread", "agent", "parent", "status", "origin", "input", "outcome", "error_code",
-                  "error_message", "resumed_by", "created_at", "started_at", "finished_at"]
+                  "error_message", "resumed_by", "delivery", "attempts", "retry_at", "last_error", "created_at",
+                  "started_at", "finished_at"]
+        extra_kwargs = {
+            "attempts": {"help_text": "Tries that failed because the agent could not be reached."},
+            "retry_at": {"help_text": "When the next try is due (queued runs waiting for their agent)."},
+            "last_error": {"help_text": "Why the last try failed."},
+        }
 
     def get_resumed_by(self, run) -> str | None:
         child = run.resumed_by()

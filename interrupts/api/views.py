@@ -111,8 +111,8 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         })
 
 
-class RunDetail(generics.RetrieveAPIView):
-    """One run by its runId; ``?thread=`` picks one when several threads reuse a runId."""
+class RunLookup:
+    """The run named in the URL by its runId; ``?thread=`` picks one when several threads reuse it."""
 
     serializer_class = s.RunSerializer
 
@@ -127,6 +127,23 @@ class RunDetail(generics.RetrieveAPIView):
             raise Refusal("AMBIGUOUS_RUN_ID", f"Several threads have a run {self.kwargs['run_id']!r}: "
                           "add ?thread=<threadId>.", status=409)
         return found[0]
+
+
+class RunDetail(RunLookup, generics.RetrieveAPIView):
+    """One run by its runId; ``?thread=`` picks one when several threads reuse a runId."""
+
+
+class RetryRun(RunLookup, generics.GenericAPIView):
+    """Try a run waiting for its agent now instead of at its next backoff time."""
+
+    @extend_schema(request=None, responses={202: s.RunSerializer})
+    def post(self, request, run_id):
+        run = self.get_object()
+        if not runs.retry_now(run, request.user):
+            raise Refusal("NOT_WAITING", f"Run {run.run_id} is {run.status}, not waiting for its agent: "
+                          "there is nothing to retry.", status=409)
+        run.refresh_from_db()
+        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
 
 class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -22,6 +22,8 @@ def hub(tmp_path_factory, scripted):
         COUNTERSIGN_IDLE_TIMEOUT="1.5",
         COUNTERSIGN_AFTER_TERMINAL_GRACE="0.5",
         COUNTERSIGN_POLL_INTERVAL="0.2",
+        COUNTERSIGN_RETRY_BASE="0.2",
+        COUNTERSIGN_RETRY_ATTEMPTS="3",
         DEMO_FILING_EXPIRES_IN="2",
     ).start()
     with app.api() as api:
@@ -104,3 +106,22 @@ def langgraph(tmp_path_factory, hub):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A Redis for tests that need one: REDIS_URL if set, else the one `bin/services` starts.
+
+    Tests of several server processes need a channel layer that crosses
+    processes; they never skip for want of one.
+    """
+    import os
+
+    if os.environ.get("REDIS_URL"):
+        return os.environ["REDIS_URL"]
+    done = subprocess.run([str(ROOT / "bin" / "services")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, f"bin/services failed:\n{done.stdout}\n{done.stderr}"
+    found = [line.split("=", 1)[1] for line in done.stdout.splitlines() if line.startswith("REDIS_URL=")]
+    assert found, f"bin/services printed no REDIS_URL:\n{done.stdout}"
+    return found[0]

@@ -21,7 +21,7 @@ def failed(api, agent):
     [
         ("x-http-422", "HTTP_ERROR", ["HTTP 422", "Field required"]),
         ("x-html", "BAD_CONTENT_TYPE", ["text/html", "not text/event-stream"]),
-        ("x-refused", "CONNECT_ERROR", ["Could not connect", "127.0.0.1:9"]),
+        ("x-refused", "AGENT_UNREACHABLE", ["Gave up after 3 attempts", "Could not connect", "127.0.0.1:9"]),
         ("x-silent", "TIMEOUT", ["sent nothing for 1.5 s"]),
         ("x-malformed", "MALFORMED_EVENT", ["invalid event", "JSON"]),
         ("x-unknown-type", "MALFORMED_EVENT", ["TELEPORT"]),
