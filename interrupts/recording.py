@@ -1,9 +1,10 @@
 """Write what an agent said into the event log, and what it means into the models.
 
-``append`` is the one function that adds an event: it numbers it within the
-thread, folds snapshots into the thread, finishes the run on a terminal event
-and creates its interrupts, all in one transaction, and broadcasts after
-commit. ``fail`` is the one that ends a run with a hub-generated RUN_ERROR.
+``append_many`` is the one function that adds events: it numbers them within
+the thread and folds snapshots into the thread in one transaction, and
+broadcasts once after commit. A stream's
+events are written in the batches they arrive in: a transaction per event
+would cap the relay at the database's commit rate. ``fail`` is the one that ends a run with a hub-generated RUN_ERROR.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ ProposalLookup = Callable[[str], tuple[str | None, object]]
 MAX_RAW_IN_ERROR = 4096
 
 
-def _next_seq(thread_pk: int) -> int:
+def _next_seq(thread_pk: int, count: int = 1) -> int:
+    """Reserve ``count`` sequence numbers of the thread; the last one."""
     # The UPDATE takes the thread row's write lock (PostgreSQL) or the
     # database's (SQLite, IMMEDIATE): two writers can never get one number.
-    Thread.objects.filter(pk=thread_pk).update(last_seq=F("last_seq") + 1, updated_at=timezone.now())
+    Thread.objects.filter(pk=thread_pk).update(last_seq=F("last_seq") + count, updated_at=timezone.now())
     return Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
 
 
@@ -123,18 +125,33 @@ def _finish(run: Run, payload: dict, proposal: ProposalLookup) -> None:
         setattr(run, name, value)
 
 
-def append(run: Run, payload: dict, *, from_agent: bool = True) -> Event:
-    """Record one event of ``run`` (wire JSON, as received) and fold its snapshots, atomically.
+# Events that change the thread's state or messages: folded one by one, in order.
+FOLDED = {"STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT"}
 
-    STATE_SNAPSHOT, STATE_DELTA and MESSAGES_SNAPSHOT update the thread.
-    A terminal event is recorded here but finishes the run only through
-    ``finish``, once the stream has ended cleanly after it. Watchers are told
-    after commit.
+
+def append_many(run: Run, payloads: list[dict]) -> list[int]:
+    """Record events of ``run`` (wire JSON, as received) in order and fold their snapshots, atomically.
+
+    Returns their sequence numbers. STATE_SNAPSHOT, STATE_DELTA and
+    MESSAGES_SNAPSHOT update the thread. A terminal event is recorded here
+    but finishes the run only through ``finish``, once the stream has ended
+    cleanly after it. Watchers get one poke, for the last event, after commit.
     """
+    if not payloads:
+        return []
     with transaction.atomic():
-        event = _log(run, payload, from_agent)
-        _fold_state(run, payload)
-    return event
+        last = _next_seq(run.thread_id, len(payloads))
+        seqs = list(range(last - len(payloads) + 1, last + 1))
+        Event.objects.bulk_create([
+            Event(thread_id=run.thread_id, run=run, seq=seq, type=payload["type"], payload=payload)
+            for seq, payload in zip(seqs, payloads)
+        ])
+        for payload in payloads:
+            if payload["type"] in FOLDED:
+                _fold_state(run, payload)
+        thread_pk, event_type = run.thread_id, payloads[-1]["type"]
+        transaction.on_commit(lambda: relay.event_appended(thread_pk, last, event_type))
+    return seqs
 
 
 def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> None:

@@ -143,10 +143,18 @@ class RunStreamer:
         self.listener = listener
         self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
         self.terminal: dict | None = None
+        # Events checked but not yet recorded: written per network read, so a
+        # fast agent's events share transactions and a slow one's are not delayed.
+        self.batch: list[dict] = []
 
-    async def _record(self, payload: dict) -> None:
-        event = await sync_to_async(recording.append)(self.run, payload)
-        self._tell(event.seq, payload)
+    async def _flush(self) -> None:
+        """Record the events taken since the last flush, in one transaction."""
+        if not self.batch:
+            return
+        batch, self.batch = self.batch, []
+        seqs = await sync_to_async(recording.append_many)(self.run, batch)
+        for seq, payload in zip(seqs, batch):
+            self._tell(seq, payload)
 
     def _tell(self, seq: int, payload: dict) -> None:
         if self.listener is not None:
@@ -157,7 +165,8 @@ class RunStreamer:
         if event is not None:
             self._tell(event.seq, event.payload)
 
-    async def _take(self, frame) -> None:
+    def _take(self, frame) -> None:
+        """Check one frame and queue its event for the next flush; a Fault if it is wrong."""
         try:
             event = parse_frame(frame, max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
         except MalformedMessage as problem:
@@ -167,7 +176,7 @@ class RunStreamer:
         except StreamFault as fault:
             raise Fault(fault.code, fault.message, frame.data) from None
         payload = json.loads(frame.data)
-        await self._record(payload)
+        self.batch.append(payload)
         if self.lifecycle.finished:
             self.terminal = payload  # as received: interrupts keep every field the agent sent
 
@@ -201,11 +210,19 @@ class RunStreamer:
                         "not text/event-stream.",
                     )
                 reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
-                async for chunk in _chunks(response, self.lifecycle):
-                    for frame in reader.feed(chunk):
-                        await self._take(frame)
-                for frame in reader.close():
-                    await self._take(frame)
+                try:
+                    async for chunk in _chunks(response, self.lifecycle):
+                        for frame in reader.feed(chunk):
+                            self._take(frame)
+                        await self._flush()
+                    for frame in reader.close():
+                        self._take(frame)
+                except Exception:
+                    # What came before a fault is recorded before the fault is
+                    # (not on cancellation: then the run is no longer ours).
+                    await self._flush()
+                    raise
+                await self._flush()
         try:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:

@@ -40,8 +40,8 @@ def test_each_recorded_event_is_broadcast_with_its_sequence_number(listening):
     subscribe, received = listening
     run = make.run()
     subscribe(relay.thread_group(run.thread_id))
-    recording.append(run, {"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id})
-    recording.append(run, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}})
+    recording.append_many(run, [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id}])
+    recording.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}}])
     messages = received()
     assert [(m["seq"], m["event_type"]) for m in messages] == [(1, "RUN_STARTED"), (2, "STATE_SNAPSHOT")]
     run.thread.refresh_from_db()
@@ -56,7 +56,7 @@ def test_an_interrupt_outcome_raises_interrupts_and_tells_the_inbox(listening):
                 "outcome": {"type": "interrupt", "interrupts": [
                     {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a"},
                     {"id": "i-2", "reason": "input_required", "expiresAt": "tomorrow"}]}}
-    recording.append(run, terminal)
+    recording.append_many(run, [terminal])
     recording.finish(run, terminal, lambda tool_call_id: ("sendEmail", {"to": "x@y.com"}))
     first, second = Interrupt.objects.filter(run=run).order_by("pk")
     assert (first.tool_name, first.proposed_args) == ("sendEmail", {"to": "x@y.com"})
