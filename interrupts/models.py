@@ -50,6 +50,18 @@ class Agent(models.Model):
         return self.name
 
     @property
+    def endpoint(self) -> str:
+        """Where this process POSTs RunAgentInput.
+
+        Every process serves the built-in demo agents itself, so each calls
+        its own: the stored URL names whichever process registered them last,
+        which may since have stopped.
+        """
+        if self.builtin:
+            return f"{settings.COUNTERSIGN_SELF_URL.rstrip('/')}/agents/{self.name}/"
+        return self.url
+
+    @property
     def masked_auth_value(self) -> str:
         """The credential as people may see it: its last four characters at most."""
         if not self.auth_value:

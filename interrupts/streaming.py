@@ -192,7 +192,7 @@ class RunStreamer:
             pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
         )
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-            async with client.stream("POST", agent.url, json=self.run.input, headers=headers) as response:
+            async with client.stream("POST", agent.endpoint, json=self.run.input, headers=headers) as response:
                 content_type = response.headers.get("content-type", "")
                 if response.status_code >= 400:
                     body = b""
@@ -280,13 +280,13 @@ class RunStreamer:
             await self._fail("MALFORMED_STREAM", f"The agent's stream is not valid SSE: {problem.message}")
         except httpx.ConnectTimeout:
             await self._unreached(Fault(
-                "TIMEOUT", f"The agent at {self.run.agent.url} did not accept a connection within "
+                "TIMEOUT", f"The agent at {self.run.agent.endpoint} did not accept a connection within "
                            f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s."))
         except httpx.ReadTimeout:
             await self._fail("TIMEOUT", f"The agent sent nothing for {settings.COUNTERSIGN_IDLE_TIMEOUT:g} s; "
                                         "the run was abandoned.")
         except httpx.ConnectError as problem:
-            await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at {self.run.agent.url}: "
+            await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at {self.run.agent.endpoint}: "
                                                          f"{problem}"))
         except httpx.HTTPError as problem:
             await self._fail("TRANSPORT_ERROR", f"The connection to the agent broke: {type(problem).__name__}: {problem}")

@@ -41,20 +41,32 @@ def manage(*args, env) -> subprocess.CompletedProcess:
 
 
 class ServedApp:
-    """A migrated database and a daphne process serving the whole app on a free port."""
+    """A migrated database and a daphne process serving the whole app on a free port.
 
-    def __init__(self, workdir: Path, **env: str) -> None:
+    Apps made with the same ``workdir`` share its database and, with Redis, its
+    channel prefix: ``sibling`` (or ``cluster``) makes several server processes
+    of one deployment, each with its own port and ``<name>.log``.
+    """
+
+    def __init__(self, workdir: Path, name: str = "serve", **env: str) -> None:
         self.workdir = workdir
+        self.name = name
+        self.overrides = env
         self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true", **env}
-        if os.environ.get("REDIS_URL"):
-            # One Redis for every test server: each gets its own key prefix.
+        if self.env.get("REDIS_URL") and "COUNTERSIGN_CHANNEL_PREFIX" not in env:
+            # One Redis for every test server: each deployment (workdir) gets its own key prefix.
             self.env["COUNTERSIGN_CHANNEL_PREFIX"] = "cs" + hashlib.sha1(str(workdir).encode()).hexdigest()[:10]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "serve.log"
+        self.log = workdir / f"{name}.log"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "ServedApp":
+        self.prepare()
+        return self.launch().ready()
+
+    def prepare(self) -> "ServedApp":
+        """Migrate the database, create the demo reviewer and note its API token."""
         for command in (["migrate", "--noinput"], ["demo_reviewer"]):
             done = manage(*command, env=self.env)
             assert done.returncode == 0, done.stderr
@@ -62,6 +74,10 @@ class ServedApp:
         assert done.returncode == 0, done.stderr
         # "Generated token <key> for user reviewer"
         self.token = done.stdout.split()[2]
+        return self
+
+    def launch(self) -> "ServedApp":
+        """Start `manage.py serve` without waiting for it (see ``ready``)."""
         # Output goes to a file, not a pipe nobody drains: a full pipe would
         # block the server mid-test.
         with open(self.log, "w") as log:
@@ -69,7 +85,11 @@ class ServedApp:
                 [sys.executable, "manage.py", "serve", "--port", str(self.port)],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 30
+        return self
+
+    def ready(self, timeout: float = 30) -> "ServedApp":
+        """Wait until the launched server listens; stop it and fail if it does not."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if f"listening on {self.url}/" in self.log.read_text():
                 return self
@@ -78,6 +98,33 @@ class ServedApp:
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"serve did not start:\n{self.log.read_text()}")
+
+    def sibling(self, name: str) -> "ServedApp":
+        """Another server process of this deployment: same database, channel prefix and settings."""
+        other = ServedApp(self.workdir, name, **self.overrides)
+        other.token = self.token
+        return other
+
+    def query(self, sql: str, *params) -> list[tuple]:
+        """Rows of a read-only SQL query on this app's database (``%s`` placeholders)."""
+        url = self.env["DATABASE_URL"]
+        if url.startswith("sqlite:///"):
+            import sqlite3
+
+            connection = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=20)
+            try:
+                return connection.execute(sql.replace("%s", "?"), params).fetchall()
+            finally:
+                connection.close()
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as connection:
+            return connection.execute(sql, params).fetchall()
+
+    @property
+    def worker_pid(self) -> str:
+        """How this process appears in ``Run.claimed_by`` (``host:pid:nonce``): its pid."""
+        return str(self.process.pid)
 
     def api(self, **kwargs):
         """An httpx client for the REST API, authenticated as the demo reviewer by token."""
@@ -93,3 +140,27 @@ class ServedApp:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def cluster(workdir: Path, count: int, **env: str) -> list[ServedApp]:
+    """``count`` server processes sharing one database (and channel prefix), started together."""
+    first = ServedApp(workdir, "serve-0", **env).prepare()
+    apps = [first] + [first.sibling(f"serve-{n}") for n in range(1, count)]
+    try:
+        for app in apps:
+            app.launch()
+        for app in apps:
+            app.ready()
+    except BaseException:
+        stop_all(apps)
+        raise
+    return apps
+
+
+def stop_all(apps: list[ServedApp]) -> None:
+    """Stop several servers, letting them shut down side by side rather than one after another."""
+    for app in apps:
+        if app.process and app.process.poll() is None:
+            app.process.terminate()
+    for app in apps:
+        app.stop()

@@ -9,10 +9,14 @@ hub called an agent exactly once.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 def frame(event: dict) -> bytes:
@@ -80,7 +84,24 @@ def evil_interrupt(body: dict) -> list[bytes]:
     ]
 
 
+APPROVAL_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+
+
+def batch_interrupts(count: int):
+    """One run raising ``count`` confirmations at once; the resume (all answers) succeeds."""
+
+    def script(body: dict) -> list[bytes]:
+        if body.get("resume"):
+            return [frame(started(body)), frame(finished(body, {"type": "success"}))]
+        return [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": [
+            {"id": f"int-{n}", "reason": "confirmation", "message": f"Step {n}?", "responseSchema": APPROVAL_SCHEMA}
+            for n in range(count)]}))]
+
+    return script
+
+
 SCRIPTS = {
+    "batch-50": batch_interrupts(50),
     "evil": evil_interrupt,
     "approve": approve_interrupt,
     "legacy": lambda body: [frame(started(body)), frame(finished(body))],
@@ -100,10 +121,46 @@ SCRIPTS = {
 }
 
 
+class Gate:
+    """Holds the "gated" script's streams open after RUN_STARTED.
+
+    It opens when ``size`` streams wait at once (proof that that many ran
+    concurrently), or when ``open()`` is called; a stream never waits longer
+    than ``timeout`` seconds, so a failing test cannot hang the agent.
+    """
+
+    def __init__(self, size: int | None = None, timeout: float = 30.0) -> None:
+        self.size, self.timeout = size, timeout
+        self.arrived = 0  # streams that reached the gate
+        self.waiting = 0
+        self.filled = False  # opened because ``size`` streams waited at once
+        self._opened = threading.Event()
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        with self._lock:
+            self.arrived += 1
+            self.waiting += 1
+            if self.size is not None and self.waiting >= self.size:
+                self.filled = True
+                self._opened.set()
+        try:
+            self._opened.wait(self.timeout)
+        finally:
+            with self._lock:
+                self.waiting -= 1
+
+    def open(self) -> None:
+        self._opened.set()
+
+
 class ScriptedAgent:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, record: str | None = None) -> None:
+        self.record = record
         self.calls: Counter = Counter()
         self.bodies: list[tuple[str, dict]] = []
+        # The "gated" script waits here when a test sets one.
+        self.gate: Gate | None = None
         agent = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -115,6 +172,11 @@ class ScriptedAgent:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 agent.calls[(name, body.get("threadId"))] += 1
                 agent.bodies.append((name, body))
+                if agent.record:
+                    # Run as its own process, the agent reports every call in a file
+                    # that outlives it (tests kill it and start it again).
+                    with open(agent.record, "a") as out:
+                        out.write(json.dumps({"path": name, "body": body}) + "\n")
                 if name == "http-422":
                     return self._send(422, "application/json",
                                       json.dumps({"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]}).encode())
@@ -131,6 +193,15 @@ class ScriptedAgent:
                     self._start_stream()
                     self._write(frame(started(body)))
                     time.sleep(3)  # longer than the hub's idle timeout in these tests
+                    return
+                if name == "gated":
+                    # The "approve" script, held open after RUN_STARTED while a gate is set.
+                    self._start_stream()
+                    self._write(frame(started(body)))
+                    if (gate := agent.gate) is not None:
+                        gate.wait()
+                    for chunk in approve_interrupt(body)[1:]:
+                        self._write(chunk)
                     return
                 if name == "linger":
                     # Finishes, then keeps the connection open without a word.
@@ -164,10 +235,16 @@ class ScriptedAgent:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the hub hung up, as it should after a fault
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def calls_per_run(self, threads, resumes: bool | None = None) -> Counter:
+        """How many POSTs each runId of ``threads`` got (only resumes, or only new runs, if asked)."""
+        threads = set(threads)
+        return Counter(body.get("runId") for _, body in list(self.bodies)
+                       if body.get("threadId") in threads and (resumes is None or bool(body.get("resume")) == resumes))
 
     def start(self) -> ScriptedAgent:
         self.thread.start()
@@ -176,3 +253,43 @@ class ScriptedAgent:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class AgentProcess:
+    """The scripted agent as a process of its own on ``port``, to kill with SIGKILL and start again.
+
+    It appends every call it gets to ``record`` (JSON lines), so the count survives its death.
+    """
+
+    def __init__(self, port: int, record) -> None:
+        self.port, self.record, self.process = port, record, None
+
+    def start(self) -> AgentProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.hub.scripted_agent", "--port", str(self.port), "--record", str(self.record)],
+            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True,
+        )
+        assert "ready on" in self.process.stdout.readline()
+        return self
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def calls(self) -> list[dict]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+
+if __name__ == "__main__":
+    # A process of its own: `python -m tests.hub.scripted_agent --port P --record calls.jsonl`.
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", required=True)
+    options = parser.parse_args()
+    served = ScriptedAgent(options.port, options.record)
+    print(f"ready on {served.url}", flush=True)
+    served.server.serve_forever()
