@@ -24,9 +24,10 @@ from rest_framework.authtoken.models import Token
 
 from . import runs, supervisor
 from .models import Agent, Event, Run
+from .protocol import storable
 from .protocol.errors import MalformedMessage, ProtocolError
 from .protocol.sse import CONTENT_TYPE, encode_event, format_frame
-from .protocol.wire import parse_run_input
+from .protocol.wire import dump, parse_run_input
 from .sdk.views import refusal
 
 # How often a replay of a run still streaming elsewhere looks for new events.
@@ -104,15 +105,24 @@ async def agui(request: HttpRequest, agent: str):
     user = await _user(request)
     if user is None:
         return refusal(401, "UNAUTHORIZED", "Log in, or send 'Authorization: Token <key>' (manage.py drf_create_token).")
+    # A body that says it is something else is refused; one that says nothing is read as JSON.
+    if request.content_type not in ("application/json", ""):
+        return refusal(415, "UNSUPPORTED_MEDIA_TYPE",
+                       f"Send the RunAgentInput as application/json, not {request.content_type}.")
     registered = await Agent.objects.filter(name=agent).afirst()
     if registered is None:
         return refusal(404, "UNKNOWN_AGENT", f"No agent named {agent!r} is registered.")
     try:
         run_input = parse_run_input(request.body)
     except RequestDataTooBig:
-        return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts.")
+        return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts "
+                                         "(COUNTERSIGN_MAX_REQUEST_BYTES).")
     except MalformedMessage as problem:
         return refusal(400, problem.code, problem.message, **problem.details)
+    # What the database cannot hold (PostgreSQL refuses NUL) is refused here, on every database alike.
+    refused = storable.problem(dump(run_input), "The RunAgentInput")
+    if refused is not None:
+        return refusal(400, refused.code, refused.message, **refused.details)
 
     background = supervisor.ensure()
     try:
@@ -126,3 +136,11 @@ async def agui(request: HttpRequest, agent: str):
     # the run is still recorded to its end.
     background.stream(accepted.run.pk, listener)
     return _sse(_live(listener))
+
+
+@csrf_exempt  # a refusal, whoever asks; it changes nothing
+@login_not_required
+async def no_such_endpoint(request: HttpRequest):
+    """Any other path under /agui/: a JSON 404 naming the right shape, not Django's HTML page."""
+    return refusal(404, "NOT_FOUND", f"No AG-UI endpoint at {request.path}: POST a RunAgentInput to "
+                                     "/agui/<agent>/, with the agent's registered name and the trailing slash.")

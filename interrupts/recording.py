@@ -181,6 +181,11 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
         raw = raw[:MAX_RAW_IN_ERROR] + (b"..." if isinstance(raw, bytes) else "…")
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", "replace")
+    # What an agent sent may hold NUL, which PostgreSQL refuses in text and jsonb:
+    # kept spelled out, so the failure itself can always be recorded.
+    message = message.replace("\x00", "\\u0000")
+    if isinstance(raw, str):
+        raw = raw.replace("\x00", "\\u0000")
     error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     now = timezone.now()
     with transaction.atomic():

@@ -21,6 +21,7 @@ from django.conf import settings
 
 from . import recording, runs
 from .models import Run, Thread
+from .protocol import storable
 from .protocol.contract import outcome_problems
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from .protocol.lifecycle import RunLifecycle, StreamFault
@@ -146,6 +147,9 @@ class RunStreamer:
         # Events checked but not yet recorded: written per network read, so a
         # fast agent's events share transactions and a slow one's are not delayed.
         self.batch: list[dict] = []
+        # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
+        self.events_read = 0
+        self.bytes_read = 0
 
     async def _flush(self) -> None:
         """Record the events taken since the last flush, in one transaction."""
@@ -167,15 +171,23 @@ class RunStreamer:
 
     def _take(self, frame) -> None:
         """Check one frame and queue its event for the next flush; a Fault if it is wrong."""
+        self.events_read += 1
+        if self.events_read > settings.COUNTERSIGN_MAX_RUN_EVENTS:
+            raise Fault("TOO_MANY_EVENTS", f"The agent sent more than {settings.COUNTERSIGN_MAX_RUN_EVENTS} events in "
+                                           "one run (COUNTERSIGN_MAX_RUN_EVENTS); the rest were not read.")
         try:
             event = parse_frame(frame, max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
         except MalformedMessage as problem:
             raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {problem.message}", frame.data) from None
+        payload = json.loads(frame.data)
+        # Valid AG-UI the database cannot hold (a NUL character) is refused like any invalid event;
+        # JSON text can only spell NUL as an escape, so most events skip the walk.
+        if "\\u0000" in frame.data and (refused := storable.problem(payload, "The event")) is not None:
+            raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {refused.message}", frame.data)
         try:
             self.lifecycle.accept(event)
         except StreamFault as fault:
             raise Fault(fault.code, fault.message, frame.data) from None
-        payload = json.loads(frame.data)
         self.batch.append(payload)
         if self.lifecycle.finished:
             self.terminal = payload  # as received: interrupts keep every field the agent sent
@@ -212,6 +224,11 @@ class RunStreamer:
                 reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
                 try:
                     async for chunk in _chunks(response, self.lifecycle):
+                        self.bytes_read += len(chunk)
+                        if self.bytes_read > settings.COUNTERSIGN_MAX_RUN_BYTES:
+                            raise Fault("STREAM_TOO_LARGE",
+                                        f"The agent's stream for this run passed {settings.COUNTERSIGN_MAX_RUN_BYTES} "
+                                        "bytes (COUNTERSIGN_MAX_RUN_BYTES); the rest was not read.")
                         for frame in reader.feed(chunk):
                             self._take(frame)
                         await self._flush()
@@ -277,7 +294,10 @@ class RunStreamer:
             else:
                 await self._fail(fault.code, fault.message, fault.raw)
         except MalformedStream as problem:
-            await self._fail("MALFORMED_STREAM", f"The agent's stream is not valid SSE: {problem.message}")
+            if problem.code == "FRAME_TOO_LARGE":
+                await self._fail("EVENT_TOO_LARGE", f"The agent sent an event too large to take: {problem.message}")
+            else:
+                await self._fail("MALFORMED_STREAM", f"The agent's stream is not valid SSE: {problem.message}")
         except httpx.ConnectTimeout:
             await self._unreached(Fault(
                 "TIMEOUT", f"The agent at {self.run.agent.endpoint} did not accept a connection within "

@@ -1,10 +1,14 @@
 """Every API refusal is JSON ``{code, detail}`` with a status that says whose move it is."""
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import DataError
 from django.http import Http404
+from django.urls import Resolver404, resolve
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
-from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.response import Response
+from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
 
 from ..protocol.errors import ProtocolError
 from ..refusals import http_status
@@ -13,11 +17,7 @@ from ..refusals import http_status
 def exception_handler(exc, context):
     if isinstance(exc, ProtocolError):
         return Response({"code": exc.code, "detail": exc.message, **exc.details}, status=http_status(exc))
-    # Django's own exceptions, as DRF's handler would translate them.
-    if isinstance(exc, Http404):
-        exc = exceptions.NotFound()
-    elif isinstance(exc, PermissionDenied):
-        exc = exceptions.PermissionDenied()
+    exc = _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -31,3 +31,56 @@ def exception_handler(exc, context):
         response.status_code = status.HTTP_401_UNAUTHORIZED
         response["WWW-Authenticate"] = "Token"
     return response
+
+
+class TooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+def _as_api_exception(exc):
+    """Django's own refusals, and the database's refusal of the client's text, as DRF exceptions."""
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        return exceptions.PermissionDenied()
+    # Raised while reading the body: Django would answer them with an HTML page.
+    if isinstance(exc, RequestDataTooBig):
+        return TooLarge("The request body is larger than this server accepts (COUNTERSIGN_MAX_REQUEST_BYTES).")
+    if isinstance(exc, SuspiciousOperation):
+        return exceptions.ParseError(f"The request was refused: {exc}", code="bad_request")
+    if isinstance(exc, DataError) and _is_nul_refusal(exc):
+        # PostgreSQL cannot hold NUL in text or jsonb; the JSON parser refuses it
+        # in bodies, and this covers the path and the query string.
+        return exceptions.ParseError(
+            "The request contains a NUL character (\\u0000), which cannot be stored; remove it.", code="nul_character"
+        )
+    return exc
+
+
+def _is_nul_refusal(exc: DataError) -> bool:
+    cause = exc.__cause__
+    # psycopg refuses a NUL in a text parameter before sending it (no SQLSTATE);
+    # PostgreSQL refuses \u0000 in jsonb with 22P05 (untranslatable character).
+    return "NUL (0x00)" in str(exc) or getattr(cause, "sqlstate", None) == "22P05"
+
+
+@extend_schema(exclude=True)
+class NoSuchEndpoint(APIView):
+    """Every path under /api/ that no endpoint serves: 404 JSON, where Django would answer an HTML page."""
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # authenticated first: anonymous callers get 401, as everywhere
+        path = request.path
+        hint = ""
+        if not path.endswith("/") and _served(path + "/"):
+            hint = f"; API paths end in a slash: {path}/"
+        raise exceptions.NotFound(f"No API endpoint at {path}{hint}.")
+
+
+def _served(path: str) -> bool:
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return False
+    return getattr(match.func, "view_class", None) is not NoSuchEndpoint

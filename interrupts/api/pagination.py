@@ -1,0 +1,14 @@
+"""How the REST API pages its lists."""
+
+from rest_framework import pagination
+
+
+class LimitOffsetPagination(pagination.LimitOffsetPagination):
+    """DRF's ``?limit=&offset=`` paging, with a ceiling on ``limit``.
+
+    Uncapped, ``?limit=10**30`` reached the database: SQLite overflowed and
+    PostgreSQL refused the bigint, both as a 500. Asking for more than the
+    ceiling gets the ceiling, as asking for a negative limit gets the default.
+    """
+
+    max_limit = 1000

@@ -1,0 +1,55 @@
+"""Whether decoded JSON can be kept and sent on: the values every door must refuse.
+
+JSON allows what Countersign cannot carry through: a NUL character, which
+PostgreSQL refuses in text and jsonb columns (SQLite would keep it, so the
+same input must be refused on both), and nesting deeper than the AG-UI models
+serialise (a decision's payload travels on inside the resume).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import MalformedMessage
+from .wire import MAX_DEPTH
+
+
+def problem(value: Any, subject: str) -> MalformedMessage | None:
+    """Why ``value`` cannot be stored and sent on as it is, or None.
+
+    ``subject`` names it in the message ("The request body"). Walks the value
+    without recursion, so the check cannot overflow the stack it protects.
+    """
+    pending: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while pending:
+        node, path, depth = pending.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return _nul(subject, f"'{path}'" if path else "the top level")
+        elif isinstance(node, dict):
+            if depth > MAX_DEPTH:
+                return too_deep(subject)
+            for key, item in node.items():
+                where = f"{path}.{key}" if path else str(key)
+                if "\x00" in key:
+                    return _nul(subject, f"the key {where!r}")
+                pending.append((item, where, depth + 1))
+        elif isinstance(node, list):
+            if depth > MAX_DEPTH:
+                return too_deep(subject)
+            pending.extend((item, f"{path}[{index}]", depth + 1) for index, item in enumerate(node))
+    return None
+
+
+def too_deep(subject: str) -> MalformedMessage:
+    """The refusal of a value nested more than ``MAX_DEPTH`` levels deep."""
+    return MalformedMessage(
+        "TOO_DEEP", f"{subject} nests objects and arrays more than {MAX_DEPTH} levels deep; flatten it.",
+        limit=MAX_DEPTH,
+    )
+
+
+def _nul(subject: str, where: str) -> MalformedMessage:
+    return MalformedMessage(
+        "NUL_CHARACTER", f"{subject} has a NUL character (\\u0000) in {where}, which cannot be stored; remove it."
+    )
