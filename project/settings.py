@@ -66,6 +66,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "interrupts.middleware.RefuseNulCharacters",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -254,8 +255,9 @@ COUNTERSIGN_MAX_EVENT_BYTES = int(os.environ.get("COUNTERSIGN_MAX_EVENT_BYTES", 
 COUNTERSIGN_MAX_RUN_EVENTS = int(os.environ.get("COUNTERSIGN_MAX_RUN_EVENTS", "100000"))
 COUNTERSIGN_MAX_RUN_BYTES = int(os.environ.get("COUNTERSIGN_MAX_RUN_BYTES", str(128 * 1024 * 1024)))
 # Bound on a request's body (the REST API, the AG-UI gateway, forms): larger
-# ones get 413 TOO_LARGE. Django's own default, 2.5 MiB, unless set.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("COUNTERSIGN_MAX_REQUEST_BYTES", str(2_621_440)))
+# ones get 413 TOO_LARGE. 16 MiB: above the event limit, so a gateway client
+# can send back a conversation holding an event the hub accepted.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("COUNTERSIGN_MAX_REQUEST_BYTES", str(16 * 1024 * 1024)))
 
 # How long the demo filing agent's form stays answerable, in seconds.
 DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))

@@ -1,0 +1,29 @@
+"""Requests no view can serve safely are refused before any view runs."""
+
+from django.http import HttpResponseBadRequest, JsonResponse
+
+# The doors machines use answer JSON; pages answer text.
+MACHINE_PREFIXES = ("/api/", "/agui/")
+
+
+class RefuseNulCharacters:
+    """A NUL character in the path or query string gets 400.
+
+    PostgreSQL cannot hold NUL in text, so a lookup with one raises a
+    database error (a 500) deep inside a page; SQLite would silently find
+    nothing. Either way the request is malformed, and says so here the same
+    on every database.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or "%00" in request.META.get("QUERY_STRING", "") or any(
+            "\x00" in value for values in request.GET.lists() for value in values[1]
+        ):
+            message = "The address holds a NUL character (%00), which no name or filter can contain."
+            if request.path.startswith(MACHINE_PREFIXES):
+                return JsonResponse({"code": "NUL_CHARACTER", "detail": message}, status=400)
+            return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+        return self.get_response(request)
