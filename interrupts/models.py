@@ -30,7 +30,9 @@ class Agent(models.Model):
         blank=True,
         validators=[
             RegexValidator(
-                r"^[A-Za-z0-9-]*$", "A header name holds letters, digits and dashes only."
+                # "+", not "*": blank is allowed by blank=True, and the OpenAPI
+                # schema then has one way, not two, to match an empty name.
+                r"^[A-Za-z0-9-]+$", "A header name holds letters, digits and dashes only."
             )
         ],
         help_text="Name of the header carrying the agent's credential, e.g. 'Authorization'.",

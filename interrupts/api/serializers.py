@@ -104,6 +104,13 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["seq", "type", "run", "from_agent", "payload", "received_at"]
 
 
+class EventPageSerializer(serializers.Serializer):
+    thread = serializers.CharField(help_text="The threadId.")
+    last_seq = serializers.IntegerField(help_text="The thread's latest sequence number.")
+    next_after = serializers.IntegerField(help_text="Pass as ?after= to read the next page.")
+    events = EventSerializer(many=True)
+
+
 class DecisionSerializer(serializers.ModelSerializer):
     user = UserSerializer(read_only=True)
     interrupt = serializers.CharField(source="interrupt.interrupt_id", read_only=True)

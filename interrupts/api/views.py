@@ -89,7 +89,7 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             OpenApiParameter("after", int, description="Only events with a greater sequence number."),
             OpenApiParameter("limit", int, description=f"At most this many (default 200, max {MAX_EVENTS_PAGE})."),
         ],
-        responses=s.EventSerializer(many=True),
+        responses=s.EventPageSerializer,
     )
     @action(detail=True, methods=["get"])
     def events(self, request, thread_id=None):
