@@ -32,7 +32,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
 
     async def inbox_changed(self, message):
         await self.send_json({"type": "changed", "reason": message["reason"], "thread": message["thread"],
-                              "pending": await self._pending()})
+                              "pending": message["pending"]})
 
     @database_sync_to_async
     def _pending(self) -> int:

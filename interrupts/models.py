@@ -190,8 +190,10 @@ class Run(models.Model):
 class Event(models.Model):
     """One AG-UI event exactly as received: append-only, numbered per thread."""
 
-    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="events")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    # No index of their own: (thread, seq) and (run, seq) below serve every
+    # lookup, and each extra index is written for every event relayed.
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="events", db_index=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.PositiveBigIntegerField(help_text="Position in the thread's event log.")
     type = models.CharField(max_length=64)
     payload = models.JSONField(help_text="The event in wire (camelCase) form.")

@@ -9,12 +9,13 @@ would cap the relay at the database's commit rate. ``fail`` is the one that ends
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
 import jsonpatch
 from ag_ui.core import CustomEvent, Interrupt as WireInterrupt, RunErrorEvent
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -142,16 +143,46 @@ def append_many(run: Run, payloads: list[dict]) -> list[int]:
     with transaction.atomic():
         last = _next_seq(run.thread_id, len(payloads))
         seqs = list(range(last - len(payloads) + 1, last + 1))
-        Event.objects.bulk_create([
-            Event(thread_id=run.thread_id, run=run, seq=seq, type=payload["type"], payload=payload)
-            for seq, payload in zip(seqs, payloads)
-        ])
+        _insert_events(run, seqs, payloads)
         for payload in payloads:
             if payload["type"] in FOLDED:
                 _fold_state(run, payload)
         thread_pk, event_type = run.thread_id, payloads[-1]["type"]
         transaction.on_commit(lambda: relay.event_appended(thread_pk, last, event_type))
     return seqs
+
+
+# Rows per INSERT on SQLite: 7 parameters each stays far below its limit.
+INSERT_ROWS = 500
+EVENT_COLUMNS = ("thread", "run", "seq", "type", "payload", "from_agent", "received_at")
+
+
+def _insert_events(run: Run, seqs: list[int], payloads: list[dict]) -> None:
+    # Not bulk_create: building a model instance and its SQL per event cost
+    # ~140 µs, most of the relay's time. PostgreSQL takes the rows by COPY
+    # (~40 µs a row, against ~140 µs for a multi-row INSERT, whose parameters
+    # psycopg quotes one by one); SQLite by multi-row INSERT (~10 µs a row).
+    # Agent events only: they need no save() logic (the table is
+    # append-only, guarded by triggers) and no signals.
+    meta = Event._meta
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    columns = ", ".join(quote(meta.get_field(name).column) for name in EVENT_COLUMNS)
+    received = connection.ops.adapt_datetimefield_value(timezone.now())
+    rows = [(run.thread_id, run.pk, seq, payload["type"][:64], json.dumps(payload), True, received)
+            for seq, payload in zip(seqs, payloads)]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # The same connection, so the same transaction as the sequence numbers.
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        placeholders = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ")"
+        for start in range(0, len(rows), INSERT_ROWS):
+            chunk = rows[start:start + INSERT_ROWS]
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(chunk))}",
+                           [value for row in chunk for value in row])
 
 
 def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> None:

@@ -38,5 +38,12 @@ def event_appended(thread_pk: int, seq: int, event_type: str) -> None:
 
 
 def inbox_changed(thread_pk: int, seq: int, reason: str) -> None:
-    """Tell inbox watchers that pending interrupts changed (raised, decided, expired)."""
-    _send(INBOX_GROUP, {"type": "inbox.changed", "thread": thread_pk, "seq": seq, "reason": reason})
+    """Tell inbox watchers that pending interrupts changed (raised, decided, expired), with the new count.
+
+    Counted once here, not by each watcher: with a thousand open inboxes a
+    count per socket took seconds of database time for one change.
+    """
+    from .selectors import pending_count
+
+    _send(INBOX_GROUP, {"type": "inbox.changed", "thread": thread_pk, "seq": seq, "reason": reason,
+                        "pending": pending_count()})

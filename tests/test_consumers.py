@@ -52,9 +52,10 @@ async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
     communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
     assert connected
     assert await communicator.receive_json_from() == {"type": "pending", "pending": 1}
-    await get_channel_layer().group_send(relay.INBOX_GROUP, {"type": "inbox.changed", "thread": 7, "seq": 3,
-                                                             "reason": "decided"})
-    assert await communicator.receive_json_from() == {"type": "changed", "reason": "decided", "thread": 7, "pending": 1}
+    # The broadcaster counts once for every watcher.
+    await database_sync_to_async(make.interrupt)()
+    await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
+    assert await communicator.receive_json_from() == {"type": "changed", "reason": "raised", "thread": 7, "pending": 2}
     await communicator.disconnect()
 
 

@@ -18,6 +18,8 @@ without optional dependencies are enforced (``email``, ``ipv4``, ``ipv6``,
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -56,6 +58,14 @@ def _pointer(path: Any) -> str:
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
 
 
+@functools.lru_cache(maxsize=1024)
+def _check_against_metaschema(schema_json: str) -> None:
+    # Checking against the metaschema takes ~3 ms, and the same few schemas
+    # come back with every decision: remember the ones that passed (a
+    # SchemaError is not cached, so a bad schema is re-checked, and cheap to).
+    Draft202012Validator.check_schema(json.loads(schema_json))
+
+
 def check_schema(schema: Any, *, interrupt_id: str | None = None) -> None:
     """Raise ``ContractViolation("INVALID_SCHEMA")`` unless *schema* is a usable
     JSON Schema draft 2020-12 object.
@@ -77,7 +87,7 @@ def check_schema(schema: Any, *, interrupt_id: str | None = None) -> None:
         # check_schema validates against the draft 2020-12 metaschema and, by
         # default, checks formats in it too (so an invalid "pattern" regex is
         # caught here rather than crashing validation later).
-        Draft202012Validator.check_schema(schema)
+        _check_against_metaschema(json.dumps(schema, sort_keys=True))
     except SchemaError as exc:
         where = _pointer(exc.absolute_path) or "the top level"
         raise ContractViolation(
