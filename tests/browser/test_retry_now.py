@@ -32,7 +32,7 @@ def test_retry_now_from_the_inbox_delivers_the_resume_once_the_agent_is_back(rev
     reviewer.screenshot("resume-pending")
     # The site retries only after 30 s: the second try is the button's doing.
     waiting.get_by_role("button", name="Retry now").click()
-    expect(page.get_by_test_id("retry-said")).to_contain_text("again now", timeout=TIMEOUT)
+    # (Its "Trying … again now" note may already be replaced by the live refresh the failed try causes.)
     expect(waiting.get_by_test_id("delivery")).to_have_text("Resume pending — agent unreachable, attempt 2",
                                                             timeout=TIMEOUT)
 
