@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from interrupts.protocol.sse import SSEReader, format_frame  # noqa: E402
+from report import save  # noqa: E402
 
 
 def feed(stream: bytes, chunk: int) -> float:
@@ -32,6 +33,7 @@ def best_of(runs: int, *args) -> float:
 
 
 def main() -> None:
+    results = {}
     for size_mib in (1, 6):
         stream = format_frame("p" * (size_mib * 1024 * 1024)).encode()
         whole = best_of(3, stream, len(stream))
@@ -41,6 +43,10 @@ def main() -> None:
                 f"{size_mib} MiB frame in {chunk:>4}-byte chunks: {chunked * 1000:8.1f} ms"
                 f"  vs one chunk {whole * 1000:6.1f} ms  ratio {chunked / whole:6.1f}x"
             )
+            results[f"{size_mib} MiB in {chunk}-byte chunks"] = {
+                "chunked_ms": chunked * 1000, "one_chunk_ms": whole * 1000, "ratio": chunked / whole,
+            }
+    save("sse_reader", results)
 
 
 if __name__ == "__main__":

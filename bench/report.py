@@ -1,0 +1,59 @@
+"""How the benchmarks report: a printed table, and the same figures as JSON in bench/results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (0–100) by linear interpolation between the closest ranks."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def table(title: str, header: list[str], rows: list[list]) -> None:
+    """Print rows under a title; the first column left-aligned, the others right-aligned."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    print(title)
+    for row in cells:
+        print("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)))
+    sys.stdout.flush()
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=RESULTS.parent, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def save(name: str, results: dict, **about) -> Path:
+    """Write ``results`` to bench/results/<name>.json with when and where it was measured."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    document = {
+        "benchmark": name,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": _commit(),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        **about,
+        "results": results,
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    return path
