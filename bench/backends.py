@@ -28,7 +28,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import ServedApp, free_port  # noqa: E402
+from tests.servers import ServedApp, free_port, stop_process  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _running: list = []  # everything started and not yet stopped, newest last
@@ -187,13 +187,7 @@ class AgentProcess:
         return httpx.get(self.url("/log/"), timeout=30).json()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def _stop_everything() -> None:

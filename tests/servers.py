@@ -27,6 +27,17 @@ def database_for(workdir: Path) -> str:
     return base.rsplit("/", 1)[0] + "/" + name
 
 
+def stop_process(process: subprocess.Popen | None) -> None:
+    """Ask a process to stop (SIGTERM), and kill it if it has not within 10 s."""
+    if process and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -133,13 +144,7 @@ class ServedApp:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Token {self.token}"}, timeout=30, **kwargs)
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def cluster(workdir: Path, count: int, **env: str) -> list[ServedApp]:
