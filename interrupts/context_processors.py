@@ -7,5 +7,8 @@ def header(request):
     """The pending count every page's header shows (and keeps live)."""
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
+    known = getattr(request, "pending_count", None)  # the unfiltered inbox has just counted them
+    if known is not None:
+        return {"pending_count": known}
     # Lazy: counted once, and only by a page that shows it.
     return {"pending_count": SimpleLazyObject(selectors.pending_count)}

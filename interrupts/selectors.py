@@ -37,6 +37,11 @@ class InboxFilters:
     expiring: bool = False
     sort: str = "oldest"
 
+    @property
+    def unfiltered(self) -> bool:
+        """Whether every pending interrupt matches (the order aside)."""
+        return not (self.agent or self.reason or self.thread or self.q or self.age or self.expiring)
+
     @classmethod
     def from_query(cls, params) -> InboxFilters:
         sort = params.get("sort", "oldest")

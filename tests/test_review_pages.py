@@ -202,3 +202,22 @@ def test_only_staff_register_agents(client):
                                                   "auth_header": "", "auth_value": "", "capabilities": "{}"})
     assert response.status_code == 302
     assert "ext" in client.get(reverse("agents")).content.decode()
+
+
+def test_the_unfiltered_inbox_counts_pending_interrupts_once(client, reviewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(3):
+        make.interrupt()
+    with CaptureQueriesContext(connection) as unfiltered:
+        page = client.get(reverse("inbox"))
+    assert page.status_code == 200
+    counts = [q["sql"] for q in unfiltered.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert len(counts) == 1, counts
+    assert page.context["pending_count"] == 3
+    # Filtered, the header still counts every pending interrupt.
+    with CaptureQueriesContext(connection) as filtered:
+        page = client.get(reverse("inbox"), {"reason": "nothing-matches"})
+    assert page.context["pending_count"] == 3
+    assert len([q for q in filtered.captured_queries if "COUNT(" in q["sql"].upper()]) == 2
