@@ -281,8 +281,13 @@ def claim_due(limit: int, worker: str) -> list[int]:
             retry_at=None,
             lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
         )
-        return list(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
-                    .order_by("created_at", "pk").values_list("pk", flat=True))
+        claimed = list(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
+                       .order_by("created_at", "pk").values_list("pk", "attempts", "thread_id", "thread__last_seq"))
+        for _pk, attempts, thread_pk, seq in claimed:
+            if attempts:
+                # It was listed as waiting for its agent: the inbox drops it now.
+                transaction.on_commit(lambda t=thread_pk, s=seq: relay.inbox_changed(t, s, "delivery"))
+        return [pk for pk, *_ in claimed]
 
 
 def _tell_inbox(run: Run, seq: int) -> None:
