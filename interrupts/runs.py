@@ -284,15 +284,13 @@ def claim_due(limit: int, worker: str) -> list[int]:
         claimed = list(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
                        .order_by("created_at", "pk").values_list("pk", "attempts", "thread_id", "thread__last_seq"))
         for _pk, attempts, thread_pk, seq in claimed:
-            if attempts:
-                # It was listed as waiting for its agent: the inbox drops it now.
-                transaction.on_commit(lambda t=thread_pk, s=seq: relay.inbox_changed(t, s, "delivery"))
+            if attempts:  # it was listed as waiting for its agent: the inbox drops it now
+                _tell_inbox(thread_pk, seq)
         return [pk for pk, *_ in claimed]
 
 
-def _tell_inbox(run: Run, seq: int) -> None:
-    # The inbox lists resumes waiting for their agent: its watchers refresh.
-    thread_pk = run.thread_id
+def _tell_inbox(thread_pk: int, seq: int) -> None:
+    # The inbox lists runs waiting for their agent: after commit, its watchers refresh.
     transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, "delivery"))
 
 
@@ -309,12 +307,12 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
     ``worker`` no longer holds the run (another process settled it).
     """
     attempt = run.attempts + 1
-    now = timezone.now()
-    retry_at = now + timedelta(seconds=retry_delay(attempt))
+    retry_at = timezone.now() + timedelta(seconds=retry_delay(attempt))
+    last_error = f"{code}: {message}"[:2000]
     with transaction.atomic():
         taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
             status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None,
-            attempts=attempt, retry_at=retry_at, last_error=f"{code}: {message}"[:2000],
+            attempts=attempt, retry_at=retry_at, last_error=last_error,
         )
         if not taken:
             return None
@@ -323,8 +321,8 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
             "runId": run.run_id, "attempt": attempt, "code": code, "message": message,
             "retryAt": retry_at.isoformat(),
         })
-        _tell_inbox(run, event.seq)
-    run.status, run.attempts, run.retry_at, run.last_error = Run.Status.QUEUED, attempt, retry_at, f"{code}: {message}"
+        _tell_inbox(run.thread_id, event.seq)
+    run.status, run.attempts, run.retry_at, run.last_error = Run.Status.QUEUED, attempt, retry_at, last_error
     return attempt
 
 
@@ -337,7 +335,7 @@ def retry_now(run: Run, user=None) -> bool:
             return False
         event = recording.note(run, "countersign.retry_requested", {
             "runId": run.run_id, "by": user.get_username() if user is not None else None})
-        _tell_inbox(run, event.seq)
+        _tell_inbox(run.thread_id, event.seq)
         transaction.on_commit(supervisor.wake)
     return True
 
