@@ -7,7 +7,7 @@ own their state changes, never by editing a row.
 
 import json
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from .forms import AgentForm
@@ -49,6 +49,11 @@ class AgentAdmin(admin.ModelAdmin):
     @admin.display(description="Credential")
     def credential(self, obj):
         return obj.masked_auth_value or "—"
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if obj.credential_dropped:
+            self.message_user(request, Agent.CREDENTIAL_DROPPED, messages.WARNING)
 
 
 @admin.register(Thread)

@@ -73,8 +73,16 @@ class AgentForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        if self.instance.pk and not cleaned.get("auth_value"):
+        if cleaned.get("auth_value"):
+            # Typed in this change: the model keeps it even if the URL moves.
+            self.instance.credential_given = True
+        elif self.instance.pk:
             cleaned["auth_value"] = "" if cleaned.get("clear_auth_value") else self.instance.auth_value
         if cleaned.get("auth_value") and not cleaned.get("auth_header"):
             self.add_error("auth_header", "Name the header that carries the credential.")
         return cleaned
+
+    @property
+    def notices(self) -> list[str]:
+        """What the page should tell the user after save() (the model may drop a stale credential)."""
+        return [Agent.CREDENTIAL_DROPPED] if self.instance.credential_dropped else []

@@ -9,21 +9,54 @@ decision. The triggers that forbid changing history are in migration 0002.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import RegexValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
 
+def _origin(url: str) -> tuple:
+    """(scheme, host, port) of ``url``, the default port filled in: what a credential is bound to."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a port at all: an origin of its own, equal only to the same text
+        return (parts.scheme.lower(), parts.netloc.lower(), None)
+    scheme = parts.scheme.lower()
+    return (scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme))
+
+
 class Agent(models.Model):
-    """A registered AG-UI endpoint that Countersign calls."""
+    """A registered AG-UI endpoint that Countersign calls.
+
+    A stored credential is bound to the origin (scheme, host, port) it was
+    given for: ``save()`` drops it when the URL moves to another origin and
+    the credential was not given again in the same change, so whoever can
+    edit an agent's URL cannot send its secret to a server of their own.
+    The rule lives here so that the form, the admin, the API and
+    ``manage.py agents`` all obey it; each reports ``credential_dropped``.
+    """
+
+    CREDENTIAL_DROPPED = (
+        "Credential dropped: the URL moved to another origin (scheme, host or port), "
+        "and a credential is never sent anywhere but where it was given for; give it again."
+    )
 
     name = models.SlugField(
         max_length=64,
         unique=True,
         help_text="Short name used in URLs and on the command line, e.g. 'mailer'.",
     )
-    url = models.URLField(max_length=2000, help_text="Where RunAgentInput is POSTed.")
+    url = models.URLField(
+        max_length=2000,
+        # URLField alone also takes ftp(s): Countersign speaks HTTP only. A code
+        # of its own, or a ModelForm shows its generic "Enter a valid URL.".
+        validators=[URLValidator(schemes=["http", "https"], message="Give an http:// or https:// URL.",
+                                 code="invalid_scheme")],
+        help_text="Where RunAgentInput is POSTed (http or https).",
+    )
     description = models.TextField(blank=True)
     auth_header = models.CharField(
         max_length=100,
@@ -45,11 +78,29 @@ class Agent(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # Set by a caller that takes a credential from the user in this change
+    # (even the same text again): it then stays when the URL moves.
+    credential_given = False
+    # Set by save(): the stored credential was dropped, and the user must be told.
+    credential_dropped = False
+
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        self.credential_dropped = False
+        if self.pk is not None and self.auth_value and not self.credential_given:
+            stored = Agent.objects.filter(pk=self.pk).values_list("url", "auth_value").first()
+            if stored and stored[1] == self.auth_value and _origin(stored[0]) != _origin(self.url):
+                self.auth_value = ""
+                self.credential_dropped = True
+                if kwargs.get("update_fields") is not None:
+                    kwargs["update_fields"] = {*kwargs["update_fields"], "auth_value"}
+        super().save(*args, **kwargs)
+        self.credential_given = False
 
     @property
     def endpoint(self) -> str:

@@ -1,6 +1,8 @@
 """What the REST API shows and accepts. Wire data (payloads, args) stays camelCase JSON."""
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..models import Agent, Decision, Event, Interrupt, Run, Thread
@@ -11,11 +13,17 @@ class AgentSerializer(serializers.ModelSerializer):
     # The credential goes in, and only its masked tail ever comes back out.
     auth_value = serializers.CharField(write_only=True, required=False, allow_blank=True, max_length=2000)
     credential = serializers.CharField(source="masked_auth_value", read_only=True)
+    notices = serializers.SerializerMethodField(
+        help_text="What this change did that the caller did not ask for, e.g. CREDENTIAL_DROPPED.")
+
+    class Notice(serializers.Serializer):
+        code = serializers.CharField()
+        detail = serializers.CharField()
 
     class Meta:
         model = Agent
         fields = ["id", "name", "url", "description", "auth_header", "auth_value", "credential", "capabilities",
-                  "builtin", "created_at"]
+                  "builtin", "created_at", "notices"]
         read_only_fields = ["builtin", "created_at"]
 
     def validate(self, attrs):
@@ -24,6 +32,26 @@ class AgentSerializer(serializers.ModelSerializer):
         if value and not header:
             raise serializers.ValidationError({"auth_header": "Name the header that carries the credential."})
         return attrs
+
+    def validate_url(self, value):
+        # DRF leaves out a model URLField's URLValidators (it has its own, which takes ftp): run the model's.
+        try:
+            Agent._meta.get_field("url").run_validators(value)
+        except DjangoValidationError as problem:
+            raise serializers.ValidationError(problem.messages) from None
+        return value
+
+    def update(self, instance, validated_data):
+        if validated_data.get("auth_value"):
+            # Given in this very request: the model keeps it even when the URL moves.
+            instance.credential_given = True
+        return super().update(instance, validated_data)
+
+    @extend_schema_field(Notice(many=True))
+    def get_notices(self, agent) -> list[dict]:
+        if agent.credential_dropped:
+            return [{"code": "CREDENTIAL_DROPPED", "detail": Agent.CREDENTIAL_DROPPED}]
+        return []
 
 
 class UserSerializer(serializers.ModelSerializer):

@@ -39,6 +39,8 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(name=name).first() or Agent(name=name)
         for field, value in fields.items():
             setattr(agent, field, value)
+        # Given on this command line: kept even when the URL moves to another origin.
+        agent.credential_given = bool(header)
         try:
             agent.full_clean()
         except ValidationError as problem:
@@ -46,6 +48,8 @@ class Command(BaseCommand):
         created = agent.pk is None
         agent.save()
         self.stdout.write(f"{'Added' if created else 'Updated'} agent {name} at {url}.")
+        if agent.credential_dropped:
+            self.stderr.write(f"{Agent.CREDENTIAL_DROPPED} (--header 'Name:value')")
 
     def do_remove(self, name, **options):
         agent = Agent.objects.filter(name=name).first()
