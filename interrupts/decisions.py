@@ -5,9 +5,20 @@ conditional UPDATE on (pk, status, version), so two reviewers deciding at once
 store exactly one decision, whatever the database, and the loser is told who
 won. The decision, the interrupt's new status and the queued resume commit in
 one transaction.
+
+Everything that looks at agent-supplied data (the responseSchema, the
+proposed args, the interrupt as sent) happens *before* that transaction: on
+SQLite every transaction holds the whole database's write lock, and on
+PostgreSQL the batch's row lock, so a hostile schema checked inside either
+would make every other reviewer wait. An interrupt's raw form, schema and
+proposal never change once raised, so what was checked outside is still
+what the locked part writes; the locked part only re-reads status and
+version, and writes.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
 from django.db import IntegrityError, transaction
@@ -110,59 +121,103 @@ def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=N
     return Decision.Status.RESOLVED, answer
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """An answer that passed every check of agent-supplied data, ready to be written under the lock."""
+
+    status: str
+    payload: object
+    metadata: object
+    edited_args: object
+    comment: str
+
+    def record(self, interrupt: Interrupt, user) -> Decision:
+        return Decision.objects.create(
+            interrupt=interrupt, user=user, status=self.status,
+            payload=self.payload if self.status == Decision.Status.RESOLVED else None,
+            edited_args=self.edited_args, metadata=self.metadata, comment=self.comment,
+        )
+
+
+def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now) -> _Checked:
+    """Every check of the answer against what the agent sent, done outside any transaction."""
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
+    _checked(interrupt, status, payload, metadata, now)
+    edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
+    return _Checked(status, payload, metadata, edited, comment)
+
+
+def _refuse_if_expired(interrupt: Interrupt) -> None:
+    # The answer was checked against the clock before the lock was taken; the
+    # expiry sweep may not have run yet, so look again at the stored time.
+    if interrupt.expires_at is not None and timezone.now() >= interrupt.expires_at:
+        raise Refusal("EXPIRED", f"Interrupt {interrupt.interrupt_id} expired while the answer was being checked.",
+                      interrupt_id=interrupt.interrupt_id)
+
+
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "") -> Decision:
     """Record ``user``'s answer to ``interrupt``; the last answer of a batch queues the resume.
 
-    Refused (``ContractViolation``) when the payload fails the responseSchema,
-    a cancellation carries a payload, metadata is not an object or uses the
-    reserved ``ag-ui`` key, or ``expiresAt`` has passed; refused
-    (``Refusal`` ``ALREADY_DECIDED``, HTTP 409) when someone decided first.
-    The author may change their answer (``revise``) until the batch is sent.
+    Refused (``ContractViolation``) when the payload fails the responseSchema
+    (``INVALID_PAYLOAD``, or the schema's own refusal: ``INVALID_SCHEMA``,
+    ``REMOTE_REF``, ``UNSAFE_PATTERN``, ``SCHEMA_TOO_LARGE``,
+    ``SCHEMA_TOO_COSTLY``), a cancellation carries a payload
+    (``PAYLOAD_ON_CANCEL``), metadata is not an object or uses the reserved
+    ``ag-ui`` key, or ``expiresAt`` has passed (``EXPIRED``); refused
+    (``Refusal``) with ``ALREADY_DECIDED`` (409) when someone decided first,
+    ``CLOSED`` when the interrupt closed without a decision, ``TOO_LARGE``
+    for a comment over ``MAX_COMMENT_CHARS``. The author may change their
+    answer (``revise``) until the batch is sent.
+
+    The race: the answer is checked first, with no lock held (see the module
+    docstring); then the batch is locked, the interrupt re-read, and it moves
+    out of ``pending`` only by an UPDATE conditional on the version read, so
+    of two reviewers exactly one wins and the other is told who.
     """
-    if len(comment) > MAX_COMMENT_CHARS:
-        raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
     now = timezone.now()
+    current = Interrupt.objects.select_related("run").get(pk=interrupt.pk)
+    if current.status != Interrupt.Status.PENDING and not _may_revise(current, user):
+        raise _already_decided(current)  # no point checking an answer that cannot be taken
+    checked = _check(current, status, payload, metadata, comment, now)
     with transaction.atomic():
-        lock_batch(interrupt.run_id)
+        lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
             live = interrupt.decisions.filter(superseded_at__isnull=True).first()
             if live is not None and live.user_id == user.pk and not _batch_sent(interrupt):
-                return _revise(interrupt, live, user, status, payload, metadata, comment, now)
+                return _revise(interrupt, live, user, checked, now)
             raise _already_decided(interrupt)
-        _checked(interrupt, status, payload, metadata, now)
-        edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
+        _refuse_if_expired(interrupt)
         won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
-            status=status, version=F("version") + 1, closed_at=now
+            status=checked.status, version=F("version") + 1, closed_at=now
         )
         if not won:
             raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
         try:
             with transaction.atomic():
-                decision = Decision.objects.create(
-                    interrupt=interrupt, user=user, status=status,
-                    payload=payload if status == Decision.Status.RESOLVED else None,
-                    edited_args=edited, metadata=metadata, comment=comment,
-                )
+                decision = checked.record(interrupt, user)
         except IntegrityError:
             raise _already_decided(interrupt) from None
         _after_decision(interrupt, user, "decided")
         return decision
 
 
-def _revise(interrupt, live, user, status, payload, metadata, comment, now) -> Decision:
-    _checked(interrupt, status, payload, metadata, now)
-    edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
+def _may_revise(interrupt: Interrupt, user) -> bool:
+    """Whether ``user``'s live decision on a decided interrupt may still be replaced (a hint; re-checked locked)."""
+    if interrupt.status not in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED):
+        return False
+    live = interrupt.decisions.filter(superseded_at__isnull=True).first()
+    return live is not None and live.user_id == user.pk and not _batch_sent(interrupt)
+
+
+def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     # Superseding is the one change a decision row accepts (a database trigger
     # refuses any other), and only once: a racing revision loses here.
     if not Decision.objects.filter(pk=live.pk, superseded_at__isnull=True).update(superseded_at=now):
         raise _already_decided(interrupt)
-    Interrupt.objects.filter(pk=interrupt.pk).update(status=status, version=F("version") + 1)
-    decision = Decision.objects.create(
-        interrupt=interrupt, user=user, status=status,
-        payload=payload if status == Decision.Status.RESOLVED else None,
-        edited_args=edited, metadata=metadata, comment=comment,
-    )
+    Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
+    decision = checked.record(interrupt, user)
     _after_decision(interrupt, user, "revised")
     return decision
 
@@ -179,12 +234,26 @@ def _after_decision(interrupt: Interrupt, user, reason: str) -> None:
     transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, reason))
 
 
-def record_resume(interrupted: Run, entries: list[ResumeEntry], user) -> list[Decision]:
+def edits_for(interrupts: dict[str, Interrupt], entries: list[ResumeEntry]) -> dict[str, object]:
+    """The tool args each resolved entry of a gateway resume will run, by interrupt id.
+
+    Computed before ``record_resume``'s transaction: it copies what the
+    client sent, which may be large, and must not hold the lock meanwhile.
+    """
+    return {
+        entry.interrupt_id: _edited_args(interrupts[entry.interrupt_id], entry.payload)
+        for entry in entries if entry.status == "resolved"
+    }
+
+
+def record_resume(interrupted: Run, entries: list[ResumeEntry], user, edits: dict[str, object]) -> list[Decision]:
     """Record a gateway client's resume as decisions by ``user``, all or none.
 
-    The contract checks already passed; this only claims each interrupt. If
-    the inbox answered one of them first, the whole resume is refused with
-    ``ALREADY_RESOLVED`` (nothing is recorded, nothing is sent).
+    The contract checks already passed, outside the transaction, and
+    ``edits`` is ``edits_for`` of the same entries; this only claims each
+    interrupt. If the inbox answered one of them first, the whole resume is
+    refused with ``ALREADY_RESOLVED`` (nothing is recorded, nothing is sent).
+    Must be called inside the transaction that queues the resume run.
     """
     now = timezone.now()
     made = []
@@ -215,7 +284,7 @@ def record_resume(interrupted: Run, entries: list[ResumeEntry], user) -> list[De
         made.append(
             Decision.objects.create(
                 interrupt=interrupt, user=user, status=entry.status, payload=payload,
-                edited_args=_edited_args(interrupt, payload), metadata=entry.metadata,
+                edited_args=edits.get(entry.interrupt_id), metadata=entry.metadata,
                 comment="Answered through the AG-UI gateway.",
             )
         )

@@ -70,8 +70,18 @@ def _fold_state(run: Run, payload: dict) -> None:
         Thread.objects.filter(pk=run.thread_id).update(state=patched)
 
 
-def _raise_interrupts(run: Run, interrupts: list[dict], proposal: ProposalLookup, now) -> None:
-    for raw in interrupts:
+def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> list[Interrupt]:
+    """The Interrupt rows an interrupt outcome raises, unsaved, with every problem flagged.
+
+    Built before ``finish``'s transaction: flagging means checking the
+    agent's schema (metaschema, references, patterns, size), which is the
+    agent's to make slow, and must never hold the database's write lock.
+    """
+    outcome = terminal.get("outcome") if terminal.get("type") == "RUN_FINISHED" else None
+    if not outcome or outcome.get("type") != "interrupt":
+        return []
+    rows = []
+    for raw in outcome["interrupts"]:
         wire = WireInterrupt.model_validate(raw)
         problems = [p.as_dict() for p in interrupt_problems(wire)]
         try:
@@ -83,7 +93,7 @@ def _raise_interrupts(run: Run, interrupts: list[dict], proposal: ProposalLookup
         tool_name, args = (None, None)
         if wire.tool_call_id:
             tool_name, args = proposal(wire.tool_call_id)
-        Interrupt.objects.create(
+        rows.append(Interrupt(
             run=run,
             interrupt_id=wire.id,
             reason=wire.reason,
@@ -96,11 +106,11 @@ def _raise_interrupts(run: Run, interrupts: list[dict], proposal: ProposalLookup
             metadata=wire.metadata,
             raw=raw,
             problems=problems,
-        )
+        ))
+    return rows
 
 
-def _finish(run: Run, payload: dict, proposal: ProposalLookup) -> None:
-    now = timezone.now()
+def _finish(run: Run, payload: dict, raised: list[Interrupt], now) -> None:
     fields = {"finished_at": now, "lease_until": None}
     if payload["type"] == "RUN_ERROR":
         fields |= {
@@ -121,7 +131,7 @@ def _finish(run: Run, payload: dict, proposal: ProposalLookup) -> None:
     if not Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING).update(**fields):
         return
     if fields["status"] == Run.Status.INTERRUPTED:
-        _raise_interrupts(run, outcome["interrupts"], proposal, now)
+        Interrupt.objects.bulk_create(raised)
     for name, value in fields.items():
         setattr(run, name, value)
 
@@ -192,8 +202,10 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> 
     cancelled, or (interrupt outcome) raises one pending ``Interrupt`` per
     item, with the tool call's name and proposed args from ``proposal``.
     """
+    now = timezone.now()
+    raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None)), now)
     with transaction.atomic():
-        _finish(run, terminal, proposal or (lambda _id: (None, None)))
+        _finish(run, terminal, raised, now)
         if run.status == Run.Status.INTERRUPTED:
             thread_pk = run.thread_id
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)

@@ -34,20 +34,18 @@ def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex}"
 
 
-def thread_gate(thread: Thread) -> ThreadGate:
-    """The thread as the contract sees it: its open interrupts and its last accepted resume."""
-    pending = list(
-        Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
-        .select_related("run")
-        .order_by("pk")
-    )
-    last_resume = None
-    if not pending:
-        # With interrupts open, the same answers are meant for them, not a
-        # replay of an earlier batch that happened to use the same ids.
-        last_resume = (
-            Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
-        )
+def thread_gate(thread: Thread | None, thread_id: str = "") -> ThreadGate:
+    """The thread as the contract sees it: its open interrupts and its last accepted resume.
+
+    ``None`` (a thread not yet created) is a thread with nothing open. This
+    parses what the agent sent (every open interrupt, schemas included):
+    call it outside any transaction, and confirm under the lock with
+    ``gate_fingerprint`` that the thread is still as it was read.
+    """
+    if thread is None:
+        return ThreadGate(thread_id=thread_id)
+    pending = _pending(thread)
+    last_resume = None if pending else _last_resume(thread)
     entries = ()
     if last_resume is not None:
         entries = tuple(ResumeEntry.model_validate(e) for e in last_resume.input.get("resume") or [])
@@ -58,6 +56,51 @@ def thread_gate(thread: Thread) -> ThreadGate:
         last_resume=entries,
         last_resume_run_id=last_resume.run_id if last_resume else None,
     )
+
+
+def _pending(thread: Thread) -> list[Interrupt]:
+    return list(
+        Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+        .select_related("run")
+        .order_by("pk")
+    )
+
+
+def _last_resume(thread: Thread) -> Run | None:
+    # With interrupts open, the same answers are meant for them, not a replay
+    # of an earlier batch that happened to use the same ids: callers only ask
+    # when nothing is pending.
+    return Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
+
+
+def _new_input_gate(thread: Thread) -> ThreadGate:
+    """The gate for input without a resume: only the open interrupts' ids matter (rule 4).
+
+    Built from columns, not by parsing each interrupt as the agent sent it,
+    so it is cheap enough to read inside the transaction that queues the run.
+    """
+    pending = list(Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+                   .order_by("pk").values_list("interrupt_id", "reason", "run__run_id"))
+    return ThreadGate(
+        thread_id=thread.thread_id,
+        open_run_id=pending[0][2] if pending else None,
+        open_interrupts=tuple(WireInterrupt.model_construct(id=iid, reason=reason) for iid, reason, _ in pending),
+    )
+
+
+def gate_fingerprint(thread: Thread | None) -> tuple:
+    """What ``thread_gate`` depends on, cheaply: the open interrupts' (pk, version) and the last resume.
+
+    Two equal fingerprints mean the gate read from them is the same (an
+    interrupt's raw form never changes; its version moves with its status).
+    """
+    if thread is None:
+        return ((), None)
+    pending = tuple(Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+                    .order_by("pk").values_list("pk", "version"))
+    last = None if pending else Run.objects.filter(thread=thread, resume_key__isnull=False).order_by(
+        "-created_at", "-pk").values_list("pk", flat=True).first()
+    return (pending, last)
 
 
 def resume_key(interrupted_run_id: str, contract_key: str) -> str:
@@ -152,7 +195,11 @@ def start_run(
             "context": [],
             "forwardedProps": forwarded_props if forwarded_props is not None else {},
         }
-        check_input(thread_gate(thread), RunAgentInput.model_validate(run_input), timezone.now())
+        # Only the ids and the (absent) resume matter to the gate: the
+        # conversation, which the agent wrote and may be large, is not parsed
+        # again inside the transaction.
+        check_input(_new_input_gate(thread), RunAgentInput.model_construct(
+            thread_id=thread.thread_id, run_id=run_input["runId"], resume=None), timezone.now())
         _refuse_if_busy(thread)
         # The user's message is part of the conversation from now on, even if
         # the agent never sends a MESSAGES_SNAPSHOT.
@@ -217,6 +264,12 @@ class Accepted:
     run: Run
 
 
+# How often the gateway checks a resume again when the thread changed between
+# the check (outside the lock) and the record (under it): a busy thread, not a
+# retry loop that can spin.
+ACCEPT_ATTEMPTS = 3
+
+
 def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> Accepted:
     """Hold a client's RunAgentInput to the contract and record it as a run of this process.
 
@@ -225,33 +278,55 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
     ``user``, racing the inbox fairly: whoever answers first wins, the other
     gets ``ALREADY_RESOLVED``. A replay of the last accepted resume returns
     the run it started, and nothing is sent to the agent again.
+
+    Every contract rule, the answers' schemas included, is checked before
+    the transaction, against the thread as read then; under the lock only
+    ``gate_fingerprint`` confirms the thread is unchanged. If it changed
+    (interrupts raised or answered meanwhile), the check runs again, at most
+    ``ACCEPT_ATTEMPTS`` times, then ``THREAD_BUSY`` (409). Other refusals:
+    the contract's codes, ``INVALID_ID``, ``AGENT_MISMATCH``,
+    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``.
     """
     from . import decisions  # decisions queues resumes through this module
 
     _check_id("threadId", run_input.thread_id)
     _check_id("runId", run_input.run_id)
-    with transaction.atomic():
-        thread = _thread_for(agent, run_input.thread_id)
-        verdict = check_input(thread_gate(thread), run_input, timezone.now())
-        if verdict.kind == "replay":
-            return Accepted(verdict, Run.objects.get(thread=thread, run_id=verdict.replay_of_run_id))
-        if Run.objects.filter(thread=thread, run_id=run_input.run_id).exists():
-            raise Refusal(
-                "DUPLICATE_RUN_ID",
-                f"Thread {thread.thread_id} already has a run {run_input.run_id}: use a fresh runId.",
-            )
-        wire_input = dump(run_input)
-        parent = key = None
+    for _attempt in range(ACCEPT_ATTEMPTS):
+        existing = Thread.objects.filter(thread_id=run_input.thread_id).select_related("agent").first()
+        if existing is not None and existing.agent_id != agent.pk:
+            _thread_for(agent, run_input.thread_id)  # refuses with AGENT_MISMATCH
+        seen = gate_fingerprint(existing)
+        verdict = check_input(thread_gate(existing, run_input.thread_id), run_input, timezone.now())
+        edits = {}
         if verdict.kind == "resume":
-            parent = Run.objects.get(thread=thread, run_id=verdict.interrupted_run_id)
-            decisions.record_resume(parent, run_input.resume, user)
-            key = resume_key(parent.run_id, verdict.idempotency_key)
-        else:
-            _refuse_if_busy(thread)
-            Thread.objects.filter(pk=thread.pk).update(messages=wire_input.get("messages") or [])
-        run = _queue(thread, agent, wire_input, user=user, parent=parent, resume_key=key,
-                     origin=Run.Origin.GATEWAY, claimed_by=worker)
-        return Accepted(verdict, run)
+            by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
+                run__thread=existing, run__run_id=verdict.interrupted_run_id)}
+            edits = decisions.edits_for(by_id, list(run_input.resume))
+        wire_input = dump(run_input)
+        with transaction.atomic():
+            thread = _thread_for(agent, run_input.thread_id)
+            if gate_fingerprint(thread) != seen:
+                continue  # raised or answered meanwhile: check again against what is there now
+            if verdict.kind == "replay":
+                return Accepted(verdict, Run.objects.get(thread=thread, run_id=verdict.replay_of_run_id))
+            if Run.objects.filter(thread=thread, run_id=run_input.run_id).exists():
+                raise Refusal(
+                    "DUPLICATE_RUN_ID",
+                    f"Thread {thread.thread_id} already has a run {run_input.run_id}: use a fresh runId.",
+                )
+            parent = key = None
+            if verdict.kind == "resume":
+                parent = Run.objects.get(thread=thread, run_id=verdict.interrupted_run_id)
+                decisions.record_resume(parent, run_input.resume, user, edits)
+                key = resume_key(parent.run_id, verdict.idempotency_key)
+            else:
+                _refuse_if_busy(thread)
+                Thread.objects.filter(pk=thread.pk).update(messages=wire_input.get("messages") or [])
+            run = _queue(thread, agent, wire_input, user=user, parent=parent, resume_key=key,
+                         origin=Run.Origin.GATEWAY, claimed_by=worker)
+            return Accepted(verdict, run)
+    raise Refusal("THREAD_BUSY", f"Thread {run_input.thread_id} kept changing while this input was checked "
+                                 "(interrupts raised or answered meanwhile); send it again.")
 
 
 def claim_due(limit: int, worker: str) -> list[int]:
