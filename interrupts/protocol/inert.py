@@ -1,0 +1,275 @@
+"""What a reviewer's browser gets of an agent's ``responseSchema``: an allow-list.
+
+The inbox builds its answer forms with json-editor, which treats a schema as a
+description of *markup* as much as of data: ``options.inputAttributes`` and
+``options.containerAttributes`` become attributes (``onfocus=...``), ``links``
+become ``<a href>`` (``javascript:``), ``headerTemplate``, ``template``,
+``watch`` and ``enumSource`` run through its template engine, ``media`` and
+some ``format`` values pick editors that load other libraries, and string
+options name window globals to call. An agent writes the schema, so the page
+must never see any of that.
+
+``inert_schema`` keeps only JSON Schema's validation and annotation keywords
+that json-editor needs to draw plain inputs, rebuilt from scratch (nothing of
+the agent's objects is passed through), recursively, within fixed bounds.
+Values of annotation keywords (``default``, ``const``, ``enum``, ``examples``)
+stay JSON data and titles and descriptions stay strings: the page shows them as
+text. The original schema is kept as received (it is what the agent said, for
+the audit, and what answers are validated against on the server); only the
+page gets the reduced one, so a keyword dropped here costs at most a check in
+the browser, never one on the server.
+
+Decisions, and why:
+
+- Local ``$ref`` (``#`` or ``#/...`` JSON pointers into the same schema) are
+  *inlined* here, and ``$defs``/``definitions`` are not sent: json-editor
+  would resolve references itself, fetch non-local ones when its ``ajax``
+  option is on, and loop on recursive ones. A cycle is cut at its second visit
+  (the field accepts any value; the server still validates). Any other
+  ``$ref`` (remote, ``$id``-relative, anchors) is dropped.
+- ``prefixItems`` (2020-12) is sent as json-editor's draft-4 tuple form:
+  ``items`` as a list, with ``additionalItems`` for the rest.
+- ``oneOf``/``anyOf``/``allOf`` are kept: json-editor draws a chooser for the
+  first two and merges the third. ``not``, ``if``/``then``/``else``,
+  ``dependentRequired``/``dependentSchemas``, ``patternProperties`` and
+  ``contains`` are dropped: json-editor draws nothing for them, and the server
+  checks them.
+- ``pattern`` is dropped: the browser would run the agent's regular expression
+  with a backtracking engine on every keystroke (``^(a+)+$`` freezes the tab);
+  the server checks it, in linear time, and its errors are shown on the form.
+- ``format`` is kept only for values drawn as plain inputs (``email``,
+  ``date``, ...); others select json-editor editors that need libraries we do
+  not load (``markdown``, ``html``, ``color``, ``ipv4``), fill the field in
+  themselves (``uuid``) or build uploads and buttons (``url``, ``upload``,
+  ``button``, ``info``).
+- ``readOnly`` is dropped: the reviewer answers the form, the agent does not
+  get to lock parts of it.
+- ``options``, ``links``, ``headerTemplate``, ``template``, ``watch``,
+  ``enumSource``, ``media``, ``propertyOrder``, ``id``/``$id`` and anything
+  unknown are dropped.
+
+Past a bound the function returns ``None``: the card offers a JSON answer
+instead of a form (the server validates either).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import unquote
+
+__all__ = ["inert_schema", "MAX_DEPTH", "MAX_NODES"]
+
+#: Nesting of subschemas (after inlining references) a form may have.
+MAX_DEPTH = 16
+#: Subschemas in the whole reduced schema: bounds the page's size and its
+#: form's, whatever the agent nests or references (a reference used twice
+#: counts twice, so ``$defs`` that double at each level stop here).
+MAX_NODES = 2_000
+#: Properties of one object, and items of one ``enum``/``examples``/``required``.
+MAX_MEMBERS = 500
+#: Characters of a title or a description (longer ones are cut, not dropped).
+MAX_TEXT = 10_000
+#: Characters of a property name; longer ones are dropped with their subschema.
+MAX_NAME = 200
+#: A ``default``/``const``/``enum`` value: nesting and total members/characters.
+MAX_DATA_DEPTH = 16
+MAX_DATA_SIZE = 20_000
+
+_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+# Formats json-editor draws as a plain <input>/<textarea> (and, for the
+# standard ones, checks as the server does).
+_FORMATS = frozenset({"email", "idn-email", "uri", "uri-reference", "iri", "iri-reference", "date", "time",
+                      "date-time", "datetime-local", "duration", "regex", "json-pointer", "textarea"})
+_NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_TEXTS = ("title", "description")
+_SUBSCHEMA_LISTS = ("oneOf", "anyOf", "allOf")
+# Names JavaScript objects treat as more than a key (json-editor keeps one
+# editor per property in a plain object).
+_UNSAFE_NAMES = frozenset({"__proto__"})
+
+
+class _Unbounded(Exception):
+    """The schema is past a bound: no form for it."""
+
+
+def inert_schema(schema: Any) -> dict[str, Any] | None:
+    """The part of an agent's ``responseSchema`` a browser form may see.
+
+    Returns a new dict built only of allow-listed keywords (see the module
+    docstring), with local ``$ref``s inlined, or ``None`` when *schema* is not
+    an object or the result would pass ``MAX_DEPTH``/``MAX_NODES``. Never
+    raises, never mutates *schema*, and never returns any of its objects.
+    """
+    if not isinstance(schema, dict):
+        return None
+    reducer = _Reducer(schema)
+    try:
+        return reducer.schema(schema, depth=0)
+    except (_Unbounded, RecursionError):
+        return None
+
+
+class _Reducer:
+    def __init__(self, root: dict[str, Any]) -> None:
+        self.root = root
+        self.nodes = 0
+        self.expanding: list[str] = []  # local references being inlined, to cut cycles
+
+    def schema(self, node: Any, depth: int) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES or depth > MAX_DEPTH:
+            raise _Unbounded
+        if isinstance(node, bool):
+            return node  # true/false schemas: any value, or none
+        if not isinstance(node, dict):
+            return {}
+        out: dict[str, Any] = {}
+        self._keywords(node, out, depth)
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = self._reference(ref, depth)
+            if target is not None:
+                if not out:
+                    return target
+                # 2020-12 applies $ref and its siblings together; json-editor merges allOf.
+                out["allOf"] = [target, *out.get("allOf", [])]
+        return out
+
+    def _reference(self, ref: str, depth: int) -> Any:
+        if not (ref == "#" or ref.startswith("#/")):
+            return None  # remote, $id-relative or an anchor: never fetched, never followed
+        if ref in self.expanding:
+            return {}  # a cycle: stop here (any value; the server validates)
+        target = _pointer(self.root, ref[1:])
+        if target is None:
+            return None
+        self.expanding.append(ref)
+        try:
+            return self.schema(target, depth + 1)
+        finally:
+            self.expanding.pop()
+
+    def _keywords(self, node: dict[str, Any], out: dict[str, Any], depth: int) -> None:
+        kind = node.get("type")
+        if isinstance(kind, str) and kind in _TYPES:
+            out["type"] = kind
+        elif isinstance(kind, list):
+            kinds = list(dict.fromkeys(k for k in kind if isinstance(k, str) and k in _TYPES))
+            if kinds:
+                out["type"] = kinds
+        for key in _TEXTS:
+            if isinstance(node.get(key), str):
+                out[key] = node[key][:MAX_TEXT]
+        for key in _NUMBERS:
+            if _is_number(node.get(key)):
+                out[key] = node[key]
+        if _is_number(node.get("multipleOf")) and node["multipleOf"] > 0:
+            out["multipleOf"] = node["multipleOf"]
+        for key in _COUNTS:
+            value = node.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                out[key] = value
+        if isinstance(node.get("uniqueItems"), bool):
+            out["uniqueItems"] = node["uniqueItems"]
+        if isinstance(node.get("format"), str) and node["format"] in _FORMATS:
+            out["format"] = node["format"]
+        for key in ("default", "const"):
+            if key in node and (value := _data(node[key])) is not _DROP:
+                out[key] = value
+        for key in ("enum", "examples"):
+            values = node.get(key)
+            if isinstance(values, list) and len(values) <= MAX_MEMBERS:
+                kept = [_data(v) for v in values]
+                if _DROP not in kept:  # an enum without one of its values would offer a wrong choice
+                    out[key] = kept
+        required = node.get("required")
+        if isinstance(required, list):
+            names = [n for n in required[:MAX_MEMBERS] if _is_name(n)]
+            if names:
+                out["required"] = list(dict.fromkeys(names))
+
+        properties = node.get("properties")
+        if isinstance(properties, dict):
+            if len(properties) > MAX_MEMBERS:
+                raise _Unbounded
+            out["properties"] = {name: self.schema(sub, depth + 1)
+                                 for name, sub in properties.items() if _is_name(name)}
+        extra = node.get("additionalProperties")
+        if isinstance(extra, (bool, dict)):
+            out["additionalProperties"] = self.schema(extra, depth + 1)
+        prefix = node.get("prefixItems")
+        items = node.get("items")
+        if isinstance(prefix, list) and prefix:
+            if len(prefix) > MAX_MEMBERS:
+                raise _Unbounded
+            out["items"] = [self.schema(sub, depth + 1) for sub in prefix]
+            if isinstance(items, (bool, dict)):
+                out["additionalItems"] = self.schema(items, depth + 1)
+        elif isinstance(items, (bool, dict)):
+            out["items"] = self.schema(items, depth + 1)
+        for key in _SUBSCHEMA_LISTS:
+            subs = node.get(key)
+            if isinstance(subs, list) and subs:
+                if len(subs) > MAX_MEMBERS:
+                    raise _Unbounded
+                out[key] = [self.schema(sub, depth + 1) for sub in subs]
+
+
+def _pointer(root: Any, pointer: str) -> Any:
+    """The value at a JSON pointer (RFC 6901, with URI-fragment %-escapes), or ``None``."""
+    node = root
+    for part in pointer.split("/")[1:]:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_NAME and value not in _UNSAFE_NAMES
+
+
+_DROP = object()
+
+
+def _data(value: Any) -> Any:
+    """A fresh copy of JSON data within bounds, or ``_DROP``."""
+    budget = [MAX_DATA_SIZE]
+
+    def copy(item: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0 or depth > MAX_DATA_DEPTH:
+            raise _Unbounded
+        if item is None or isinstance(item, bool):
+            return item
+        if isinstance(item, int):
+            return item
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise _Unbounded  # NaN and Infinity are not JSON: the browser could not parse the page's data
+            return item
+        if isinstance(item, str):
+            budget[0] -= len(item)
+            if budget[0] < 0:
+                raise _Unbounded
+            return item
+        if isinstance(item, list):
+            return [copy(member, depth + 1) for member in item]
+        if isinstance(item, dict):
+            return {str(key): copy(member, depth + 1) for key, member in item.items() if key not in _UNSAFE_NAMES}
+        raise _Unbounded  # not JSON at all
+
+    try:
+        return copy(value, 0)
+    except _Unbounded:
+        return _DROP
