@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from interrupts import gateway
@@ -6,7 +7,14 @@ from interrupts.api.errors import NoSuchEndpoint
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Not django.contrib.auth.urls: its password reset would let anyone make
+    # the server send mail, and there is no mail set-up. Staff reset passwords
+    # in the admin.
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("accounts/password_change/done/", auth_views.PasswordChangeDoneView.as_view(),
+         name="password_change_done"),
     path("agents/", include("interrupts.demo.urls")),
     path("agui/<slug:agent>/", gateway.agui, name="agui"),
     # Machines' doors answer JSON even for a path nothing serves (Django's 404 page is HTML).

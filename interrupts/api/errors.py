@@ -6,6 +6,7 @@ from django.http import Http404
 from django.urls import Resolver404, resolve
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -15,6 +16,15 @@ from ..refusals import http_status
 
 
 def exception_handler(exc, context):
+    response = _refusal(exc, context)
+    if response is not None and (request := context.get("request")) is not None:
+        # JSON whatever the view renders otherwise: the schema view's renderer
+        # answered an anonymous caller's 401 as "application/vnd.oai.openapi".
+        request.accepted_renderer, request.accepted_media_type = JSONRenderer(), "application/json"
+    return response
+
+
+def _refusal(exc, context):
     if isinstance(exc, ProtocolError):
         return Response({"code": exc.code, "detail": exc.message, **exc.details}, status=http_status(exc))
     exc = _as_api_exception(exc)

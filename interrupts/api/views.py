@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
 from .. import decisions, runs
@@ -25,6 +25,11 @@ class StaffCanWrite(BasePermission):
     """Everyone logged in reads; only staff register or change agents."""
 
     def has_permission(self, request, view):
+        # Logged in, always: a view's own permission_classes replace the
+        # default IsAuthenticated, and this class alone once let anonymous
+        # callers list every agent.
+        if not (request.user and request.user.is_authenticated):
+            return False
         return request.method in SAFE_METHODS or request.user.is_staff
 
 
@@ -32,7 +37,7 @@ class AgentViewSet(viewsets.ModelViewSet):
     queryset = Agent.objects.all()
     serializer_class = s.AgentSerializer
     lookup_field = "name"
-    permission_classes = [StaffCanWrite]
+    permission_classes = [IsAuthenticated, StaffCanWrite]
 
     def perform_destroy(self, instance):
         if instance.runs.exists():

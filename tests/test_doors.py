@@ -1,0 +1,246 @@
+"""Every door of the site is closed to strangers, found by walking the URL patterns, not by a hand list.
+
+Each pattern of ``get_resolver()`` (admin, accounts, the API's router, its
+schema and docs, the gateway, the demo agents, the pages) is filled with real
+rows and requested with GET and POST, anonymously and as a logged-in user
+without staff rights. A pattern someone adds later is walked too: unless it
+refuses strangers the way its door should, or is added to ``PUBLIC`` with a
+reason, this test fails.
+"""
+
+import re
+from dataclasses import dataclass
+
+import pytest
+from django.apps import apps
+from django.contrib.auth.models import Group
+from django.contrib.contenttypes.models import ContentType
+from django.urls import URLResolver, get_resolver, resolve
+from django.utils.regex_helper import normalize
+from rest_framework.authtoken.models import Token
+
+from interrupts.models import Agent
+
+from . import factories
+
+pytestmark = pytest.mark.django_db
+
+# Patterns anyone may call, by their route (as Django's regex, ^ and \Z dropped), each with its reason.
+PUBLIC = {
+    r"accounts/login/": "the login page: how a stranger stops being one",
+    r"admin/login/": "the admin's login page, the same for staff",
+    r"agents/(?P<name>)": "the demo agents: Countersign calls them itself over HTTP, they hold no data",
+}
+# Known defects owned elsewhere, left out of the checks below and held by the strict xfail at the end,
+# so that the fix is noticed: DRF's router adds ".json" suffix routes, and the ThreadViewSet and
+# InterruptViewSet actions take no ``format`` argument (a 500). DefaultRouter(include_format_suffixes=False)
+# in interrupts/api/urls.py removes them (the API reads and writes JSON only anyway).
+KNOWN_CRASHES = re.compile(r"api/(threads|interrupts).*\\.\(\?P<format>")
+# Under /api/ but for people, not machines: refused like every page, with a redirect to log in.
+PAGES_UNDER_API = ("api/docs/",)  # Swagger UI
+# Static files are served by WhiteNoise in front of Django, by no URL pattern: also public, on purpose.
+
+
+def _public_reason(route: str) -> str | None:
+    for prefix, reason in PUBLIC.items():
+        if route.startswith(prefix.replace("(?P<name>)", "")):
+            return reason
+    return None
+
+
+@dataclass
+class Door:
+    route: str  # the pattern's full regex, for messages and the allow-list
+    url: str
+    callback: object
+
+    @property
+    def api(self) -> bool:
+        return self.url.startswith("/api/") and not self.route.startswith(PAGES_UNDER_API)
+
+    @property
+    def gateway(self) -> bool:
+        return self.url.startswith("/agui/")
+
+    @property
+    def admin(self) -> bool:
+        return self.url.startswith("/admin/")
+
+
+def _leaves(resolver, prefix=""):
+    for pattern in resolver.url_patterns:
+        regex = prefix + pattern.pattern.regex.pattern.removeprefix("^")
+        if isinstance(pattern, URLResolver):
+            yield from _leaves(pattern, regex)
+        else:
+            yield regex, pattern
+
+
+@pytest.fixture
+def rows(db):
+    """One real row of everything a path can name."""
+    user = factories.user(username="doors-owner")
+    interrupt = factories.interrupt()
+    run = interrupt.run
+    factories.event(run, 1)
+    factories.decision(interrupt, user)
+    Token.objects.create(user=user)
+    Group.objects.create(name="doors")
+    return {"interrupt": interrupt, "run": run, "thread": run.thread, "agent": run.agent, "user": user}
+
+
+def _value(name: str, fmt: str, route: str, callback, rows) -> str:
+    """A real value for the path parameter ``name`` of the route ``fmt``."""
+    # The admin's views carry their ModelAdmin (or are its bound methods, wrapped by admin_view).
+    model_admin = getattr(callback, "model_admin", None) or getattr(getattr(callback, "__wrapped__", None),
+                                                                    "__self__", None)
+    if name in ("object_id", "id") and model_admin is not None:
+        found = model_admin.model._default_manager.first()
+        return str(found.pk) if found else "1"
+    if name == "pk":
+        return str(rows["run"].pk if "runs/" in fmt else rows["interrupt"].pk)
+    known = {
+        "thread_id": rows["thread"].thread_id,
+        "run_id": rows["run"].run_id,
+        "name": rows["agent"].name,
+        "agent": rows["agent"].name,
+        "format": ".json" if r"(?P<format>\." in route else "json",  # the API root's suffix holds its dot
+        "app_label": "interrupts",
+        "content_type_id": str(ContentType.objects.get_for_model(Agent).pk),
+        "object_id": str(rows["agent"].pk),  # with content_type_id: the admin's "view on site"
+        "url": "no-such-admin-page/",
+    }
+    if name not in known:
+        raise AssertionError(f"{fmt}: this test does not know what to put in <{name}>; teach _value.")
+    return known[name]
+
+
+def doors(rows) -> list[Door]:
+    found = []
+    for route, pattern in _leaves(get_resolver()):
+        for fmt, params in normalize(route):
+            url = "/" + fmt % {name: _value(name, fmt, route, pattern.callback, rows) for name in params}
+            if not route.endswith(("\\Z", "$")):
+                url += "no/such.door"  # a catch-all (a prefix only): a path no pattern before it takes
+            match = resolve(url)
+            assert match.func == pattern.callback, f"{route}: filled as {url}, which resolves elsewhere"
+            found.append(Door(route, url, pattern.callback))
+    return found
+
+
+def _json_refusal(response, status: int, sentence: str = "detail"):
+    """A refusal machines can read: JSON with a code and a sentence (AG-UI's gateway calls it ``message``)."""
+    assert response.status_code == status, f"{response.status_code} {response.content[:300]!r}"
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    body = response.json()
+    assert {"code", sentence} <= body.keys(), body
+    assert re.fullmatch(r"[A-Z_]+", body["code"]) and body[sentence]
+
+
+LOGIN_PAGES = ("/accounts/login/?next=", "/admin/login/?next=")
+
+
+def _to_login(response, door: Door):
+    assert response.status_code == 302, f"{response.status_code} {response.content[:200]!r}"
+    # The site's login page, or the admin's own (the admin, and staff_member_required pages): both ask for one.
+    assert response["Location"].startswith(LOGIN_PAGES), response["Location"]
+
+
+def test_every_pattern_is_walked(rows):
+    found = doors(rows)
+    routes = {door.route for door in found}
+    # The walk reaches every room, so a room added under any of them is checked.
+    for expected in ["admin/", "accounts/password_change/", "api/agents/", "api/schema/", "api/docs/",
+                     "agui/", "agents/mailer/", "inbox/"]:
+        assert any(route.startswith(expected) for route in routes), expected
+    # Every allow-list entry names a pattern that exists: no stale exceptions.
+    for prefix in PUBLIC:
+        assert any(_public_reason(route) == PUBLIC[prefix] for route in routes), prefix
+
+
+def test_password_reset_is_not_served(client):
+    # It would let anyone make the server send mail, and there is no mail set-up.
+    assert client.get("/accounts/password_reset/").status_code == 404
+    from django.urls import NoReverseMatch, reverse
+
+    with pytest.raises(NoReverseMatch):
+        reverse("password_reset")
+
+
+@pytest.fixture
+def client(client):
+    client.raise_request_exception = False  # a 500 is a finding like any other, listed with the rest
+    return client
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_strangers_are_refused_at_every_door(client, rows, method):
+    problems = []
+    for door in doors(rows):
+        response = getattr(client, method)(door.url)
+        if response.status_code == 500 and KNOWN_CRASHES.match(door.route):
+            continue
+        try:
+            assert response.status_code < 500, response.status_code
+            if _public_reason(door.route):
+                continue
+            if door.api:
+                _json_refusal(response, 401)
+                assert response["WWW-Authenticate"]
+            elif door.gateway:
+                if door.route.startswith("agui/(?P<agent>"):
+                    # GET is refused for its method before anyone is asked to log in: it names no data.
+                    _json_refusal(response, 401 if method == "post" else 405, "message")
+                else:
+                    _json_refusal(response, 404, "message")  # no endpoint there, for anyone
+            else:
+                _to_login(response, door)
+        except AssertionError as problem:
+            problems.append(f"anonymous {method.upper()} {door.url} ({door.route}): {problem}")
+    assert not problems, "\n".join(problems)
+
+
+def _staff_only(door: Door, method: str) -> bool:
+    if door.admin:
+        return not _public_reason(door.route)
+    if door.route.startswith("registry/"):
+        return door.route != "registry/\\Z"  # reading the registry is for everyone; adding and editing, staff
+    return door.api and door.route.startswith("api/agents") and method == "post"
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_colleagues_without_staff_rights_are_refused_at_staff_doors(client, rows, method):
+    colleague = factories.user(username="colleague")
+    problems = []
+    for door in doors(rows):
+        client.force_login(colleague)  # again each time: one of the doors is the logout
+        response = getattr(client, method)(door.url)
+        if response.status_code == 500 and KNOWN_CRASHES.match(door.route):
+            continue
+        try:
+            assert response.status_code < 500, response.status_code
+            if _staff_only(door, method):
+                if door.api:
+                    _json_refusal(response, 403)
+                elif door.admin:
+                    assert response.status_code in (302, 403)
+                    if response.status_code == 302 and response["Location"] == "/admin/":
+                        # The admin's logout sends a non-staff user to its index, which refuses in turn.
+                        response = client.get("/admin/")
+                    if response.status_code == 302:
+                        assert response["Location"].startswith(LOGIN_PAGES), response["Location"]
+                else:
+                    _to_login(response, door)  # staff_member_required: to the admin's login page
+            elif door.api and response.status_code >= 400:
+                _json_refusal(response, response.status_code)
+        except AssertionError as problem:
+            problems.append(f"non-staff {method.upper()} {door.url} ({door.route}): {problem}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.xfail(strict=True, reason="KNOWN_CRASHES: the API's .json suffix routes crash its actions (a 500)")
+def test_no_suffix_route_crashes(client, rows):
+    client.force_login(factories.user(username="suffixes"))
+    crashed = [f"{method} {door.url}" for door in doors(rows) if KNOWN_CRASHES.match(door.route)
+               for method in ("get", "post") if getattr(client, method)(door.url).status_code >= 500]
+    assert not crashed, crashed
