@@ -259,6 +259,11 @@ COUNTERSIGN_MAX_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_STREAMS", "50"))
 COUNTERSIGN_RETRY_BASE = float(os.environ.get("COUNTERSIGN_RETRY_BASE", "1"))
 COUNTERSIGN_RETRY_MAX_DELAY = float(os.environ.get("COUNTERSIGN_RETRY_MAX_DELAY", "300"))
 COUNTERSIGN_RETRY_ATTEMPTS = int(os.environ.get("COUNTERSIGN_RETRY_ATTEMPTS", "50"))
+# Addresses agents may be at, checked when Countersign connects (interrupts/egress.py):
+# comma-separated CIDRs to allow (none: any) and !CIDRs to exclude, e.g.
+# "10.0.0.0/8,!10.9.0.0/16". Link-local, cloud metadata, unspecified and
+# multicast addresses are refused whatever it says.
+COUNTERSIGN_AGENT_NETWORKS = os.environ.get("COUNTERSIGN_AGENT_NETWORKS", "")
 # Where this app serves its own demo agents; `manage.py serve` sets it to the
 # address it listens on.
 COUNTERSIGN_SELF_URL = os.environ.get("COUNTERSIGN_SELF_URL", "http://127.0.0.1:8000")
