@@ -38,7 +38,7 @@ from typing import Any, Iterable, Literal
 from ag_ui.core import Interrupt, ResumeEntry, RunAgentInput
 
 from .errors import ContractViolation
-from .schema import apply_edits, check_schema, validate_payload
+from .schema import apply_edits, check_schema, check_usable_schema, schema_problems, validate_payload
 
 __all__ = [
     "RESERVED_METADATA_KEY",
@@ -156,6 +156,11 @@ def interrupt_problems(interrupt: Interrupt) -> list[ContractViolation]:
       unanswerable: ``check_entry`` refuses every answer to it);
     * ``INVALID_SCHEMA`` - ``responseSchema`` is not a usable JSON Schema
       (it can then only be cancelled);
+    * ``SCHEMA_TOO_LARGE`` / ``REMOTE_REF`` / ``UNSAFE_PATTERN`` -
+      ``responseSchema`` is too big or deep, references something outside
+      itself (never fetched), or has a pattern RE2 cannot run
+      (``schema.schema_problems``); it can then only be cancelled too. An
+      oversized schema is not read further, so it gets no INVALID_SCHEMA.
     * ``INVALID_METADATA`` - metadata present but not an object;
     * ``RESERVED_METADATA_KEY`` - metadata uses the ``ag-ui`` key (see the
       module docstring for why this is a flag here and a refusal on answers).
@@ -198,10 +203,16 @@ def interrupt_problems(interrupt: Interrupt) -> list[ContractViolation]:
     except ContractViolation as exc:
         problems.append(exc)
     if interrupt.response_schema is not None:
-        try:
-            check_schema(interrupt.response_schema, interrupt_id=iid)
-        except ContractViolation as exc:
-            problems.append(exc)
+        # The static scan checks size first: the metaschema check (which
+        # compiles every pattern with Python's re) must not read an oversized
+        # schema, and reporting SCHEMA_TOO_LARGE twice would say nothing more.
+        unsafe = schema_problems(interrupt.response_schema, interrupt_id=iid)
+        if not any(p.code == "SCHEMA_TOO_LARGE" for p in unsafe):
+            try:
+                check_schema(interrupt.response_schema, interrupt_id=iid)
+            except ContractViolation as exc:
+                problems.append(exc)
+        problems.extend(unsafe)
     problems.extend(_metadata_problems(interrupt.metadata, f"Interrupt {iid}", iid))
     return problems
 
@@ -275,8 +286,12 @@ def check_entry(interrupt: Interrupt, entry: ResumeEntry, now: datetime) -> None
     * ``PAYLOAD_ON_CANCEL`` - a cancelled entry carries a payload;
     * for a resolved entry on an interrupt with a ``responseSchema``:
       ``INVALID_SCHEMA`` (the schema is broken: reported, not crashed on;
-      cancelling stays possible), ``MISSING_PAYLOAD`` (rule 8), and
-      ``INVALID_PAYLOAD`` (rule 6, with ``errors=[{path, message}]``);
+      cancelling stays possible), ``SCHEMA_TOO_LARGE`` / ``REMOTE_REF`` /
+      ``UNSAFE_PATTERN`` (the schema is unsafe to validate with, see
+      ``interrupt_problems``; cancelling stays possible), ``MISSING_PAYLOAD``
+      (rule 8), ``INVALID_PAYLOAD`` (rule 6, with ``errors=[{path, message}]``)
+      and ``SCHEMA_TOO_COSTLY`` (checking this answer would take more than the
+      validation budget);
     * ``INVALID_PAYLOAD`` - on a tool-bound interrupt, ``editedArgs`` present but
       not an object (it could not replace the tool's arguments).
 
@@ -322,7 +337,9 @@ def check_entry(interrupt: Interrupt, entry: ResumeEntry, now: datetime) -> None
 
     schema = interrupt.response_schema
     if schema is not None:
-        check_schema(schema, interrupt_id=iid)
+        # Before anything reads the payload: an unsafe schema refuses every
+        # answer with the code interrupt_problems flagged it with.
+        check_usable_schema(schema, interrupt_id=iid)
         if entry.payload is None:
             raise ContractViolation(
                 "MISSING_PAYLOAD",

@@ -139,7 +139,6 @@ def test_validate_payload_summary_counts_the_errors_it_leaves_out():
     "schema",
     [
         {"$ref": "#/$defs/nowhere"},
-        {"$ref": "https://example.com/remote.json"},  # never fetched
         {"$ref": "#"},  # infinite recursion
     ],
 )
@@ -147,6 +146,14 @@ def test_unusable_refs_are_invalid_schema_not_crashes(schema):
     with pytest.raises(ContractViolation) as exc:
         payload_errors(schema, {"approved": True}, interrupt_id="int-x")
     assert exc.value.code == "INVALID_SCHEMA"
+    assert exc.value.details["interrupt_id"] == "int-x"
+
+
+def test_remote_ref_is_refused_before_validation_not_fetched():
+    # Refused by the static scan (tests/protocol/test_hostile_schemas.py proves nothing is fetched).
+    with pytest.raises(ContractViolation) as exc:
+        payload_errors({"$ref": "https://example.com/remote.json"}, {"approved": True}, interrupt_id="int-x")
+    assert exc.value.code == "REMOTE_REF"
     assert exc.value.details["interrupt_id"] == "int-x"
 
 
