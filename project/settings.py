@@ -231,7 +231,10 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # No SECURE_PROXY_SSL_HEADER: Django would then believe any client's own
+    # "X-Forwarded-Proto: https" and skip the redirect. `serve --proxy-headers`
+    # has daphne put the proxy's scheme into the ASGI scope instead, so only
+    # a process started behind a proxy trusts the header (tests/test_doors.py).
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))

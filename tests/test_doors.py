@@ -244,3 +244,58 @@ def test_no_suffix_route_crashes(client, rows):
     crashed = [f"{method} {door.url}" for door in doors(rows) if KNOWN_CRASHES.match(door.route)
                for method in ("get", "post") if getattr(client, method)(door.url).status_code >= 500]
     assert not crashed, crashed
+
+
+# --- HTTPS: a client's own X-Forwarded-Proto opens no door ---------------------------------
+
+
+class ProxiedApp:
+    """`manage.py serve` with production settings, with or without --proxy-headers."""
+
+    def __init__(self, workdir, proxy_headers: bool):
+        from .servers import ServedApp
+
+        self.app = ServedApp(workdir, DEBUG="false", ALLOWED_HOSTS="127.0.0.1",
+                             SECRET_KEY="x7Kq9vP2mR8sT4wY6zA1bC3dE5fG7hJ9kL0nM2pQ4rS6tU8vW0xY2z")
+        self.proxy_headers = proxy_headers
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        from .servers import ROOT, manage
+
+        done = manage("migrate", "--noinput", env=self.app.env)  # no demo login: it refuses DEBUG off
+        assert done.returncode == 0, done.stderr
+        flags = ["--proxy-headers"] if self.proxy_headers else []
+        with open(self.app.log, "w") as log:
+            self.app.process = subprocess.Popen(
+                [sys.executable, "manage.py", "serve", "--port", str(self.app.port), *flags],
+                cwd=ROOT, env=self.app.env, stdout=log, stderr=subprocess.STDOUT)
+        self.app.ready()
+        return self.app
+
+    def __exit__(self, *exc):
+        self.app.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_claiming_https_is_still_redirected_to_it(tmp_path):
+    import httpx
+
+    with ProxiedApp(tmp_path, proxy_headers=False) as app:
+        response = httpx.get(f"{app.url}/api/", headers={"X-Forwarded-Proto": "https", "X-Forwarded-For": "1.2.3.4"})
+        assert response.status_code == 301
+        assert response.headers["location"] == f"https://127.0.0.1:{app.port}/api/"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_proxy_serve_takes_the_scheme_the_proxy_sends(tmp_path):
+    import httpx
+
+    with ProxiedApp(tmp_path, proxy_headers=True) as app:
+        # daphne takes X-Forwarded-Proto together with X-Forwarded-For, as a proxy sends them.
+        proxied = httpx.get(f"{app.url}/api/", headers={"X-Forwarded-Proto": "https", "X-Forwarded-For": "1.2.3.4"})
+        assert proxied.status_code == 401 and proxied.json()["code"] == "NOT_AUTHENTICATED"
+        plain = httpx.get(f"{app.url}/api/", headers={"X-Forwarded-For": "1.2.3.4"})
+        assert plain.status_code == 301
