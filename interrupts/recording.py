@@ -140,17 +140,31 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now) -> None:
 FOLDED = {"STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT"}
 
 
-def append_many(run: Run, payloads: list[dict]) -> list[int]:
+def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> list[int] | None:
     """Record events of ``run`` (wire JSON, as received) in order and fold their snapshots, atomically.
 
-    Returns their sequence numbers. STATE_SNAPSHOT, STATE_DELTA and
-    MESSAGES_SNAPSHOT update the thread. A terminal event is recorded here
-    but finishes the run only through ``finish``, once the stream has ended
-    cleanly after it. Watchers get one poke, for the last event, after commit.
+    Returns their sequence numbers, or None (nothing written) when the run
+    has ended meanwhile, or ``worker`` no longer holds it: an operator
+    stopped it, or another process settled it. The streamer stops on None.
+    STATE_SNAPSHOT, STATE_DELTA and MESSAGES_SNAPSHOT update the thread. A
+    terminal event is recorded here but finishes the run only through
+    ``finish``, once the stream has ended cleanly after it. Watchers get one
+    poke, for the last event, after commit.
     """
     if not payloads:
         return []
     with transaction.atomic():
+        # Locked before the thread's sequence numbers, in the order ``fail``
+        # takes them (run, then thread): a RUN_ERROR recorded by anyone else
+        # either waits for this batch, or is seen here and nothing follows it.
+        # On PostgreSQL a locked row changed meanwhile is re-checked on its new
+        # version; SQLite's IMMEDIATE transactions run one writer at a time.
+        holding = Run.objects.select_for_update().filter(
+            pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING])
+        if worker is not None:
+            holding = holding.filter(status=Run.Status.STREAMING, claimed_by=worker)
+        if not holding.exists():
+            return None
         last = _next_seq(run.thread_id, len(payloads))
         seqs = list(range(last - len(payloads) + 1, last + 1))
         _insert_events(run, seqs, payloads)

@@ -5,7 +5,13 @@ feeds the response through the incremental SSE reader, parses each frame into
 the official models, checks the run's lifecycle (RUN_STARTED first, nothing
 after the terminal event) and appends each event as it arrives. Every fault
 ends the run as failed with a hub-generated RUN_ERROR carrying a code: a run
-is never left "streaming".
+is never left "streaming". Every run ends: one streaming longer than
+COUNTERSIGN_MAX_RUN_SECONDS fails with RUN_TOO_LONG, however chatty its agent.
+
+A run can also be ended by someone else (an operator's CANCELLED_BY_OPERATOR,
+another process settling a lost claim). The streamer then stops reading and
+writes nothing more, told three ways, fastest first: ``stop`` (an operator
+in this process), ``append_many`` refusing a batch, a failed heartbeat.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from . import recording, runs
-from .models import Run, Thread
+from .models import Event, Run, Thread
 from .protocol import storable
 from .protocol.contract import outcome_problems
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
@@ -45,6 +51,10 @@ def _tls() -> ssl.SSLContext:
     each run started (it was most of the decision-to-resume latency).
     """
     return httpx.create_ssl_context()
+
+
+class Stopped(Exception):
+    """The run was ended by someone else (an operator, another process): stop, write nothing more."""
 
 
 class Fault(Exception):
@@ -151,10 +161,18 @@ def recover(run: Run) -> None:
 class RunStreamer:
     """Streams one claimed run; ``listener`` (an asyncio.Queue) gets each recorded event."""
 
-    def __init__(self, run: Run, worker: str, listener: asyncio.Queue | None = None) -> None:
+    def __init__(self, run: Run, worker: str, listener: asyncio.Queue | None = None,
+                 stop: asyncio.Event | None = None) -> None:
         self.run = run
         self.worker = worker
         self.listener = listener
+        # Set by this process's supervisor when an operator stops the run here.
+        self.stop = stop if stop is not None else asyncio.Event()
+        # True once the run is known to be ended by someone else: a cancellation
+        # then means "stop reading", not "the process is shutting down".
+        self.settled_elsewhere = False
+        # The last sequence number the listener was given.
+        self.told = 0
         self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
         self.terminal: dict | None = None
         # Events checked but not yet recorded: written per network read, so a
@@ -169,18 +187,33 @@ class RunStreamer:
         if not self.batch:
             return
         batch, self.batch = self.batch, []
-        seqs = await sync_to_async(recording.append_many)(self.run, batch)
+        seqs = await sync_to_async(recording.append_many)(self.run, batch, self.worker)
+        if seqs is None:
+            self.settled_elsewhere = True
+            raise Stopped()
         for seq, payload in zip(seqs, batch):
             self._tell(seq, payload)
 
     def _tell(self, seq: int, payload: dict) -> None:
+        self.told = max(self.told, seq)
         if self.listener is not None:
             self.listener.put_nowait((seq, payload))
+
+    async def _tell_settled(self) -> None:
+        """Give the listener how the run was ended elsewhere (the operator's RUN_ERROR), before its end."""
+        if self.listener is None:
+            return
+        rows = await sync_to_async(list)(
+            Event.objects.filter(run_id=self.run.pk, seq__gt=self.told).order_by("seq").values_list("seq", "payload"))
+        for seq, payload in rows:
+            self._tell(seq, payload)
 
     async def _fail(self, code: str, message: str, raw=None) -> None:
         event = await sync_to_async(recording.fail)(self.run, code, message, raw)
         if event is not None:
             self._tell(event.seq, event.payload)
+        else:  # ended elsewhere first (an operator, another process): theirs is the ending
+            self.settled_elsewhere = True
 
     def _take(self, frame) -> None:
         """Check one frame and queue its event for the next flush; a Fault if it is wrong."""
@@ -266,7 +299,16 @@ class RunStreamer:
     async def _heartbeat(self, stream: asyncio.Task) -> None:
         interval = max(settings.COUNTERSIGN_LEASE_SECONDS / 3, 0.1)
         while True:
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(self.stop.wait(), interval)
+            except TimeoutError:
+                pass
+            else:
+                # An operator in this process ended the run: it is recorded already.
+                logger.warning("run %s: stopped by an operator, closing its stream", self.run.run_id)
+                self.settled_elsewhere = True
+                stream.cancel()
+                return
             try:
                 kept = await sync_to_async(runs.renew)(self.run.pk, self.worker)
             except Exception:  # a missed beat is retried; the lease has room for two more
@@ -275,6 +317,7 @@ class RunStreamer:
             if not kept:
                 # Another process settled this run: stop recording into it.
                 logger.warning("run %s: claim lost, stopping its stream", self.run.run_id)
+                self.settled_elsewhere = True
                 stream.cancel()
                 return
 
@@ -296,52 +339,83 @@ class RunStreamer:
             return  # None: another process settled the run meanwhile
         await self._fail(fault.code, fault.message, fault.raw)
 
+    async def _hub_error(self, problem: Exception) -> None:
+        logger.error("streaming run %s failed", self.run.run_id, exc_info=problem)
+        await self._fail("HUB_ERROR", f"Countersign failed while streaming: {type(problem).__name__}: {problem}")
+
     async def stream(self) -> None:
-        """Stream the run to its end; every outcome, fault included, ends up recorded."""
+        """Stream the run to its end; every outcome, fault included, ends up recorded.
+
+        Ends with RUN_TOO_LONG after COUNTERSIGN_MAX_RUN_SECONDS. A run ended
+        by someone else meanwhile stops at once, and the listener gets that
+        ending (recorded by them) before the end of its stream.
+        """
         heartbeat = asyncio.ensure_future(self._heartbeat(asyncio.current_task()))
         try:
-            await self._read()
-        except Fault as fault:
-            if fault.unreached:
-                await self._unreached(fault)
-            else:
-                await self._fail(fault.code, fault.message, fault.raw)
-        except MalformedStream as problem:
-            if problem.code == "FRAME_TOO_LARGE":
-                await self._fail("EVENT_TOO_LARGE", f"The agent sent an event too large to take: {problem.message}")
-            else:
-                await self._fail("MALFORMED_STREAM", f"The agent's stream is not valid SSE: {problem.message}")
-        except httpx.ConnectTimeout:
-            await self._unreached(Fault(
-                "TIMEOUT", f"The agent at {self.run.agent.endpoint} did not accept a connection within "
-                           f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s."))
-        except httpx.ReadTimeout:
-            await self._fail("TIMEOUT", f"The agent sent nothing for {settings.COUNTERSIGN_IDLE_TIMEOUT:g} s; "
-                                        "the run was abandoned.")
-        except httpx.ConnectError as problem:
-            await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at {self.run.agent.endpoint}: "
-                                                         f"{problem}"))
-        except httpx.HTTPError as problem:
-            await self._fail("TRANSPORT_ERROR", f"The connection to the agent broke: {type(problem).__name__}: {problem}")
-        except asyncio.CancelledError:
-            # The process is shutting down: leave the claim to lapse, so the
-            # run is reported as lost rather than silently abandoned.
-            raise
-        except Exception as problem:  # a bug of ours must not leave the run streaming
-            logger.exception("streaming run %s failed", self.run.run_id)
-            await self._fail("HUB_ERROR", f"Countersign failed while streaming: {type(problem).__name__}: {problem}")
+            try:
+                try:
+                    async with asyncio.timeout(settings.COUNTERSIGN_MAX_RUN_SECONDS) as clock:
+                        await self._read()
+                except Stopped:
+                    logger.warning("run %s: ended elsewhere, its stream stopped", self.run.run_id)
+                except TimeoutError as problem:
+                    if clock.expired():
+                        await self._fail("RUN_TOO_LONG", f"The run went on for more than "
+                                                         f"{settings.COUNTERSIGN_MAX_RUN_SECONDS:g} s "
+                                                         "(COUNTERSIGN_MAX_RUN_SECONDS); it was ended.")
+                    else:  # not our deadline: some other timer inside, a bug of ours
+                        await self._hub_error(problem)
+                except Fault as fault:
+                    if fault.unreached:
+                        await self._unreached(fault)
+                    else:
+                        await self._fail(fault.code, fault.message, fault.raw)
+                except MalformedStream as problem:
+                    if problem.code == "FRAME_TOO_LARGE":
+                        await self._fail("EVENT_TOO_LARGE",
+                                         f"The agent sent an event too large to take: {problem.message}")
+                    else:
+                        await self._fail("MALFORMED_STREAM",
+                                         f"The agent's stream is not valid SSE: {problem.message}")
+                except httpx.ConnectTimeout:
+                    await self._unreached(Fault(
+                        "TIMEOUT", f"The agent at {self.run.agent.endpoint} did not accept a connection within "
+                                   f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s."))
+                except httpx.ReadTimeout:
+                    await self._fail("TIMEOUT", f"The agent sent nothing for "
+                                                f"{settings.COUNTERSIGN_IDLE_TIMEOUT:g} s; the run was abandoned.")
+                except httpx.ConnectError as problem:
+                    await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at "
+                                                                 f"{self.run.agent.endpoint}: {problem}"))
+                except httpx.HTTPError as problem:
+                    await self._fail("TRANSPORT_ERROR",
+                                     f"The connection to the agent broke: {type(problem).__name__}: {problem}")
+                except Exception as problem:  # a bug of ours must not leave the run streaming
+                    await self._hub_error(problem)
+            except asyncio.CancelledError:
+                if not self.settled_elsewhere:
+                    # The process is shutting down: leave the claim to lapse, so the
+                    # run is reported as lost rather than silently abandoned.
+                    raise
+                # Cancelled by our own heartbeat because the run was ended elsewhere:
+                # not a shutdown, so this task goes on to tell its listener.
+                asyncio.current_task().uncancel()
+            finally:
+                heartbeat.cancel()
+            if self.settled_elsewhere:
+                await self._tell_settled()
         finally:
-            heartbeat.cancel()
             if self.listener is not None:
                 self.listener.put_nowait(None)
 
 
-async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = None) -> None:
-    """Stream the run ``run_pk``, which ``worker`` has claimed, to its end."""
+async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = None,
+                     stop: asyncio.Event | None = None) -> None:
+    """Stream the run ``run_pk``, which ``worker`` has claimed, to its end (or until ``stop`` is set)."""
     try:
         run = await Run.objects.select_related("thread", "agent").aget(pk=run_pk)
     except BaseException:
         if listener is not None:
             listener.put_nowait(None)  # a waiting client is told the stream is over
         raise
-    await RunStreamer(run, worker, listener).stream()
+    await RunStreamer(run, worker, listener, stop).stream()
