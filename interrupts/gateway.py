@@ -5,6 +5,13 @@ thread's contract, forwards the input, and streams the agent's events back as
 it records them, so interrupts raised here land in the team inbox and the
 audit trail like any other. A contract violation is answered the AG-UI way,
 as a stream of RUN_STARTED then RUN_ERROR with the violation's code.
+
+Its streams count against the process's COUNTERSIGN_MAX_STREAMS like the
+hub's (a new run never takes a slot kept for resumes), and against the
+agent's COUNTERSIGN_MAX_AGENT_STREAMS. Refusals answered that way, besides
+the contract's: ``AT_CAPACITY`` (this process streams all it may),
+``AGENT_AT_CAPACITY`` (the agent streams all it may), and every code of
+``runs.accept_input``; the agent is not called.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import time
 
 from ag_ui.core import RunErrorEvent, RunStartedEvent
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, StreamingHttpResponse
@@ -28,6 +36,7 @@ from .protocol import storable
 from .protocol.errors import MalformedMessage, ProtocolError
 from .protocol.sse import CONTENT_TYPE, encode_event, format_frame
 from .protocol.wire import dump, parse_run_input
+from .refusals import Refusal
 from .sdk.views import refusal
 
 # How often a replay of a run still streaming elsewhere looks for new events.
@@ -125,16 +134,28 @@ async def agui(request: HttpRequest, agent: str):
         return refusal(400, refused.code, refused.message, **refused.details)
 
     background = supervisor.ensure()
+    # Held before anything is recorded, so a full process refuses without a trace;
+    # a resume may use the slots kept for resumes.
+    slot = await background.reserve(resume=bool(run_input.resume))
+    if slot is None:
+        return _sse(_refused(run_input.thread_id, run_input.run_id, Refusal(
+            "AT_CAPACITY", f"This Countersign process already streams {settings.COUNTERSIGN_MAX_STREAMS} runs "
+                           "(COUNTERSIGN_MAX_STREAMS, some kept for resumes): try again shortly.")))
     try:
-        accepted = await sync_to_async(runs.accept_input)(registered, run_input, user, background.worker)
+        accepted = await sync_to_async(runs.admit_input)(registered, run_input, user, background.worker)
     except ProtocolError as problem:
+        background.release(slot)
         return _sse(_refused(run_input.thread_id, run_input.run_id, problem))
+    except BaseException:
+        background.release(slot)
+        raise
     if accepted.verdict.kind == "replay":
+        background.release(slot)  # nothing is sent to the agent
         return _sse(_replay(accepted.run))
     listener: asyncio.Queue = asyncio.Queue()
     # Streamed by the supervisor, not this request: if the client goes away
-    # the run is still recorded to its end.
-    background.stream(accepted.run.pk, listener)
+    # the run is still recorded to its end. The slot is freed when it ends.
+    background.stream(accepted.run.pk, listener, slot=slot)
     return _sse(_live(listener))
 
 

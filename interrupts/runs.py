@@ -9,6 +9,7 @@ commits the queued run and wakes the supervisor after commit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from datetime import datetime, timedelta
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from . import recording, relay, supervisor
@@ -329,26 +330,89 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                                  "(interrupts raised or answered meanwhile); send it again.")
 
 
-def claim_due(limit: int, worker: str) -> list[int]:
-    """Take up to ``limit`` due queued runs for ``worker``, oldest first; returns their pks.
+def admit_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> Accepted:
+    """The gateway's way in: ``accept_input``, held to COUNTERSIGN_MAX_AGENT_STREAMS.
+
+    Refusals: every one of ``accept_input``, and ``AGENT_AT_CAPACITY`` when
+    the agent already streams its limit of runs (counted over every process;
+    a resume counts like a new run). A replay is never refused: it calls
+    nobody. A refused input leaves nothing behind, not even a resume's
+    decisions: the client may send it again later.
+    """
+    with transaction.atomic():
+        # The agent's row lock, as in ``claim_due``: every streaming run of an
+        # agent starts under it and is counted after taking it.
+        list(Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk", flat=True))
+        accepted = accept_input(agent, run_input, user, worker)
+        if accepted.verdict.kind != "replay":
+            streaming = Run.objects.filter(agent=agent, status=Run.Status.STREAMING).count()
+            if streaming > settings.COUNTERSIGN_MAX_AGENT_STREAMS:
+                raise Refusal(
+                    "AGENT_AT_CAPACITY",
+                    f"Agent {agent.name} already streams {settings.COUNTERSIGN_MAX_AGENT_STREAMS} runs "
+                    "(COUNTERSIGN_MAX_AGENT_STREAMS): send the input again once one of them has ended.",
+                )
+        return accepted
+
+
+def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tuple[int, bool]]:
+    """Take up to ``limit`` due queued runs for ``worker``; returns (pk, is it a resume) pairs.
+
+    Resumes (runs with a ``resume_key``) are claimed before new runs, oldest
+    first, so decisions already made go back to their agents before anything
+    new starts; at most ``new_limit`` (default ``limit``) new runs are taken,
+    so the caller keeps a share of its slots that only resumes may use
+    (``supervisor.resume_slots``). Runs of an agent that already streams
+    COUNTERSIGN_MAX_AGENT_STREAMS runs, in any process, are skipped and wait.
 
     Several processes poll at once. On PostgreSQL the rows are locked with
     ``FOR UPDATE SKIP LOCKED``, so each process takes different runs without
     waiting for the others; SQLite ignores the lock clause, but its IMMEDIATE
     transactions already run one writer at a time. The UPDATE is conditional
     on the run still being queued either way, so a run is never taken twice.
+
+    The per-agent bound is exact, on both databases: a claim locks the agent's
+    row (SKIP LOCKED too: an agent another claim, or a gateway request, holds
+    is skipped until the next poll instead of waited for) and only then counts
+    its streaming runs, which at READ COMMITTED include every claim committed
+    before the lock was free; the gateway's ``admit_input`` takes the same
+    lock. Runs that stop streaming only lower the count.
     """
+    new_limit = limit if new_limit is None else min(new_limit, limit)
     now = timezone.now()
+    taken: list[tuple[int, bool]] = []
+    skipped: set[int] = set()  # agents at their limit, or locked by a concurrent claim
+    room: dict[int, int] = {}  # agents this claim has locked: how many more runs each may stream
     with transaction.atomic():
-        due = list(
-            Run.objects.select_for_update(skip_locked=True)
-            .filter(status=Run.Status.QUEUED)
-            .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
-            .order_by("created_at", "pk")
-            .values_list("pk", flat=True)[:limit]
-        )
-        if not due:
+        for resumes in (True, False):
+            while True:
+                new_taken = sum(1 for _pk, is_resume in taken if not is_resume)
+                wanted = limit - len(taken) if resumes else min(limit - len(taken), new_limit - new_taken)
+                if wanted <= 0:
+                    break
+                rows = list(
+                    Run.objects.select_for_update(skip_locked=True)
+                    .filter(status=Run.Status.QUEUED, resume_key__isnull=not resumes)
+                    .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+                    .exclude(agent_id__in=skipped)
+                    .exclude(pk__in=[pk for pk, _ in taken])
+                    .order_by("created_at", "pk")
+                    .values_list("pk", "agent_id")[:wanted]
+                )
+                if not rows:
+                    break
+                _lock_agents({agent for _pk, agent in rows} - room.keys() - skipped, room, skipped)
+                # Each pass takes a run or rules an agent out, so the loop ends.
+                for pk, agent in rows:
+                    if agent in skipped:
+                        continue
+                    taken.append((pk, resumes))
+                    room[agent] -= 1
+                    if room[agent] <= 0:
+                        skipped.add(agent)
+        if not taken:
             return []
+        due = [pk for pk, _ in taken]
         Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
             status=Run.Status.STREAMING,
             claimed_by=worker,
@@ -356,12 +420,28 @@ def claim_due(limit: int, worker: str) -> list[int]:
             retry_at=None,
             lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
         )
-        claimed = list(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
-                       .order_by("created_at", "pk").values_list("pk", "attempts", "thread_id", "thread__last_seq"))
-        for _pk, attempts, thread_pk, seq in claimed:
+        claimed = {pk: (attempts, thread_pk, seq) for pk, attempts, thread_pk, seq in
+                   Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
+                   .values_list("pk", "attempts", "thread_id", "thread__last_seq")}
+        for attempts, thread_pk, seq in claimed.values():
             if attempts:  # it was listed as waiting for its agent: the inbox drops it now
                 _tell_inbox(thread_pk, seq)
-        return [pk for pk, *_ in claimed]
+        return [(pk, is_resume) for pk, is_resume in taken if pk in claimed]
+
+
+def _lock_agents(agents: set[int], room: dict[int, int], skipped: set[int]) -> None:
+    """Lock these agents' rows (skipping those locked elsewhere) and note how many more runs each may stream."""
+    if not agents:
+        return
+    locked = set(Agent.objects.select_for_update(skip_locked=True).filter(pk__in=agents)
+                 .values_list("pk", flat=True))
+    skipped |= agents - locked
+    streaming = dict(Run.objects.filter(agent_id__in=locked, status=Run.Status.STREAMING)
+                     .values("agent_id").annotate(n=Count("pk")).values_list("agent_id", "n"))
+    for agent in locked:
+        room[agent] = settings.COUNTERSIGN_MAX_AGENT_STREAMS - streaming.get(agent, 0)
+        if room[agent] <= 0:
+            skipped.add(agent)
 
 
 def _tell_inbox(thread_pk: int, seq: int) -> None:
@@ -412,6 +492,31 @@ def retry_now(run: Run, user=None) -> bool:
             "runId": run.run_id, "by": user.get_username() if user is not None else None})
         _tell_inbox(run.thread_id, event.seq)
         transaction.on_commit(supervisor.wake)
+    return True
+
+
+def cancel(run: Run, user=None, *, by: str = "") -> bool:
+    """Stop a run as an operator: streaming, or queued (waiting for its agent); False if it already ended.
+
+    The run fails with a RUN_ERROR ``CANCELLED_BY_OPERATOR`` naming who
+    stopped it, recorded through ``recording.fail`` (which closes any pending
+    interrupt of the run), so the thread takes input again. The stream stops
+    without writing anything after it: at once when this process streams it
+    (``supervisor.stop_stream``), otherwise at that process's next batch
+    (``append_many`` refuses it) or heartbeat. ``user`` None is the command
+    line, named by ``by``. Refused with ``STAFF_ONLY`` (403) for anyone not
+    staff; callers answer False with ``NOT_RUNNING``.
+    """
+    if user is not None and not user.is_staff:
+        raise Refusal("STAFF_ONLY", "Only staff can stop a run.", status=403)
+    who = user.get_username() if user is not None else (by or "an operator")
+    with transaction.atomic():
+        event = recording.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
+        if event is None:
+            return False
+        # It may have been listed as waiting for its agent: the inbox drops it.
+        _tell_inbox(run.thread_id, event.seq)
+        transaction.on_commit(functools.partial(supervisor.stop_stream, run.pk))
     return True
 
 
