@@ -143,6 +143,22 @@ def retry_run(request, pk: int):
 
 
 @require_POST
+def cancel_run(request, pk: int):
+    """Stop run (staff): end a streaming or waiting run with CANCELLED_BY_OPERATOR; back to its thread."""
+    run = get_object_or_404(Run.objects.select_related("thread"), pk=pk)
+    try:
+        stopped = runs.cancel(run, request.user)
+    except ProtocolError as refused:  # STAFF_ONLY
+        messages.error(request, refused.message)
+        return redirect("thread", run.thread.thread_id)
+    if stopped:
+        messages.success(request, f"Stopped run {run.run_id}.")
+    else:
+        messages.error(request, f"Run {run.run_id} already ended; there was nothing to stop.")
+    return redirect("thread", run.thread.thread_id)
+
+
+@require_POST
 def edit_preview(request, pk: int):
     """Check edited args and show them side by side with the proposal before the final click."""
     interrupt = get_object_or_404(Interrupt, pk=pk)

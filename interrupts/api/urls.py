@@ -14,6 +14,7 @@ urlpatterns = [
     path("", include(router.urls)),
     path("runs/<str:run_id>/", views.RunDetail.as_view(), name="run-detail"),
     path("runs/<str:run_id>/retry/", views.RetryRun.as_view(), name="run-retry"),
+    path("runs/<str:run_id>/cancel/", views.CancelRun.as_view(), name="run-cancel"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: anonymous visitors go to the login page, like every page.
     path("docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),

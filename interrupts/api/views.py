@@ -151,6 +151,23 @@ class RetryRun(RunLookup, generics.GenericAPIView):
         return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
 
+class CancelRun(RunLookup, generics.GenericAPIView):
+    """Stop a streaming run, or one queued or waiting for its agent (staff only).
+
+    Refusals: 403 ``STAFF_ONLY``, 409 ``NOT_RUNNING`` (it already ended), 404, 409 ``AMBIGUOUS_RUN_ID``.
+    """
+
+    @extend_schema(request=None, responses={202: s.RunSerializer})
+    def post(self, request, run_id):
+        run = self.get_object()
+        if not runs.cancel(run, request.user):
+            run.refresh_from_db()
+            raise Refusal("NOT_RUNNING", f"Run {run.run_id} is {run.status}: it already ended, "
+                          "there is nothing to stop.", status=409)
+        run.refresh_from_db()
+        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
 class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     lookup_value_regex = r"\d+"
 
