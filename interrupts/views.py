@@ -168,7 +168,10 @@ def edit_preview(request, pk: int):
         errors = [{"path": "", "message": " ".join(form.errors.get("edited_args", ["Invalid edits."]))}]
     else:
         edited = form.cleaned_data["edited_args"]
-        errors = payload_errors(interrupt.response_schema, {"approved": True, EDITED_ARGS: edited})
+        try:
+            errors = payload_errors(interrupt.response_schema, {"approved": True, EDITED_ARGS: edited})
+        except ProtocolError as refused:  # the agent's schema cannot be used (REMOTE_REF, UNSAFE_PATTERN, ...)
+            errors = [{"path": "", "message": refused.message}]
     return render(request, "interrupts/_edit_preview.html", {
         "interrupt": interrupt, "edited": edited, "edited_json": json.dumps(edited, ensure_ascii=False),
         "errors": errors,

@@ -118,6 +118,22 @@ def test_the_edit_preview_diffs_proposed_and_edited_args(client, reviewer):
     assert "must be a JSON object" in not_object
 
 
+@pytest.mark.parametrize("edits, code_words", [
+    ({"type": "object", "$ref": "https://agent.example/edits.json"}, "points outside the schema"),
+    ({"type": "object", "properties": {"to": {"type": "string", "pattern": "^(?=a)a$"}}}, "RE2"),
+])
+def test_the_edit_preview_says_why_an_unusable_schema_cannot_check_edits(client, reviewer, edits, code_words):
+    schema = {"type": "object", "properties": {"approved": {"type": "boolean"}, "editedArgs": edits}}
+    interrupt = make.interrupt(interrupt_id="e-2", reason="tool_call", tool_call_id="tc-1", proposed_args={"to": "a"},
+                               response_schema=schema,
+                               raw={"id": "e-2", "reason": "tool_call", "toolCallId": "tc-1", "responseSchema": schema})
+    response = client.post(reverse("edit-preview", args=[interrupt.pk]), {"edited_args": '{"to": "a"}'})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'data-testid="preview-error"' in page and code_words in page
+    assert 'data-testid="edit-diff"' not in page
+
+
 def test_agent_supplied_markup_is_escaped_on_every_page(client, reviewer):
     agent = make.agent(name="evil", description=EVIL)
     thread = make.thread(agent=agent, title=EVIL)
