@@ -27,3 +27,23 @@ class RefuseNulCharacters:
                 return JsonResponse({"code": "NUL_CHARACTER", "detail": message}, status=400)
             return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+def login_lockout(request, response, credentials):
+    """The page for a username and address past AXES_FAILURE_LIMIT failed logins (axes' AXES_LOCKOUT_CALLABLE).
+
+    429 with Retry-After, and the time to try again: each attempt during the
+    lockout starts the cool-off anew, so it is counted from now.
+    """
+    from django.conf import settings
+    from django.shortcuts import render
+    from django.utils import timezone
+
+    cool_off = settings.AXES_COOLOFF_TIME
+    response = render(request, "registration/lockout.html", {
+        "retry_at": timezone.now() + cool_off,
+        "minutes": max(round(cool_off.total_seconds() / 60), 1),
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+    }, status=429)
+    response["Retry-After"] = str(int(cool_off.total_seconds()))
+    return response

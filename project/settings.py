@@ -6,6 +6,7 @@ channel layer, DEBUG on, loopback hosts only. See the README's "Production".
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -62,6 +63,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "interrupts",
+    # Failed logins throttled per user and address (AXES_* below).
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -76,6 +79,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as its docs ask: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -167,11 +172,44 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
+# Failed logins (the login page and the admin's) are counted per username and
+# address together, so one attacker cannot lock a colleague out from
+# elsewhere; past the limit that pair waits out the cool-off (429, the
+# lockout page). Axes' backend only counts and refuses; ModelBackend logs in.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = int(os.environ.get("COUNTERSIGN_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("COUNTERSIGN_LOGIN_COOLOFF", "900")))
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "interrupts.middleware.login_lockout"
+# The address is REMOTE_ADDR, which `serve --proxy-headers` fills from the
+# proxy's X-Forwarded-For; never a header the client writes itself, or each
+# guess could claim a fresh address (this matters if django-ipware is installed).
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        # TokenAuthentication that counts failed tokens per address (429 THROTTLED).
+        "interrupts.api.authentication.ThrottledTokenAuthentication",
     ],
+    # Generous: a person or script far past these is a runaway, not a reviewer.
+    # Counted per process (the default local-memory cache).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": os.environ.get("COUNTERSIGN_API_RATE_ANON", "600/min"),
+        "user": os.environ.get("COUNTERSIGN_API_RATE_USER", "6000/min"),
+        "failed_token": os.environ.get("COUNTERSIGN_API_RATE_FAILED_TOKENS", "30/min"),
+    },
+    # Throttles count REMOTE_ADDR (which `serve --proxy-headers` sets from the
+    # proxy), never the client's own X-Forwarded-For.
+    "NUM_PROXIES": 0,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "interrupts.api.errors.exception_handler",
