@@ -293,6 +293,22 @@ COUNTERSIGN_LEASE_SECONDS = float(os.environ.get("COUNTERSIGN_LEASE_SECONDS", "3
 # How often each process looks for queued runs and due expiries without a wake-up.
 COUNTERSIGN_POLL_INTERVAL = float(os.environ.get("COUNTERSIGN_POLL_INTERVAL", "1"))
 COUNTERSIGN_MAX_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_STREAMS", "50"))
+
+# --- Run limits
+# Every run ends. The idle timeout only catches a silent agent; one that sends
+# anything more often would hold its thread, a stream slot and the queue behind
+# it forever, so a run streaming longer than this fails with RUN_TOO_LONG.
+COUNTERSIGN_MAX_RUN_SECONDS = float(os.environ.get("COUNTERSIGN_MAX_RUN_SECONDS", "3600"))
+# Streaming runs of one agent at once, counted across every process: one slow
+# or hostile agent cannot take every slot from the others. Below MAX_STREAMS,
+# or a single agent could still fill a process; the default follows a small MAX_STREAMS.
+COUNTERSIGN_MAX_AGENT_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_AGENT_STREAMS",
+                                                   str(max(1, min(10, COUNTERSIGN_MAX_STREAMS - 1)))))
+if not 0 < COUNTERSIGN_MAX_AGENT_STREAMS < COUNTERSIGN_MAX_STREAMS:
+    raise ImproperlyConfigured(
+        f"COUNTERSIGN_MAX_AGENT_STREAMS ({COUNTERSIGN_MAX_AGENT_STREAMS}) must be at least 1 and below "
+        f"COUNTERSIGN_MAX_STREAMS ({COUNTERSIGN_MAX_STREAMS})."
+    )
 # An agent that cannot be reached (refused, connect timeout, HTTP 502/503/429
 # before any event) is tried again after RETRY_BASE seconds, doubling up to
 # RETRY_MAX_DELAY; after RETRY_ATTEMPTS failed tries the run fails with
@@ -321,22 +337,6 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("COUNTERSIGN_MAX_REQUEST_BYTES"
 # How long the demo filing agent's form stays answerable, in seconds.
 DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))
 
-
-# --- Run limits
-# Every run ends. The idle timeout only catches a silent agent; one that sends
-# anything more often would hold its thread, a stream slot and the queue behind
-# it forever, so a run streaming longer than this fails with RUN_TOO_LONG.
-COUNTERSIGN_MAX_RUN_SECONDS = float(os.environ.get("COUNTERSIGN_MAX_RUN_SECONDS", "3600"))
-# Streaming runs of one agent at once, counted across every process: one slow
-# or hostile agent cannot take every slot from the others. Below MAX_STREAMS,
-# or a single agent could still fill a process; the default follows a small MAX_STREAMS.
-COUNTERSIGN_MAX_AGENT_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_AGENT_STREAMS",
-                                                   str(max(1, min(10, COUNTERSIGN_MAX_STREAMS - 1)))))
-if not 0 < COUNTERSIGN_MAX_AGENT_STREAMS < COUNTERSIGN_MAX_STREAMS:
-    raise ImproperlyConfigured(
-        f"COUNTERSIGN_MAX_AGENT_STREAMS ({COUNTERSIGN_MAX_AGENT_STREAMS}) must be at least 1 and below "
-        f"COUNTERSIGN_MAX_STREAMS ({COUNTERSIGN_MAX_STREAMS})."
-    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
