@@ -1,6 +1,6 @@
 """Requests no view can serve safely are refused before any view runs."""
 
-from django.http import HttpResponseBadRequest, JsonResponse
+from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 
 # The doors machines use answer JSON; pages answer text.
 MACHINE_PREFIXES = ("/api/", "/agui/")
@@ -47,3 +47,59 @@ def login_lockout(request, response, credentials):
     }, status=429)
     response["Retry-After"] = str(int(cool_off.total_seconds()))
     return response
+
+
+# Seconds a caller is asked to wait after a busy database: locks are held for
+# milliseconds normally, so a request refused after the lock timeout has met
+# something unusual (a migration, a long report) and should not hammer it.
+BUSY_RETRY_AFTER = 5
+
+
+def database_busy(exc: BaseException) -> bool:
+    """True when ``exc`` means another transaction held a lock too long, not that the request is wrong.
+
+    SQLite: "database is locked" after its busy timeout; PostgreSQL: lock_timeout
+    (SQLSTATE 55P03, lock_not_available); psycopg's pool: no free connection in time.
+    """
+    from django.db import OperationalError
+
+    try:
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # SQLite-only installs
+        PoolTimeout = ()  # noqa: N806
+    for problem in (exc, exc.__cause__):
+        if problem is None:
+            continue
+        if PoolTimeout and isinstance(problem, PoolTimeout):
+            return True
+        if getattr(problem, "sqlstate", None) == "55P03":
+            return True
+        if isinstance(problem, OperationalError) and "database is locked" in str(problem):
+            return True
+    return False
+
+
+class BusyDatabase:
+    """A view that failed on a busy database answers 503 with Retry-After: try again, nothing was changed.
+
+    The API answers its own (interrupts.api.errors); this covers the pages and
+    the gateway, which would otherwise show a 500 "server error".
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not database_busy(exception):
+            return None
+        message = (f"The database is busy with other work and this request waited too long; nothing was changed. "
+                   f"Try again in {BUSY_RETRY_AFTER} seconds.")
+        if request.path.startswith(MACHINE_PREFIXES):
+            response = JsonResponse({"code": "BUSY", "detail": message}, status=503)
+        else:
+            response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+        return response

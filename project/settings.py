@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "interrupts.middleware.RefuseNulCharacters",
+    # A view failing on a busy database gets 503 with Retry-After, not a 500.
+    "interrupts.middleware.BusyDatabase",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -108,6 +110,9 @@ WSGI_APPLICATION = None
 
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Seconds a statement waits for a lock another transaction holds before it
+# fails (503 BUSY, Retry-After): no request waits forever behind a stuck one.
+DB_LOCK_TIMEOUT = float(os.environ.get("COUNTERSIGN_DB_LOCK_TIMEOUT", "20"))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A pool per process. Channels closes "old" connections before every
     # consumer message, and without a pool that meant a new PostgreSQL
@@ -116,15 +121,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections (CONN_MAX_AGE) are no answer under ASGI: each
     # request's thread keeps its own, and 50 concurrent requests used up the
     # server's connection slots.
-    DATABASES["default"]["OPTIONS"] = {"pool": {
-        "min_size": 1, "max_size": int(os.environ.get("COUNTERSIGN_DB_POOL_SIZE", "20")), "timeout": 20}}
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 1, "max_size": int(os.environ.get("COUNTERSIGN_DB_POOL_SIZE", "20")), "timeout": 20},
+        # PostgreSQL waits for a lock without end by default.
+        "options": f"-c lock_timeout={int(DB_LOCK_TIMEOUT * 1000)}",
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions plus WAL and a busy timeout make concurrent
     # writers wait for each other instead of failing with "database is locked"
     # (measured: 7 of 8 racing processes failed with the default DEFERRED).
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
+        "timeout": DB_LOCK_TIMEOUT,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ..middleware import BUSY_RETRY_AFTER, database_busy
 from ..protocol.errors import ProtocolError
 from ..refusals import http_status
 
@@ -36,6 +37,8 @@ def _refusal(exc, context):
     else:
         code = exc.get_codes()
         response.data = {"code": (code if isinstance(code, str) else "error").upper(), "detail": str(exc.detail)}
+    if isinstance(exc, Busy):
+        response["Retry-After"] = str(BUSY_RETRY_AFTER)
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         # Session auth alone would answer 403; say "log in" properly, with how.
         response.status_code = status.HTTP_401_UNAUTHORIZED
@@ -48,8 +51,16 @@ class TooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
+class Busy(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "busy"
+
+
 def _as_api_exception(exc):
     """Django's own refusals, and the database's refusal of the client's text, as DRF exceptions."""
+    if database_busy(exc):
+        return Busy(f"The database is busy with other work and this request waited too long for it; nothing was "
+                    f"changed. Try again in {BUSY_RETRY_AFTER} seconds (Retry-After).")
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, PermissionDenied):

@@ -38,6 +38,8 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
+        _leave_forms_to_django()
+
         from project.asgi import application
 
         display_host = f"[{host}]" if ":" in host else host
@@ -65,3 +67,28 @@ class Command(BaseCommand):
             proxy_forwarded_proto_header="X-Forwarded-Proto" if proxy_headers else None,
         )
         server.run()
+
+
+def _leave_forms_to_django() -> None:
+    """Make daphne's requests leave form bodies unparsed, for Django to read (and refuse) itself.
+
+    Twisted parses a POSTed multipart/form-data body before daphne sees the
+    request, and answers a broken one with a bare "400 Bad Request" of its
+    own: no JSON {code, detail} under /api/, no page elsewhere. Django reads
+    the body again anyway. daphne's HTTPFactory installs its WebRequest on
+    every connection (HTTPFactory.buildProtocol); ours is the same request
+    with Twisted's public switch for that parsing turned off.
+    """
+    from daphne import http_protocol, server
+
+    class WebRequest(http_protocol.WebRequest):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
+
+    class HTTPFactory(http_protocol.HTTPFactory):
+        def buildProtocol(self, addr):
+            protocol = super().buildProtocol(addr)
+            protocol.requestFactory = WebRequest
+            return protocol
+
+    server.HTTPFactory = HTTPFactory  # what Server.run() builds its factory from
