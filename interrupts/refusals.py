@@ -21,6 +21,8 @@ CONTRACT_STATUS = {
     "EXPIRED": 409,
     "INVALID_EXPIRY": 409,
     "THREAD_MISMATCH": 409,
+    # Too many costly answers are being checked at once: try again shortly.
+    "BUSY": 503,
 }
 
 

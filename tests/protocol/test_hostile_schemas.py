@@ -358,3 +358,38 @@ def test_big_and_deep_schemas_are_too_large():
         node["not"] = {}
         node = node["not"]
     assert codes(ok) == []
+
+
+def test_costly_checks_run_in_the_worker_process_with_the_same_verdict(monkeypatch):
+    # Past the fast budget an answer is checked again in the worker process, so
+    # a CPU-bound check never holds the server's interpreter. The in-process
+    # function is wrapped here: the worker runs its own copy, unwrapped.
+    in_process = []
+    real = schema_module._errors_within
+
+    def noted(schema, payload, steps):
+        in_process.append(steps)
+        return real(schema, payload, steps)
+
+    monkeypatch.setattr(schema_module, "_errors_within", noted)
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+    payload = list(range(3000)) + [-1, "x"]
+    errors = payload_errors(schema, payload)
+    assert in_process == [schema_module.FAST_VALIDATION_STEPS]
+    assert errors == [{"path": "/3000", "message": "-1 is less than the minimum of 0"},
+                      {"path": "/3001", "message": "'x' is not of type 'integer'"}]
+    assert payload_errors(schema, list(range(10))) == [] and in_process[-1] == schema_module.FAST_VALIDATION_STEPS
+    assert refusal(_bomb(40), "x").code == "SCHEMA_TOO_COSTLY"  # refused in the worker, reported here
+    assert refusal({"$ref": "#"}, list(range(6000))).code == "INVALID_SCHEMA"
+
+
+def test_a_costly_check_that_cannot_get_its_turn_is_busy(monkeypatch):
+    monkeypatch.setattr(schema_module, "COSTLY_WAIT_SECONDS", 0.2)
+    payload_errors({"type": "array"}, list(range(6000)))  # the worker is up
+    occupied = schema_module._costly_pool().submit(time.sleep, 2)
+    started = time.perf_counter()
+    err = refusal(_bomb(40), "x", interrupt_id="int-b")
+    assert err.code == "BUSY" and err.details["interrupt_id"] == "int-b"
+    assert time.perf_counter() - started < 1.5
+    occupied.result()
+    assert refusal(_bomb(40), "x").code == "SCHEMA_TOO_COSTLY"  # its turn came: checked as before
