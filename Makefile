@@ -78,7 +78,7 @@ test-scale: venv $(LG_VENV)/.installed browser
 # bench/results/<name>.json, on SQLite and on PostgreSQL + Redis (started on
 # loopback by bin/services) side by side. Each is bounded by `timeout` (name:seconds),
 # and none starts past BENCH_BUDGET seconds, so the whole run stays under ten minutes.
-BENCHMARKS := sse_reader:60 inbox_scale:150 relay_throughput:180 interrupt_latency:180 resume_latency:150 connections:240
+BENCHMARKS := sse_reader:60 hostile_schema:120 inbox_scale:150 relay_throughput:180 interrupt_latency:180 resume_latency:150 connections:240
 BENCH_BUDGET := 570
 bench: venv
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \

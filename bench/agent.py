@@ -14,7 +14,8 @@ POST /stream/     RUN_STARTED, TEXT_MESSAGE_START, TEXT_MESSAGE_CONTENT…,
 POST /interrupt/  RUN_STARTED, then RUN_FINISHED with one ``confirmation``
                   interrupt. ``forwardedProps``: ``group``/``size`` hold the
                   terminal frame until ``size`` runs of the group are open,
-                  then ``hold`` seconds plus a random ``spread``. A resume
+                  then ``hold`` seconds plus a random ``spread``; ``schema``
+                  replaces the interrupt's responseSchema. A resume
                   (``resume`` in the input) gets RUN_STARTED, RUN_FINISHED success.
 GET  /log/        when things happened (``time.time()``): ``requests`` by runId
                   (request read), ``terminal`` by threadId (just before the
@@ -143,7 +144,8 @@ async def interrupt(writer: asyncio.StreamWriter, run: RunAgentInput) -> None:
     terminal = encode(RunFinishedEvent(
         thread_id=run.thread_id, run_id=run.run_id,
         outcome=RunFinishedInterruptOutcome(interrupts=[Interrupt(
-            id=f"confirm-{run.run_id}", reason="confirmation", message="Go ahead?", response_schema=CONFIRM_SCHEMA,
+            id=f"confirm-{run.run_id}", reason="confirmation", message="Go ahead?",
+            response_schema=props.get("schema") or CONFIRM_SCHEMA,
         )]),
     ))
     log["terminal"][run.thread_id] = time.time()
