@@ -17,17 +17,15 @@ in this process), ``append_many`` refusing a batch, a failed heartbeat.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
-import ssl
 from collections.abc import AsyncIterator
 
 import httpx
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from . import recording, runs
+from . import egress, recording, runs
 from .models import Event, Run, Thread
 from .protocol import storable
 from .protocol.contract import outcome_problems
@@ -40,17 +38,6 @@ logger = logging.getLogger(__name__)
 
 # How much of an error response's body to keep in the run's RUN_ERROR.
 MAX_ERROR_BODY = 8192
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """The TLS settings every run's client shares, built once per process.
-
-    httpx builds a fresh context per client otherwise: 35–60 ms of loading
-    the CA bundle on the event loop, blocking every socket and stream, for
-    each run started (it was most of the decision-to-resume latency).
-    """
-    return httpx.create_ssl_context()
 
 
 class Stopped(Exception):
@@ -249,7 +236,9 @@ class RunStreamer:
             write=settings.COUNTERSIGN_CONNECT_TIMEOUT,
             pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
         )
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=_tls()) as client:
+        # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
+        # and follows no redirect: the agent cannot send Countersign anywhere else.
+        async with egress.agent_client(timeout) as client:
             async with client.stream("POST", agent.endpoint, json=self.run.input, headers=headers) as response:
                 content_type = response.headers.get("content-type", "")
                 if response.status_code >= 400:
@@ -387,6 +376,9 @@ class RunStreamer:
                 except httpx.ConnectError as problem:
                     await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at "
                                                                  f"{self.run.agent.endpoint}: {problem}"))
+                except egress.AgentAddressRefused as refused:
+                    # A policy refusal, not an outage: trying again would be refused again.
+                    await self._fail(refused.code, refused.message)
                 except httpx.HTTPError as problem:
                     await self._fail("TRANSPORT_ERROR",
                                      f"The connection to the agent broke: {type(problem).__name__}: {problem}")

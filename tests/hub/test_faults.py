@@ -86,3 +86,18 @@ def test_a_proposal_is_reassembled_from_its_argument_deltas(api, scripted):
     assert asked["tool_name"] == "deleteRepo"
     assert asked["proposed_args"] == {"repo": "acme/web"}
     assert scripted.calls[("approve", run["thread"])] == 1
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/",
+                                 "http://0.0.0.0:9/"])
+def test_an_agent_at_a_refused_address_fails_at_once_and_is_never_retried(api, url):
+    # Cloud metadata, link-local and unspecified addresses are refused at connect time
+    # (COUNTERSIGN_AGENT_NETWORKS): no byte reaches them, and a policy refusal is not an outage.
+    name = f"x-refused-address-{abs(hash(url)) % 10_000}"
+    response = api.post("/api/agents/", json={"name": name, "url": url})
+    assert response.status_code == 201, response.text
+    run, log = failed(api, name)
+    assert run["status"] == "failed" and run["error_code"] == "AGENT_ADDRESS_REFUSED"
+    assert run["attempts"] == 0
+    assert log[-1]["type"] == "RUN_ERROR" and log[-1]["payload"]["code"] == "AGENT_ADDRESS_REFUSED"
+    assert not log[-1]["from_agent"]
