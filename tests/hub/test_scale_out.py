@@ -27,10 +27,18 @@ from .conftest import events, finished_run, pending, start, wait_for
 from .scripted_agent import Gate
 
 PROCESSES = 3
-# Each process streams at most this many runs at once, so MAX_STREAMS * PROCESSES
-# streams open together at the agent prove that every process took its share.
+# Each process streams at most MAX_STREAMS runs at once, of which new runs may
+# take all but the slots kept for resumes (a fifth: 2 of 10). So NEW_SLOTS *
+# PROCESSES new runs, or MAX_STREAMS * PROCESSES resumes, open together at the
+# agent prove that every process took its share.
 MAX_STREAMS = 10
+NEW_SLOTS = MAX_STREAMS - max(1, MAX_STREAMS // 5)
+NEW_RUNS = PROCESSES * NEW_SLOTS
 RUNS = PROCESSES * MAX_STREAMS
+# One agent may stream at most COUNTERSIGN_MAX_AGENT_STREAMS runs at once in the
+# whole deployment (9 here): the runs are spread over several agents, all the
+# scripted agent's "gated" script, so that limit is never what holds them back.
+GATED = [f"x-gated-{n}" for n in range(5)]
 REVIEWERS = 50
 BATCH = 50  # interrupts raised at once by the scripted agent's "batch-50"
 
@@ -41,8 +49,9 @@ def apps(tmp_path_factory, scripted, redis_url):
                       COUNTERSIGN_POLL_INTERVAL="0.2", COUNTERSIGN_MAX_STREAMS=str(MAX_STREAMS))
     try:
         with servers[0].api() as api:
-            for name in ("gated", "approve", "batch-50"):
-                response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})
+            for name, path in [*((g, "gated") for g in GATED), ("x-gated", "gated"), ("x-approve", "approve"),
+                               ("x-batch-50", "batch-50")]:
+                response = api.post("/api/agents/", json={"name": name, "url": f"{scripted.url}/{path}/"})
                 assert response.status_code == 201, response.text
         yield servers
     finally:
@@ -102,12 +111,12 @@ def process_of(apps, claimed_by: str) -> int:
     return index
 
 
-def start_many(apps, agent: str, count: int) -> list[dict]:
-    """``count`` new threads on ``agent``, started at once from ``count`` threads through every process's API."""
+def start_many(apps, agents: list[str], count: int) -> list[dict]:
+    """``count`` new threads on ``agents`` in turn, started at once from ``count`` threads through every process's API."""
 
     def one(n):
         with apps[n % len(apps)].api() as api:
-            return start(api, agent, f"job {n}")
+            return start(api, agents[n % len(agents)], f"job {n}")
 
     with ThreadPoolExecutor(count) as pool:
         return list(pool.map(one, range(count)))
@@ -141,30 +150,30 @@ def race(apps, tokens, requests) -> list[httpx.Response]:
 
 
 def test_queued_runs_are_shared_out_and_each_is_streamed_by_exactly_one_process(apps, scripted, gated):
-    gate = gated(Gate(size=RUNS))
-    started = start_many(apps, "x-gated", RUNS)
+    gate = gated(Gate(size=NEW_RUNS))
+    started = start_many(apps, GATED, NEW_RUNS)
     threads = [r["thread"] for r in started]
 
-    # The agent holds each stream after RUN_STARTED until RUNS of them are
-    # open at once: with MAX_STREAMS per process, only all three together get there.
+    # The agent holds each stream after RUN_STARTED until NEW_RUNS of them are
+    # open at once: with NEW_SLOTS per process, only all three together get there.
     wait_for(lambda: gate.filled, timeout=30)
     found = all_settled(apps, threads, runs_per_thread=1)
 
     assert sorted((r["run_id"], r["status"]) for r in found) == sorted((r["run_id"], "interrupted") for r in started)
     assert scripted.calls_per_run(threads) == Counter(r["run_id"] for r in started)
     by_process = Counter(process_of(apps, r["claimed_by"]) for r in found)
-    assert by_process == {n: MAX_STREAMS for n in range(PROCESSES)}
+    assert by_process == {n: NEW_SLOTS for n in range(PROCESSES)}
     with apps[2].api() as api:
-        waiting = api.get("/api/interrupts/", params={"agent": "x-gated", "limit": 1000}).json()["results"]
+        waiting = api.get("/api/interrupts/", params={"limit": 1000}).json()["results"]
     assert Counter(i["thread"] for i in waiting if i["thread"] in threads) == Counter(threads)
 
 
 def test_resumes_decided_through_different_processes_are_each_sent_exactly_once(apps, scripted, gated, reviewers):
-    started = start_many(apps, "x-gated", RUNS)
+    started = start_many(apps, GATED, RUNS)
     threads = [r["thread"] for r in started]
     assert {r["status"] for r in all_settled(apps, threads, runs_per_thread=1)} == {"interrupted"}
     with apps[0].api() as api:
-        waiting = {i["thread"]: i for i in api.get("/api/interrupts/", params={"agent": "x-gated", "limit": 1000})
+        waiting = {i["thread"]: i for i in api.get("/api/interrupts/", params={"limit": 1000})
                    .json()["results"]}
     asked = [waiting[t] for t in threads]
 
