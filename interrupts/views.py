@@ -320,5 +320,7 @@ def agent_edit(request, name: str | None = None):
     if request.method == "POST" and form.is_valid():
         saved = form.save()
         messages.success(request, f"Saved agent {saved.name}.")
+        for notice in form.notices:  # e.g. the credential was dropped: the URL moved to another origin
+            messages.warning(request, notice)
         return redirect("agents")
     return render(request, "interrupts/agent_form.html", {"form": form, "agent": agent})

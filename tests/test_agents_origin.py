@@ -96,6 +96,17 @@ def test_the_admin_form_drops_it_and_says_so(client, stored):
     assert any(Agent.CREDENTIAL_DROPPED == str(m) for m in response.context["messages"])
 
 
+def test_the_agents_page_form_drops_it_and_says_so(client, stored):
+    client.force_login(factories.user(is_staff=True))
+    response = client.post(f"/registry/{stored.name}/edit/", {
+        "name": "support", "url": "https://evil.example.net/", "description": "", "auth_header": "Authorization",
+        "auth_value": "", "capabilities": "{}",
+    }, follow=True)
+    assert response.status_code == 200
+    assert reread(stored).auth_value == ""
+    assert Agent.CREDENTIAL_DROPPED in response.content.decode()
+
+
 def test_the_admin_form_keeps_a_credential_typed_with_the_move(client, stored):
     client.force_login(factories.user(is_staff=True, is_superuser=True))
     response = client.post(f"/admin/interrupts/agent/{stored.pk}/change/", {
