@@ -10,6 +10,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
+from ..protocol.inert import inert_schema as _inert_schema
+
 register = template.Library()
 
 # Past this, agent-supplied JSON is shown truncated: a page must stay usable.
@@ -62,6 +64,22 @@ def json_diff(before, after) -> str:
     left, right = _pretty(before).splitlines(), _pretty(after).splitlines()
     table = difflib.HtmlDiff(wrapcolumn=60).make_table(left, right, "proposed", "edited", context=False)
     return mark_safe(table)
+
+
+@register.filter
+def json_data(value) -> str:
+    """JSON text for a data-* attribute (escaped by the template like any string)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+@register.filter
+def inert_schema(value):
+    """The allow-listed part of a responseSchema that a browser form may see (None: no form).
+
+    The stored schema stays as the agent sent it, for the audit and the
+    server's validation; json-editor would turn parts of it into markup.
+    """
+    return _inert_schema(value)
 
 
 def pygments_css() -> str:

@@ -186,6 +186,12 @@
     return copy;
   }
 
+  // json-editor compiles schema strings (headerTemplate, links, enumSource,
+  // watch) with a template engine; the server sends none of them (see
+  // interrupts/protocol/inert.py), and should one get through, this engine
+  // makes every template render nothing.
+  const NO_TEMPLATES = { compile: () => () => "" };
+
   function makeEditor(holder, schema, startval) {
     if (!window.JSONEditor) return null;
     const options = {
@@ -193,15 +199,21 @@
       disable_properties: true, disable_collapse: true, disable_array_delete_all_rows: true,
       prompt_before_delete: false, show_errors: "change", no_additional_properties: false,
       required_by_default: false, display_required_only: false, show_opt_in: false,
+      // Never fetch a $ref (the server inlines the local ones and drops the rest),
+      // never cache schemas in localStorage, never call a named callback.
+      ajax: false, ajax_cache_responses: false, template: NO_TEMPLATES, enable_array_copy: false,
+      // Its theme rules go into a <style> element the CSP refuses (style-src
+      // 'self'): the few our forms use are in countersign.css.
+      disable_theme_rules: true,
     };
     if (startval !== undefined) options.startval = startval;
     return new window.JSONEditor(holder, options);
   }
 
   function showServerErrors(editor, card) {
-    const data = $(".error script[type='application/json']", card);
+    const data = $(".error[data-errors]", card);
     if (!editor || !data) return;
-    const errors = JSON.parse(data.textContent).map((e) => ({
+    const errors = JSON.parse(data.dataset.errors).map((e) => ({
       path: "root" + (e.path || "").replaceAll("/", "."), property: "server", message: e.message,
     }));
     editor.setOption && editor.setOption("show_errors", "always");
@@ -212,9 +224,11 @@
     if (form.dataset.enhanced) return;
     form.dataset.enhanced = "1";
     const card = form.closest("[data-card]");
-    const schema = JSON.parse($("script[type='application/json']", form).textContent);
+    const holder = $(".schema-editor[data-schema]", form);
+    if (!holder) return; // no form for this schema (past the server's bounds): the JSON answer stays
+    const schema = JSON.parse(holder.dataset.schema);
     const key = card && card.id; // unique per interrupt row, unlike the agent's interrupt id
-    const editor = makeEditor($(".schema-editor", form), schema, stash.get(key));
+    const editor = makeEditor(holder, schema, stash.get(key));
     if (!editor) return;
     $(".fallback", form).hidden = true;
     editors.set(form, editor);
@@ -323,6 +337,34 @@
       const asText = (text) => (text === undefined || text === null ? "" : String(text));
       if (window.JSONEditor.AbstractEditor) window.JSONEditor.AbstractEditor.prototype.cleanText = asText;
       if (window.JSONEditor.AbstractTheme) window.JSONEditor.AbstractTheme.prototype.cleanText = asText;
+      // Schema options may name callbacks by string; there are none to name.
+      if (window.JSONEditor.defaults) window.JSONEditor.defaults.callbacks = {};
+      // Its hidden labels and opt-in boxes get inline style attributes, which
+      // the CSP refuses (and reports): a class does the same.
+      const theme = window.JSONEditor.AbstractTheme && window.JSONEditor.AbstractTheme.prototype;
+      if (theme) {
+        const hidden = (tag, text) => {
+          const element = document.createElement(tag);
+          element.textContent = asText(text);
+          element.className = "je-visually-hidden";
+          return element;
+        };
+        theme.getHiddenLabel = (text) => hidden("label", text);
+        theme.getHiddenText = (text) => hidden("span", text);
+        theme.visuallyHidden = (element) => { if (element) element.classList.add("je-visually-hidden"); };
+        theme.getOptInCheckbox = function (name) {
+          const container = document.createElement("span");
+          const label = this.getHiddenLabel(`${name} opt-in`);
+          label.setAttribute("for", `${name}-opt-in`);
+          label.textContent = `${name}-opt-in`;
+          const checkbox = document.createElement("input");
+          checkbox.setAttribute("type", "checkbox");
+          checkbox.setAttribute("id", `${name}-opt-in`);
+          checkbox.classList.add("json-editor-opt-in");
+          container.append(checkbox, label);
+          return { label, checkbox, container };
+        };
+      }
     }
     enhance();
     setInterval(tick, 1000);
