@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -69,6 +70,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Sets the Content-Security-Policy header and each request's nonce.
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "interrupts.middleware.RefuseNulCharacters",
     # A view failing on a busy database gets 503 with Retry-After, not a 500.
     "interrupts.middleware.BusyDatabase",
@@ -95,6 +98,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "interrupts.context_processors.header",
@@ -286,6 +290,30 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+
+# --- Content-Security-Policy
+# Agent text is shown on every page; should any ever become markup, the browser
+# still runs no script but ours: scripts from this origin or carrying the
+# request's nonce (no inline handlers, no javascript: URLs, no eval), no
+# plugins, no <base> to re-point our relative URLs, no framing, forms post
+# only here. connect-src 'self' covers fetch() and, in CSP Level 3, ws:/wss:
+# to this same host and port (the live pages' WebSockets); a bare ws: would
+# allow any host. Styles: our stylesheets only, no <style> and no style
+# attributes (json-editor's theme rules are off and its hidden labels use a
+# class, see countersign.js; the API docs' template drops its inline <style>);
+# scripts may still set element.style, which CSP does not govern.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
 
 # --- Calling agents ------------------------------------------------------------
 

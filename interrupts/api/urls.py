@@ -1,6 +1,6 @@
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from . import views
@@ -17,5 +17,5 @@ urlpatterns = [
     path("runs/<str:run_id>/cancel/", views.CancelRun.as_view(), name="run-cancel"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: anonymous visitors go to the login page, like every page.
-    path("docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
+    path("docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),
 ]
