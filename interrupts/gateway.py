@@ -25,12 +25,15 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, StreamingHttpResponse
+from django.db import OperationalError
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.authtoken.models import Token
 
 from . import runs, supervisor
+from .api.authentication import FailedTokenThrottle
+from .middleware import BUSY_RETRY_AFTER, database_busy
 from .models import Agent, Event, Run
 from .protocol import storable
 from .protocol.errors import MalformedMessage, ProtocolError
@@ -44,12 +47,27 @@ REPLAY_POLL_SECONDS = 0.2
 
 
 async def _user(request: HttpRequest):
-    """The caller: a token (machines) or a session with a valid CSRF token (browsers)."""
+    """The caller: a token (machines) or a session with a valid CSRF token (browsers).
+
+    Returns the user, None (not authenticated), or a 429 response when this
+    address has sent too many wrong tokens: the API's throttle, shared, so a
+    token cannot be guessed faster through this door than through /api/.
+    """
     header = request.headers.get("Authorization", "")
     if header.startswith(("Token ", "Bearer ")):
+        throttle = FailedTokenThrottle()
+        wait = await sync_to_async(throttle.wait_before_next)(request)
+        if wait is not None:
+            response = refusal(429, "THROTTLED", f"Too many failed token attempts from this address; try again in "
+                                                 f"{wait:.0f} s, with a valid token.")
+            response["Retry-After"] = str(int(wait))
+            return response
         key = header.split(" ", 1)[1].strip()
         token = await Token.objects.select_related("user").filter(key=key).afirst()
-        return token.user if token and token.user.is_active else None
+        if token and token.user.is_active:
+            return token.user
+        await sync_to_async(throttle.record_failure)()
+        return None
     user = await request.auser()
     if not user.is_authenticated:
         return None
@@ -112,6 +130,8 @@ async def agui(request: HttpRequest, agent: str):
         response["Allow"] = "POST"
         return response
     user = await _user(request)
+    if isinstance(user, HttpResponse):
+        return user
     if user is None:
         return refusal(401, "UNAUTHORIZED", "Log in, or send 'Authorization: Token <key>' (manage.py drf_create_token).")
     # A body that says it is something else is refused; one that says nothing is read as JSON.
@@ -146,6 +166,14 @@ async def agui(request: HttpRequest, agent: str):
     except ProtocolError as problem:
         background.release(slot)
         return _sse(_refused(run_input.thread_id, run_input.run_id, problem))
+    except OperationalError as problem:
+        background.release(slot)
+        if not database_busy(problem):
+            raise
+        # Nothing was recorded (the transaction rolled back): the client may send the same input again.
+        return _sse(_refused(run_input.thread_id, run_input.run_id, Refusal(
+            "BUSY", "The database is busy (another change held its lock too long); nothing was recorded: "
+                    f"send the input again in {BUSY_RETRY_AFTER} s.", status=503)))
     except BaseException:
         background.release(slot)
         raise

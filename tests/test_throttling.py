@@ -121,3 +121,16 @@ def test_a_runaway_caller_is_throttled(monkeypatch):
 def test_the_default_rates_leave_room_for_a_busy_team():
     rates = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
     assert rates["user"] == "6000/min" and rates["failed_token"] == "30/min"
+
+
+def test_failed_tokens_at_the_gateway_count_with_the_api_s(three_failures_a_minute, client):
+    # The AG-UI gateway checks tokens itself: it must not be a faster door for guessing them.
+    for n in range(3):
+        refused = client.post("/agui/nobody/", data="{}", content_type="application/json",
+                              HTTP_AUTHORIZATION=f"Bearer guess-{n}", REMOTE_ADDR="10.0.0.7")
+        assert refused.status_code == 401, refused.content
+    throttled = client.post("/agui/nobody/", data="{}", content_type="application/json",
+                            HTTP_AUTHORIZATION="Bearer guess-4", REMOTE_ADDR="10.0.0.7")
+    assert throttled.status_code == 429 and throttled.json()["code"] == "THROTTLED"
+    assert int(throttled["Retry-After"]) >= 1
+    assert with_token("guess-5", address="10.0.0.7").get("/api/interrupts/").status_code == 429

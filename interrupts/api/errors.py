@@ -27,7 +27,10 @@ def exception_handler(exc, context):
 
 def _refusal(exc, context):
     if isinstance(exc, ProtocolError):
-        return Response({"code": exc.code, "detail": exc.message, **exc.details}, status=http_status(exc))
+        response = Response({"code": exc.code, "detail": exc.message, **exc.details}, status=http_status(exc))
+        if exc.code == "BUSY":  # e.g. costly schema checks queued: the same request will do, shortly
+            response["Retry-After"] = str(exc.details.get("retry_after", BUSY_RETRY_AFTER))
+        return response
     exc = _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:

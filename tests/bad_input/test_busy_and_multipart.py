@@ -95,3 +95,20 @@ def test_a_decision_on_a_busy_database_gets_503_busy_with_retry_after(app, api):
     # Nothing was changed: the same decision goes through once the lock is gone.
     retried = api.post(f"/api/interrupts/{interrupt}/decide/", json={"action": "approve"})
     assert retried.status_code == 201, retried.text
+
+
+def test_a_gateway_input_on_a_busy_database_gets_run_error_busy_and_nothing_is_recorded(app, api):
+    body = {"threadId": "gw-busy", "runId": "gw-busy-1", "state": {}, "messages": [], "tools": [], "context": [],
+            "forwardedProps": {}}
+    lock = WriteLock(app.env["DATABASE_URL"])
+    try:
+        answered = api.post("/agui/janitor/", json=body)
+    finally:
+        lock.release()
+    assert answered.status_code == 200 and answered.headers["content-type"].startswith("text/event-stream")
+    events = [line.removeprefix("data: ") for line in answered.text.splitlines() if line.startswith("data: ")]
+    assert [e.split('"type":')[1].split('"')[1] for e in events] == ["RUN_STARTED", "RUN_ERROR"]
+    assert '"code":"BUSY"' in events[1].replace(" ", "")
+    assert api.get("/api/threads/gw-busy/").status_code == 404  # nothing was recorded
+    again = api.post("/agui/janitor/", json=body)  # the same input goes through once the lock is gone
+    assert "RUN_FINISHED" in again.text and "BUSY" not in again.text
