@@ -31,11 +31,6 @@ PUBLIC = {
     r"admin/login/": "the admin's login page, the same for staff",
     r"agents/(?P<name>)": "the demo agents: Countersign calls them itself over HTTP, they hold no data",
 }
-# Known defects owned elsewhere, left out of the checks below and held by the strict xfail at the end,
-# so that the fix is noticed: DRF's router adds ".json" suffix routes, and the ThreadViewSet and
-# InterruptViewSet actions take no ``format`` argument (a 500). DefaultRouter(include_format_suffixes=False)
-# in interrupts/api/urls.py removes them (the API reads and writes JSON only anyway).
-KNOWN_CRASHES = re.compile(r"api/(threads|interrupts).*\\.\(\?P<format>")
 # Under /api/ but for people, not machines: refused like every page, with a redirect to log in.
 PAGES_UNDER_API = ("api/docs/",)  # Swagger UI
 # Static files are served by WhiteNoise in front of Django, by no URL pattern: also public, on purpose.
@@ -178,8 +173,6 @@ def test_strangers_are_refused_at_every_door(client, rows, method):
     problems = []
     for door in doors(rows):
         response = getattr(client, method)(door.url)
-        if response.status_code == 500 and KNOWN_CRASHES.match(door.route):
-            continue
         try:
             assert response.status_code < 500, response.status_code
             if _public_reason(door.route):
@@ -215,8 +208,6 @@ def test_colleagues_without_staff_rights_are_refused_at_staff_doors(client, rows
     for door in doors(rows):
         client.force_login(colleague)  # again each time: one of the doors is the logout
         response = getattr(client, method)(door.url)
-        if response.status_code == 500 and KNOWN_CRASHES.match(door.route):
-            continue
         try:
             assert response.status_code < 500, response.status_code
             if _staff_only(door, method):
@@ -236,14 +227,6 @@ def test_colleagues_without_staff_rights_are_refused_at_staff_doors(client, rows
         except AssertionError as problem:
             problems.append(f"non-staff {method.upper()} {door.url} ({door.route}): {problem}")
     assert not problems, "\n".join(problems)
-
-
-@pytest.mark.xfail(strict=True, reason="KNOWN_CRASHES: the API's .json suffix routes crash its actions (a 500)")
-def test_no_suffix_route_crashes(client, rows):
-    client.force_login(factories.user(username="suffixes"))
-    crashed = [f"{method} {door.url}" for door in doors(rows) if KNOWN_CRASHES.match(door.route)
-               for method in ("get", "post") if getattr(client, method)(door.url).status_code >= 500]
-    assert not crashed, crashed
 
 
 # --- HTTPS: a client's own X-Forwarded-Proto opens no door ---------------------------------

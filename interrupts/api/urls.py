@@ -5,7 +5,14 @@ from rest_framework.routers import DefaultRouter
 
 from . import views
 
-router = DefaultRouter()
+
+class Router(DefaultRouter):
+    # No ".json" suffix routes: the API reads and writes JSON only, and the
+    # viewsets' actions take no format argument (each suffix route was a 500).
+    include_format_suffixes = False
+
+
+router = Router()
 router.register("agents", views.AgentViewSet, basename="agent")
 router.register("threads", views.ThreadViewSet, basename="thread")
 router.register("interrupts", views.InterruptViewSet, basename="interrupt")
