@@ -162,7 +162,7 @@ async def agui(request: HttpRequest, agent: str):
             "AT_CAPACITY", f"This Countersign process already streams {settings.COUNTERSIGN_MAX_STREAMS} runs "
                            "(COUNTERSIGN_MAX_STREAMS, some kept for resumes): try again shortly.")))
     try:
-        accepted = await sync_to_async(runs.admit_input)(registered, run_input, user, background.worker)
+        accepted = await sync_to_async(runs.accept_input)(registered, run_input, user, background.worker)
     except ProtocolError as problem:
         background.release(slot)
         return _sse(_refused(run_input.thread_id, run_input.run_id, problem))

@@ -286,7 +286,12 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
     (interrupts raised or answered meanwhile), the check runs again, at most
     ``ACCEPT_ATTEMPTS`` times, then ``THREAD_BUSY`` (409). Other refusals:
     the contract's codes, ``INVALID_ID``, ``AGENT_MISMATCH``,
-    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``.
+    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``, and ``AGENT_AT_CAPACITY``
+    when the agent already streams COUNTERSIGN_MAX_AGENT_STREAMS runs
+    (counted over every process, under the agent's row lock as in
+    ``claim_due``; a resume counts like a new run, a replay calls nobody and
+    is never refused). A refused input leaves nothing behind, not even a
+    resume's decisions: the client may send it again.
     """
     from . import decisions  # decisions queues resumes through this module
 
@@ -310,6 +315,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 continue  # raised or answered meanwhile: check again against what is there now
             if verdict.kind == "replay":
                 return Accepted(verdict, Run.objects.get(thread=thread, run_id=verdict.replay_of_run_id))
+            _refuse_if_agent_full(agent)
             if Run.objects.filter(thread=thread, run_id=run_input.run_id).exists():
                 raise Refusal(
                     "DUPLICATE_RUN_ID",
@@ -330,29 +336,16 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                                  "(interrupts raised or answered meanwhile); send it again.")
 
 
-def admit_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> Accepted:
-    """The gateway's way in: ``accept_input``, held to COUNTERSIGN_MAX_AGENT_STREAMS.
-
-    Refusals: every one of ``accept_input``, and ``AGENT_AT_CAPACITY`` when
-    the agent already streams its limit of runs (counted over every process;
-    a resume counts like a new run). A replay is never refused: it calls
-    nobody. A refused input leaves nothing behind, not even a resume's
-    decisions: the client may send it again later.
-    """
-    with transaction.atomic():
-        # The agent's row lock, as in ``claim_due``: every streaming run of an
-        # agent starts under it and is counted after taking it.
-        list(Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk", flat=True))
-        accepted = accept_input(agent, run_input, user, worker)
-        if accepted.verdict.kind != "replay":
-            streaming = Run.objects.filter(agent=agent, status=Run.Status.STREAMING).count()
-            if streaming > settings.COUNTERSIGN_MAX_AGENT_STREAMS:
-                raise Refusal(
-                    "AGENT_AT_CAPACITY",
-                    f"Agent {agent.name} already streams {settings.COUNTERSIGN_MAX_AGENT_STREAMS} runs "
-                    "(COUNTERSIGN_MAX_AGENT_STREAMS): send the input again once one of them has ended.",
-                )
-        return accepted
+def _refuse_if_agent_full(agent: Agent) -> None:
+    # The agent's row lock, as in ``claim_due``: every streaming run of an
+    # agent starts under it and is counted after taking it.
+    list(Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk", flat=True))
+    if Run.objects.filter(agent=agent, status=Run.Status.STREAMING).count() >= settings.COUNTERSIGN_MAX_AGENT_STREAMS:
+        raise Refusal(
+            "AGENT_AT_CAPACITY",
+            f"Agent {agent.name} already streams {settings.COUNTERSIGN_MAX_AGENT_STREAMS} runs "
+            "(COUNTERSIGN_MAX_AGENT_STREAMS): send the input again once one of them has ended.",
+        )
 
 
 def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tuple[int, bool]]:
@@ -375,7 +368,7 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
     row (SKIP LOCKED too: an agent another claim, or a gateway request, holds
     is skipped until the next poll instead of waited for) and only then counts
     its streaming runs, which at READ COMMITTED include every claim committed
-    before the lock was free; the gateway's ``admit_input`` takes the same
+    before the lock was free; the gateway's ``accept_input`` takes the same
     lock. Runs that stop streaming only lower the count.
     """
     new_limit = limit if new_limit is None else min(new_limit, limit)

@@ -166,3 +166,19 @@ def test_an_inbox_answer_landing_while_a_gateway_resume_is_checked_wins(monkeypa
     assert seen == [False, False]
     assert [d.user.username for d in Decision.objects.filter(interrupt=interrupt)] == ["inbox-reviewer"]
     assert Run.objects.filter(parent=interrupt.run).count() == 1
+
+
+def test_the_gateway_checks_its_agent_s_capacity_under_the_lock_not_around_the_check(monkeypatch, settings):
+    # The agent's limit is counted inside accept_input's own transaction, after
+    # the outside check: wrapping the whole of it in a transaction would put the
+    # schema checks back under the database's write lock.
+    settings.COUNTERSIGN_MAX_AGENT_STREAMS = 1
+    interrupt = pending_interrupt()
+    make.run(make.thread(agent=interrupt.run.agent), status="streaming")
+    seen = spy(monkeypatch, runs, "check_input")
+    with pytest.raises(Refusal) as refused:
+        runs.accept_input(interrupt.run.agent, gateway_resume(interrupt, {"approved": True}), make.user(), "w")
+    assert refused.value.code == "AGENT_AT_CAPACITY"
+    assert seen == [False]
+    assert not Decision.objects.exists()  # nothing left behind: the client may send it again
+    assert Interrupt.objects.get(pk=interrupt.pk).status == "pending"
