@@ -7,18 +7,12 @@ limit cuts, over real sockets.
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ..loopback import LoopbackAgent, frame, send, stream
 
 # The limits the `doors` hub runs with (bytes, events); tests/bad_input/conftest.py passes them on.
 MAX_EVENT_BYTES = 64 * 1024
 MAX_RUN_EVENTS = 200
 MAX_RUN_BYTES = 1024 * 1024
-
-
-def frame(event: dict) -> bytes:
-    return f"data: {json.dumps(event)}\n\n".encode()
 
 
 def text_message(body: dict, deltas: list[str]) -> list[bytes]:
@@ -52,46 +46,12 @@ SCRIPTS = {
 }
 
 
-class LimitsAgent:
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if self.path.strip("/") == "http-error-nul":
-                    # An error page with a NUL byte in it: the run's error message quotes the body.
-                    self.send_response(500)
-                    self.send_header("Content-Type", "text/plain")
-                    self.send_header("Content-Length", "12")
-                    self.end_headers()
-                    self.wfile.write(b"boom\x00 broken")
-                    return
-                script = SCRIPTS.get(self.path.strip("/"))
-                if script is None:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                try:
-                    for chunk in script(body):
-                        self.wfile.write(chunk)
-                        self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the hub hung up, as it should once a limit is passed
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> LimitsAgent:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+class LimitsAgent(LoopbackAgent):
+    def answer(self, handler, path, body):
+        if path == "http-error-nul":
+            # An error page with a NUL byte in it: the run's error message quotes the body.
+            return send(handler, 500, "text/plain", b"boom\x00 broken")
+        script = SCRIPTS.get(path)
+        if script is None:
+            return send(handler, 404, "text/plain", b"")
+        stream(handler, script(body))  # the hub hangs up once a limit is passed, as it should

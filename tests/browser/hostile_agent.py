@@ -15,8 +15,8 @@ also shows as a decided interrupt via the API).
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ..loopback import LoopbackAgent, frame, send, stream
 
 MARK = "PWNED"
 # Single quotes only: it goes inside double-quoted attributes below.
@@ -98,10 +98,6 @@ def edit_schema() -> dict:
         "required": ["approved"]}
 
 
-def _frame(event: dict) -> bytes:
-    return f"data: {json.dumps(event)}\n\n".encode()
-
-
 def hostile_run(body: dict) -> list[dict]:
     """One run that uses every event type an agent can put text in, ending in interrupts."""
     thread, run = body["threadId"], body["runId"]
@@ -159,43 +155,9 @@ def failing_run(body: dict) -> list[dict]:
 SCRIPTS = {"hostile": hostile_run, "failing": failing_run}
 
 
-class HostileAgent:
-    def __init__(self) -> None:
-        agent = self
-        self.calls: list[tuple[str, dict]] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def do_POST(self):
-                name = self.path.strip("/")
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                agent.calls.append((name, body))
-                script = SCRIPTS.get(name)
-                if script is None:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                try:
-                    for event in script(body):
-                        self.wfile.write(_frame(event))
-                        self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> HostileAgent:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+class HostileAgent(LoopbackAgent):
+    def answer(self, handler, path, body):
+        script = SCRIPTS.get(path)
+        if script is None:
+            return send(handler, 404, "text/plain", b"")
+        stream(handler, (frame(event) for event in script(body)))

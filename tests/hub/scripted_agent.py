@@ -15,12 +15,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-
-def frame(event: dict) -> bytes:
-    return f"data: {json.dumps(event)}\n\n".encode()
+from ..loopback import LoopbackAgent, frame, send, start_stream, stream, write
 
 
 def started(body: dict) -> dict:
@@ -154,106 +151,65 @@ class Gate:
         self._opened.set()
 
 
-class ScriptedAgent:
+class ScriptedAgent(LoopbackAgent):
     def __init__(self, port: int = 0, record: str | None = None) -> None:
+        super().__init__(port)
         self.record = record
         self.calls: Counter = Counter()
         self.bodies: list[tuple[str, dict]] = []
         # The "gated" script waits here when a test sets one.
         self.gate: Gate | None = None
-        agent = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def do_POST(self):
-                name = self.path.strip("/")
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                agent.calls[(name, body.get("threadId"))] += 1
-                agent.bodies.append((name, body))
-                if agent.record:
-                    # Run as its own process, the agent reports every call in a file
-                    # that outlives it (tests kill it and start it again).
-                    with open(agent.record, "a") as out:
-                        out.write(json.dumps({"path": name, "body": body}) + "\n")
-                if name == "http-422":
-                    return self._send(422, "application/json",
-                                      json.dumps({"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]}).encode())
-                if name == "html":
-                    return self._send(200, "text/html", b"<html>not an agent</html>")
-                if name == "slow-finish":
-                    # Finishes after a while: the run stays in progress meanwhile.
-                    self._start_stream()
-                    self._write(frame(started(body)))
-                    time.sleep(1)
-                    self._write(frame(finished(body, {"type": "success"})))
-                    return
-                if name == "silent":
-                    self._start_stream()
-                    self._write(frame(started(body)))
-                    time.sleep(3)  # longer than the hub's idle timeout in these tests
-                    return
-                if name == "gated":
-                    # The "approve" script, held open after RUN_STARTED while a gate is set.
-                    self._start_stream()
-                    self._write(frame(started(body)))
-                    if (gate := agent.gate) is not None:
-                        gate.wait()
-                    for chunk in approve_interrupt(body)[1:]:
-                        self._write(chunk)
-                    return
-                if name == "linger":
-                    # Finishes, then keeps the connection open without a word.
-                    self._start_stream()
-                    self._write(frame(started(body)) + frame(finished(body, {"type": "success"})))
-                    time.sleep(3)
-                    return
-                script = SCRIPTS.get(name)
-                if script is None:
-                    return self._send(404, "application/json", b'{"detail": "no such script"}')
-                self._start_stream()
-                for chunk in script(body):
-                    self._write(chunk)
-
-            def _send(self, status, content_type, data):
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _start_stream(self):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-
-            def _write(self, data: bytes):
-                try:
-                    self.wfile.write(data)
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the hub hung up, as it should after a fault
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def answer(self, handler, name, body) -> None:
+        self.calls[(name, body.get("threadId"))] += 1
+        self.bodies.append((name, body))
+        if self.record:
+            # Run as its own process, the agent reports every call in a file
+            # that outlives it (tests kill it and start it again).
+            with open(self.record, "a") as out:
+                out.write(json.dumps({"path": name, "body": body}) + "\n")
+        if name == "http-422":
+            return send(handler, 422, "application/json",
+                        json.dumps({"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]}).encode())
+        if name == "html":
+            return send(handler, 200, "text/html", b"<html>not an agent</html>")
+        if name == "slow-finish":
+            # Finishes after a while: the run stays in progress meanwhile.
+            start_stream(handler)
+            write(handler, frame(started(body)))
+            time.sleep(1)
+            write(handler, frame(finished(body, {"type": "success"})))
+            return
+        if name == "silent":
+            start_stream(handler)
+            write(handler, frame(started(body)))
+            time.sleep(3)  # longer than the hub's idle timeout in these tests
+            return
+        if name == "gated":
+            # The "approve" script, held open after RUN_STARTED while a gate is set.
+            start_stream(handler)
+            write(handler, frame(started(body)))
+            if (gate := self.gate) is not None:
+                gate.wait()
+            for chunk in approve_interrupt(body)[1:]:
+                write(handler, chunk)
+            return
+        if name == "linger":
+            # Finishes, then keeps the connection open without a word.
+            start_stream(handler)
+            write(handler, frame(started(body)) + frame(finished(body, {"type": "success"})))
+            time.sleep(3)
+            return
+        script = SCRIPTS.get(name)
+        if script is None:
+            return send(handler, 404, "application/json", b'{"detail": "no such script"}')
+        stream(handler, script(body))  # the hub hangs up after a fault, as it should
 
     def calls_per_run(self, threads, resumes: bool | None = None) -> Counter:
         """How many POSTs each runId of ``threads`` got (only resumes, or only new runs, if asked)."""
         threads = set(threads)
         return Counter(body.get("runId") for _, body in list(self.bodies)
                        if body.get("threadId") in threads and (resumes is None or bool(body.get("resume")) == resumes))
-
-    def start(self) -> ScriptedAgent:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
 
 class AgentProcess:
     """The scripted agent as a process of its own on ``port``, to kill with SIGKILL and start again.

@@ -13,11 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
+from ..loopback import LoopbackAgent, frame, start_stream, write
 from ..servers import ROOT, ServedApp, manage
 from .conftest import events, finished_run, pending, run_of, start, wait_for
 
@@ -25,42 +25,24 @@ MAX_STREAMS = 5  # per process; a fifth (1) is kept for resumes, so new runs get
 AGENT_STREAMS = 2
 
 
-def frame(event: dict) -> bytes:
-    return f"data: {json.dumps(event)}\n\n".encode()
-
-
-class Endless:
+class Endless(LoopbackAgent):
     """An AG-UI agent on a free port. ``/endless/`` streams forever; ``/ask/`` interrupts, then succeeds on resume."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.open: dict[str, int] = {}  # runId -> its stream is open (1) or was closed by Countersign (0)
         self.closed_at: dict[str, float] = {}
         self.resumes: dict[str, float] = {}  # threadId -> when its resume POST arrived
         self.lock = threading.Lock()
-        agent = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                ids = {"threadId": body["threadId"], "runId": body["runId"]}
-                self.wfile.write(frame({"type": "RUN_STARTED", **ids}))
-                if self.path.startswith("/ask/"):
-                    agent.ask(self, body, ids)
-                else:
-                    agent.endless(self, ids)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def answer(self, handler, path, body) -> None:
+        start_stream(handler)
+        ids = {"threadId": body["threadId"], "runId": body["runId"]}
+        write(handler, frame({"type": "RUN_STARTED", **ids}))
+        if path.startswith("ask"):
+            self.ask(handler, body, ids)
+        else:
+            self.endless(handler, ids)
 
     def ask(self, handler, body, ids) -> None:
         if body.get("resume"):
@@ -69,22 +51,18 @@ class Endless:
             outcome = {"type": "success"}
         else:
             outcome = {"type": "interrupt", "interrupts": [{"id": "ok", "reason": "confirmation", "message": "Go?"}]}
-        handler.wfile.write(frame({"type": "RUN_FINISHED", **ids, "outcome": outcome}))
-        handler.wfile.flush()
+        write(handler, frame({"type": "RUN_FINISHED", **ids, "outcome": outcome}))
 
     def endless(self, handler, ids) -> None:
         run = ids["runId"]
         with self.lock:
             self.open[run] = 1
-        try:
-            handler.wfile.write(frame({"type": "TEXT_MESSAGE_START", "messageId": f"m-{run}", "role": "assistant"}))
-            deadline = time.monotonic() + 60  # a failing test must not leave it running for ever
-            while time.monotonic() < deadline:
-                handler.wfile.write(frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": f"m-{run}", "delta": "."}))
-                handler.wfile.flush()
-                time.sleep(0.2)
-        except OSError:  # Countersign closed the connection
-            pass
+        write(handler, frame({"type": "TEXT_MESSAGE_START", "messageId": f"m-{run}", "role": "assistant"}))
+        deadline = time.monotonic() + 60  # a failing test must not leave it running for ever
+        while time.monotonic() < deadline:
+            if not write(handler, frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": f"m-{run}", "delta": "."})):
+                break  # Countersign closed the connection
+            time.sleep(0.2)
         with self.lock:
             self.open[run] = 0
             self.closed_at[run] = time.monotonic()
@@ -92,14 +70,6 @@ class Endless:
     def streaming(self) -> int:
         with self.lock:
             return sum(self.open.values())
-
-    def start(self) -> Endless:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")
