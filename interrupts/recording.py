@@ -13,8 +13,8 @@ import json
 import logging
 from collections.abc import Callable
 
-import jsonpatch
 from ag_ui.core import CustomEvent, Interrupt as WireInterrupt, RunErrorEvent
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -23,6 +23,7 @@ from . import relay
 from .models import Event, Interrupt, Run, Thread
 from .protocol.contract import interrupt_problems, parse_expiry
 from .protocol.errors import ContractViolation
+from .protocol.state import DeltaRefused, apply_delta
 from .protocol.wire import dump
 
 logger = logging.getLogger(__name__)
@@ -52,22 +53,37 @@ def _log(run: Run, payload: dict, from_agent: bool) -> Event:
     return event
 
 
-def _fold_state(run: Run, payload: dict) -> None:
-    kind = payload["type"]
-    if kind == "STATE_SNAPSHOT":
-        Thread.objects.filter(pk=run.thread_id).update(state=payload.get("snapshot"))
-    elif kind == "MESSAGES_SNAPSHOT":
-        Thread.objects.filter(pk=run.thread_id).update(messages=payload.get("messages") or [])
-    elif kind == "STATE_DELTA":
-        state = Thread.objects.values_list("state", flat=True).get(pk=run.thread_id)
-        try:
-            patched = jsonpatch.apply_patch(state, payload.get("delta") or [])
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as problem:
-            # The event stays in the log; the thread keeps the last state it
-            # could build, and the next STATE_SNAPSHOT repairs it.
-            logger.warning("run %s: STATE_DELTA does not apply to the thread state: %s", run.run_id, problem)
-            return
-        Thread.objects.filter(pk=run.thread_id).update(state=patched)
+# What a batch of events leaves unchanged in the thread (its state, its messages).
+_UNCHANGED = object()
+
+
+def _folded(run: Run, payloads: list[dict]) -> tuple[object, object]:
+    """The thread's state and messages after ``payloads`` (``_UNCHANGED`` where none of them says).
+
+    Worked out before ``append_many``'s transaction: a STATE_DELTA is the
+    agent's JSON Patch, and applying it is work the agent chooses (see
+    ``protocol.state``), never to be done holding the database's write lock.
+    The thread's state read here is the one to patch: only the run streaming
+    now writes it, and a thread streams one run at a time.
+    """
+    state = messages = _UNCHANGED
+    for payload in payloads:
+        kind = payload["type"]
+        if kind == "STATE_SNAPSHOT":
+            state = payload.get("snapshot")
+        elif kind == "MESSAGES_SNAPSHOT":
+            messages = payload.get("messages") or []
+        elif kind == "STATE_DELTA":
+            current = (Thread.objects.values_list("state", flat=True).get(pk=run.thread_id)
+                       if state is _UNCHANGED else state)
+            try:
+                state = apply_delta(current, payload.get("delta"), max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+            except DeltaRefused as refused:
+                # The event stays in the log; the thread keeps the last state it
+                # could build, and the next STATE_SNAPSHOT repairs it.
+                logger.warning("run %s: STATE_DELTA not applied (%s): %s", run.run_id, refused.code, refused.message)
+                state = current
+    return state, messages
 
 
 def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> list[Interrupt]:
@@ -136,10 +152,6 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now) -> None:
         setattr(run, name, value)
 
 
-# Events that change the thread's state or messages: folded one by one, in order.
-FOLDED = {"STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT"}
-
-
 def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> list[int] | None:
     """Record events of ``run`` (wire JSON, as received) in order and fold their snapshots, atomically.
 
@@ -153,6 +165,7 @@ def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> li
     """
     if not payloads:
         return []
+    state, messages = _folded(run, payloads)
     with transaction.atomic():
         # Locked before the thread's sequence numbers, in the order ``fail``
         # takes them (run, then thread): a RUN_ERROR recorded by anyone else
@@ -168,9 +181,10 @@ def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> li
         last = _next_seq(run.thread_id, len(payloads))
         seqs = list(range(last - len(payloads) + 1, last + 1))
         _insert_events(run, seqs, payloads)
-        for payload in payloads:
-            if payload["type"] in FOLDED:
-                _fold_state(run, payload)
+        if state is not _UNCHANGED:
+            Thread.objects.filter(pk=run.thread_id).update(state=state)
+        if messages is not _UNCHANGED:
+            Thread.objects.filter(pk=run.thread_id).update(messages=messages)
         thread_pk, event_type = run.thread_id, payloads[-1]["type"]
         transaction.on_commit(lambda: relay.event_appended(thread_pk, last, event_type))
     return seqs

@@ -121,3 +121,26 @@ def test_a_new_batch_reusing_ids_and_answers_gets_its_own_resume():
     decisions.decide(make.interrupt(second_run, interrupt_id="confirm-clear"), reviewer, "resolved", {"confirm": True})
     first_resume, second_resume = Run.objects.get(parent=first_run), Run.objects.get(parent=second_run)
     assert first_resume != second_resume and first_resume.resume_key != second_resume.resume_key
+
+
+def test_a_state_delta_is_applied_outside_the_transaction_and_a_copy_bomb_changes_nothing(monkeypatch):
+    from django.db import connection
+
+    seen = []
+    real = recording.apply_delta
+
+    def noted(*args, **kwargs):
+        seen.append(connection.in_atomic_block)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(recording, "apply_delta", noted)
+    run = make.run(status="streaming")
+    recording.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"a": [1, 2, 3]}},
+                                {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/b", "value": 1}]}])
+    bomb = [{"op": "copy", "from": "", "path": f"/k{n}"} for n in range(40)]
+    seqs = recording.append_many(run, [{"type": "STATE_DELTA", "delta": bomb},
+                                       {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/b", "value": 2}]}])
+    assert seen == [False, False, False]
+    run.thread.refresh_from_db()
+    assert run.thread.state == {"a": [1, 2, 3], "b": 2}  # the bomb was refused; the next delta applied
+    assert len(seqs) == 2 and run.events.count() == 4  # every event is still in the log
