@@ -109,13 +109,15 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
         tool_name, args = (None, None)
         if wire.tool_call_id:
             tool_name, args = proposal(wire.tool_call_id)
+        reason = _fitted("reason", wire.reason, problems, wire.id)
+        tool_name = _fitted("tool_name", tool_name or "", problems, wire.id)
         rows.append(Interrupt(
             run=run,
             interrupt_id=wire.id,
-            reason=wire.reason,
+            reason=reason,
             message=wire.message or "",
             tool_call_id=wire.tool_call_id or "",
-            tool_name=tool_name or "",
+            tool_name=tool_name,
             proposed_args=args,
             response_schema=wire.response_schema,
             expires_at=expires_at,
@@ -124,6 +126,17 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
             problems=problems,
         ))
     return rows
+
+
+def _fitted(field: str, value: str, problems: list[dict], interrupt_id: str) -> str:
+    """``value`` cut to its column, with the cut flagged: the whole of it stays in the interrupt as sent."""
+    limit = Interrupt._meta.get_field(field).max_length
+    if len(value) <= limit:
+        return value
+    problems.append({"code": "FIELD_TOO_LONG", "interrupt_id": interrupt_id,
+                     "message": f"Its {field.replace('_', ' ')} is {len(value)} characters long: shown cut to "
+                                f"{limit}; the whole of it is in the interrupt as the agent sent it."})
+    return value[:limit - 1] + "…"
 
 
 def _finish(run: Run, payload: dict, raised: list[Interrupt], now) -> None:

@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from . import egress, recording, runs
-from .models import Event, Run, Thread
+from .models import Event, Interrupt, Run, Thread
 from .protocol import storable
 from .protocol.contract import outcome_problems
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
@@ -110,10 +110,24 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
     return lookup
 
 
-def duplicate_interrupts(lifecycle: RunLifecycle) -> str:
-    """Why an interrupt outcome cannot be recorded (an id used twice), or ''."""
+def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:
+    """Why an interrupt outcome cannot be recorded, as (code, message), or None.
+
+    ``DUPLICATE_INTERRUPT_ID``: an id used twice. ``ID_TOO_LONG``: an
+    interrupt id or toolCallId longer than its column; a resume must echo the
+    id exactly, so it can be neither cut nor stored.
+    """
     found = [p.message for p in outcome_problems(lifecycle.interrupts) if p.code == "DUPLICATE_INTERRUPT_ID"]
-    return " ".join(found)
+    if found:
+        return "DUPLICATE_INTERRUPT_ID", " ".join(found)
+    for interrupt in lifecycle.interrupts:
+        for field, value in (("interrupt_id", interrupt.id), ("tool_call_id", interrupt.tool_call_id or "")):
+            limit = Interrupt._meta.get_field(field).max_length
+            if len(value) > limit:
+                name = "id" if field == "interrupt_id" else "toolCallId"
+                return "ID_TOO_LONG", (f"An interrupt's {name} is {len(value)} characters long; Countersign keeps "
+                                       f"ids of at most {limit}, and a resume must echo it exactly.")
+    return None
 
 
 def recover(run: Run) -> None:
@@ -133,8 +147,9 @@ def recover(run: Run) -> None:
             break
         if lifecycle.finished:
             terminal = payload
-    if terminal is not None and duplicate_interrupts(lifecycle):
-        recording.fail(run, "DUPLICATE_INTERRUPT_ID", duplicate_interrupts(lifecycle))
+    refused = unrecordable(lifecycle) if terminal is not None else None
+    if refused is not None:
+        recording.fail(run, *refused)
     elif terminal is not None:
         recording.finish(run, terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)))
     else:
@@ -279,9 +294,9 @@ class RunStreamer:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:
             raise Fault(fault.code, fault.message) from None
-        duplicated = duplicate_interrupts(self.lifecycle)
-        if duplicated:
-            raise Fault("DUPLICATE_INTERRUPT_ID", duplicated)
+        refused = unrecordable(self.lifecycle)
+        if refused is not None:
+            raise Fault(*refused)
         # Only now, with nothing after the terminal event, does the run end as it said.
         await sync_to_async(recording.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
 

@@ -144,3 +144,35 @@ def test_a_state_delta_is_applied_outside_the_transaction_and_a_copy_bomb_change
     run.thread.refresh_from_db()
     assert run.thread.state == {"a": [1, 2, 3], "b": 2}  # the bomb was refused; the next delta applied
     assert len(seqs) == 2 and run.events.count() == 4  # every event is still in the log
+
+
+def test_agent_text_longer_than_its_column_is_cut_and_flagged_and_kept_whole_as_sent():
+    # PostgreSQL refuses a varchar over its length (SQLite does not): an agent's
+    # 5,000-character reason once failed the whole run there.
+    run = make.run(status="streaming")
+    long_reason, long_tool = "r" * 5000, "t" * 300
+    raw = {"id": "i-long", "reason": long_reason, "toolCallId": "tc-1"}
+    terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
+                "outcome": {"type": "interrupt", "interrupts": [raw]}}
+    recording.finish(run, terminal, lambda _id: (long_tool, {}))
+    [interrupt] = Interrupt.objects.filter(run=run)
+    assert len(interrupt.reason) == 200 and interrupt.reason.endswith("…")
+    assert len(interrupt.tool_name) == 200
+    assert [p["code"] for p in interrupt.problems] == ["FIELD_TOO_LONG", "FIELD_TOO_LONG"]
+    assert interrupt.raw["reason"] == long_reason
+
+
+@pytest.mark.parametrize("field", ["id", "toolCallId"])
+def test_an_interrupt_id_too_long_to_echo_fails_the_run_with_a_code(field):
+    from ag_ui.core import RunFinishedEvent, RunStartedEvent
+
+    from interrupts.protocol.lifecycle import RunLifecycle
+    from interrupts.streaming import unrecordable
+
+    item = {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-1", field: "x" * 201}
+    lifecycle = RunLifecycle("t", "r")
+    lifecycle.accept(RunStartedEvent(thread_id="t", run_id="r"))
+    lifecycle.accept(RunFinishedEvent.model_validate(
+        {"threadId": "t", "runId": "r", "outcome": {"type": "interrupt", "interrupts": [item]}}))
+    code, message = unrecordable(lifecycle)
+    assert code == "ID_TOO_LONG" and "201 characters" in message
