@@ -66,17 +66,20 @@ async def timed_decision(api: httpx.AsyncClient, interrupt: int, body: dict) -> 
     return elapsed, response.status_code, response.json().get("code", "")
 
 
-async def refusals(api, interrupt: int, answer: str, samples: int) -> tuple[list[float], set[str]]:
-    """Send the same refused answer ``samples`` times (a refused answer leaves the interrupt pending)."""
+async def refusals(api, plain: int, hostile: int, answer: str, samples: int) -> tuple[list, list, set[str]]:
+    """The same refused answer to both interrupts, alternately, ``samples`` times each (a refusal leaves them pending)."""
     body = {"action": "respond", "payload": {"answer": answer}}
-    await timed_decision(api, interrupt, body)  # warm-up: caches, connections
-    taken, codes = [], set()
+    for interrupt in (plain, hostile):
+        await timed_decision(api, interrupt, body)  # warm-up: caches, connections
+    taken: dict[int, list[float]] = {plain: [], hostile: []}
+    codes = set()
     for _ in range(samples):
-        elapsed, status, code = await timed_decision(api, interrupt, body)
-        assert 400 <= status < 500, (status, code)
-        taken.append(elapsed)
-        codes.add(code)
-    return taken, codes
+        for interrupt in (plain, hostile):
+            elapsed, status, code = await timed_decision(api, interrupt, body)
+            assert 400 <= status < 500, (status, code)
+            taken[interrupt].append(elapsed)
+            codes.add(code)
+    return taken[plain], taken[hostile], codes
 
 
 async def approvals(api, interrupts: list[int]) -> list[float]:
@@ -96,13 +99,12 @@ async def measure(backend, agent_process, samples: int) -> dict:
             result: dict = {"pattern": {}}
             plain, catastrophic = await pending_interrupt(api, PLAIN), await pending_interrupt(api, CATASTROPHIC)
             for label, answer in ANSWERS.items():
-                base, base_codes = await refusals(api, plain, answer, samples)
-                hostile, hostile_codes = await refusals(api, catastrophic, answer, samples)
+                base, hostile, codes = await refusals(api, plain, catastrophic, answer, samples)
                 result["pattern"][label] = {
                     "plain_p50_ms": percentile(base, 50) * 1e3, "hostile_p50_ms": percentile(hostile, 50) * 1e3,
                     "hostile_max_ms": max(hostile) * 1e3,
                     "ratio": percentile(hostile, 50) / percentile(base, 50),
-                    "codes": sorted(base_codes | hostile_codes),
+                    "codes": sorted(codes),
                 }
 
             # Thread A's decisions, first alone, then while B's hostile answers are being checked.
