@@ -6,6 +6,7 @@ from django import forms
 
 from .decisions import ACTIONS
 from .models import Agent
+from .protocol import storable
 
 MAX_JSON_CHARS = 200_000
 
@@ -25,8 +26,11 @@ class JSONTextField(forms.CharField):
             return None
         try:
             data = json.loads(text)
-        except ValueError as problem:
+        except (ValueError, RecursionError) as problem:
             raise forms.ValidationError(f"This is not valid JSON: {problem}.") from None
+        refused = storable.problem(data, "This answer")  # NUL, a lone surrogate, too deep: cannot be kept or sent
+        if refused is not None:
+            raise forms.ValidationError(refused.message)
         if self.expect is dict and not isinstance(data, dict):
             raise forms.ValidationError("This must be a JSON object, like {\"key\": \"value\"}.")
         return data

@@ -228,9 +228,9 @@ class RunStreamer:
         except MalformedMessage as problem:
             raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {problem.message}", frame.data) from None
         payload = json.loads(frame.data)
-        # Valid AG-UI the database cannot hold (a NUL character) is refused like any invalid event;
-        # JSON text can only spell NUL as an escape, so most events skip the walk.
-        if "\\u0000" in frame.data and (refused := storable.problem(payload, "The event")) is not None:
+        # Valid AG-UI Countersign cannot hold (a NUL, a lone surrogate) is refused like any invalid
+        # event; JSON text can only spell either as an escape, so most events skip the walk.
+        if storable.needs_check(frame.data) and (refused := storable.problem(payload, "The event")) is not None:
             raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {refused.message}", frame.data)
         try:
             self.lifecycle.accept(event)

@@ -237,3 +237,15 @@ def test_the_unfiltered_inbox_counts_pending_interrupts_once(client, reviewer):
         page = client.get(reverse("inbox"), {"reason": "nothing-matches"})
     assert page.context["pending_count"] == 3
     assert len([q for q in filtered.captured_queries if "COUNT(" in q["sql"].upper()]) == 2
+
+
+@pytest.mark.parametrize("payload, words", [('{"note": "\\ud800"}', "lone UTF-16 surrogate"),
+                                            ("[" * 100_000, "not valid JSON")])
+def test_an_answer_that_cannot_be_kept_is_a_form_error_and_nothing_is_stored(client, reviewer, payload, words):
+    interrupt = make.interrupt(response_schema={"type": "object"}, raw={"id": "f-1", "reason": "input_required",
+                                                                         "responseSchema": {"type": "object"}},
+                               interrupt_id="f-1", reason="input_required")
+    response = htmx(client, reverse("decide", args=[interrupt.pk]), {"action": "respond", "payload": payload})
+    assert response.status_code == 200
+    assert words in response.content.decode()
+    assert not Decision.objects.exists()

@@ -14,6 +14,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from ..protocol import storable
 from ..protocol.errors import MalformedMessage
 from ..protocol.sse import CONTENT_TYPE, encode_event
 from ..protocol.wire import parse_run_input
@@ -56,6 +57,9 @@ def agent_view(agent: Agent, auth: Callable[[HttpRequest], bool] | None = None):
             run_input = parse_run_input(body)
         except MalformedMessage as problem:
             return refusal(400, problem.code, problem.message, **problem.details)
+        refused = storable.problem(run_input.model_dump(), "The RunAgentInput")  # text no encoder can send back
+        if refused is not None:
+            return refusal(400, refused.code, refused.message, **refused.details)
 
         async def stream():
             async for event in run(agent, run_input):

@@ -40,6 +40,9 @@ SCRIPTS = {
         body, ["x" * (MAX_EVENT_BYTES // 2)] * (2 * MAX_RUN_BYTES // MAX_EVENT_BYTES + 2)),
     # Valid JSON and valid AG-UI, but text no PostgreSQL column can hold.
     "nul": lambda body: text_message(body, ["before\u0000after"]),
+    # A lone UTF-16 surrogate: valid JSON, but no character, and nothing can encode it again.
+    "surrogate": lambda body: text_message(body, [])[:1] + [
+        b'data: {"type": "STATE_SNAPSHOT", "snapshot": {"k\\ud800": "v"}}\n\n'],
     # Not JSON at all: a raw NUL byte inside a string. The refusal must still be recordable.
     "nul-byte": lambda body: text_message(body, [])[:1] + [
         b'data: {"type": "TEXT_MESSAGE_START", "messageId": "m\x00", "role": "assistant"}\n\n'],

@@ -105,6 +105,50 @@ def test_an_event_with_a_nul_character_never_breaks_the_run(api):
         assert run["error_code"] == "MALFORMED_EVENT" and "NUL" in run["error_message"]
 
 
+def post_escaped(client, url: str, body, **headers) -> httpx.Response:
+    """POST ``body`` as JSON with every non-ASCII character escaped: the only way to send a lone surrogate."""
+    return client.post(url, content=json.dumps(body), headers={"content-type": "application/json", **headers},
+                       timeout=30)
+
+
+def test_an_event_with_a_lone_surrogate_fails_the_run_and_leaves_its_thread_readable(api):
+    # It once ended the run as a hub error and left the thread's pages and API hanging for good.
+    run, log = ended_run(api, "x-surrogate")
+    assert (run["status"], run["error_code"]) == ("failed", "MALFORMED_EVENT"), run
+    assert "surrogate" in run["error_message"]
+    assert [e["type"] for e in log] == ["RUN_STARTED", "RUN_ERROR"]
+    assert api.get(f"/api/threads/{run['thread']}/", timeout=10).status_code == 200
+    assert api.get(f"/api/threads/{run['thread']}/events/", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("body", [
+    {"agent": "mailer", "forwarded_props": {"note": "a\ud800b"}},
+    {"agent": "mailer", "forwarded_props": {"\udfff": 1}},
+    {"agent": "mailer", "message": "reversed pair \ude00\ud83d"},
+])
+def test_a_lone_surrogate_in_a_body_is_refused(api, body):
+    before = api.get("/api/threads/").json()["count"]
+    refusal(post_escaped(api, "/api/threads/", body), 400, "LONE_SURROGATE")
+    assert api.get("/api/threads/").json()["count"] == before
+    # A whole pair is a character like any other.
+    assert api.post("/api/threads/", json={"agent": "mailer", "forwarded_props": {"ok": "\U0001f600"}}).status_code == 201
+
+
+def test_a_lone_surrogate_in_a_decision_is_refused_and_nothing_is_stored(api):
+    interrupt = pending_interrupt(api)
+    for body in ({"action": "respond", "payload": {"build": 7, "note": "\ud800"}},
+                 {"action": "approve", "metadata": {"why": "\udbff"}}, {"action": "approve", "comment": "\ud800"}):
+        refusal(post_escaped(api, f"/api/interrupts/{interrupt['id']}/decide/", body), 400, "LONE_SURROGATE")
+    assert api.get(f"/api/interrupts/{interrupt['id']}/").json()["decisions"] == []
+
+
+def test_a_lone_surrogate_sent_through_the_gateway_is_refused(doors, api):
+    body = {"threadId": "gw-sur", "runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "hi\ud800"}]}
+    response = post_escaped(httpx, f"{doors.url}/agui/mailer/", body, Authorization=f"Token {doors.token}")
+    gateway_refusal(response, 400, "LONE_SURROGATE")
+    refusal(api.get("/api/threads/gw-sur/"), 404, "NOT_FOUND")
+
+
 def test_an_event_with_a_raw_nul_byte_fails_the_run_as_malformed(api):
     run, log = ended_run(api, "x-nul-byte")
     assert (run["status"], run["error_code"]) == ("failed", "MALFORMED_EVENT"), run
