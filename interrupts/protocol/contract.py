@@ -203,11 +203,12 @@ def interrupt_problems(interrupt: Interrupt) -> list[ContractViolation]:
     except ContractViolation as exc:
         problems.append(exc)
     if interrupt.response_schema is not None:
-        # The static scan checks size first: the metaschema check (which
-        # compiles every pattern with Python's re) must not read an oversized
-        # schema, and reporting SCHEMA_TOO_LARGE twice would say nothing more.
+        # The static scan comes first, as in check_usable_schema: it checks
+        # size before anything reads the schema, and names the reason a
+        # pattern or reference is refused; the metaschema check, which would
+        # only say "is not a 'regex'" of the same pattern, runs when it found none.
         unsafe = schema_problems(interrupt.response_schema, interrupt_id=iid)
-        if not any(p.code == "SCHEMA_TOO_LARGE" for p in unsafe):
+        if not unsafe:
             try:
                 check_schema(interrupt.response_schema, interrupt_id=iid)
             except ContractViolation as exc:
