@@ -13,8 +13,9 @@ must never see any of that.
 that json-editor needs to draw plain inputs, rebuilt from scratch (nothing of
 the agent's objects is passed through), recursively, within fixed bounds.
 Values of annotation keywords (``default``, ``const``, ``enum``, ``examples``)
-stay JSON data and titles and descriptions stay strings: the page shows them as
-text. The original schema is kept as received (it is what the agent said, for
+are kept only when they are scalars (json-editor writes the keys of an object
+value into ``innerHTML``), and titles and descriptions stay strings: the page
+shows them as text. The original schema is kept as received (it is what the agent said, for
 the audit, and what answers are validated against on the server); only the
 page gets the reduced one, so a keyword dropped here costs at most a check in
 the browser, never one on the server.
@@ -175,12 +176,17 @@ class _Reducer:
             out["uniqueItems"] = node["uniqueItems"]
         if isinstance(node.get("format"), str) and node["format"] in _FORMATS:
             out["format"] = node["format"]
+        # Scalars only: json-editor writes an object value's keys into
+        # innerHTML unescaped (its enum editor's display), so an enum of
+        # {"<button formaction=...>": 1} put a working button in the form,
+        # no script needed. A form loses a prefill or a choice list; the
+        # server still checks answers against the whole schema.
         for key in ("default", "const"):
-            if key in node and (value := _data(node[key])) is not _DROP:
+            if key in node and _is_scalar(node[key]) and (value := _data(node[key])) is not _DROP:
                 out[key] = value
         for key in ("enum", "examples"):
             values = node.get(key)
-            if isinstance(values, list) and len(values) <= MAX_MEMBERS:
+            if isinstance(values, list) and len(values) <= MAX_MEMBERS and all(map(_is_scalar, values)):
                 kept = [_data(v) for v in values]
                 if _DROP not in kept:  # an enum without one of its values would offer a wrong choice
                     out[key] = kept
@@ -240,6 +246,10 @@ def _is_name(value: Any) -> bool:
 
 
 _DROP = object()
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def _data(value: Any) -> Any:

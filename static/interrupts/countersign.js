@@ -331,6 +331,32 @@
     tick();
   }
 
+  // --- what a form built from an agent's schema may submit -----------------------------
+  // json-editor builds markup inside the answer form from the agent's schema.
+  // The server reduces the schema to an allow-list; should markup ever slip
+  // through regardless, it still cannot send a decision: a submit is only ever
+  // by one of our own buttons, to the form's own address, and htmx processes
+  // nothing inside the editor (hx-disable on its container).
+  function foreignSubmit(form, submitter) {
+    if (!submitter) return false;
+    if (submitter.closest(".schema-editor")) return true;
+    return ["formaction", "formmethod", "formtarget", "formenctype", "hx-post", "hx-get", "hx-put"]
+      .some((name) => submitter.hasAttribute(name));
+  }
+  document.addEventListener("submit", (event) => {
+    // Capture phase on the document: before htmx's own listener on the form.
+    if (foreignSubmit(event.target, event.submitter)) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+  document.addEventListener("htmx:configRequest", (event) => {
+    const elt = event.detail.elt;
+    const form = elt && elt.closest && elt.closest("form[data-schema-form]");
+    if (!form) return;
+    if (elt.closest(".schema-editor") || event.detail.path !== form.getAttribute("hx-post")) event.preventDefault();
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
     if (window.JSONEditor) {
       // json-editor strips tags by parsing text as HTML; agent text must never be parsed.

@@ -83,6 +83,9 @@ def form_schema() -> dict:
             "either": {"title": SHORT, "oneOf": [{"type": "string", "title": SHORT, **_renderer_keywords()},
                                                 {"type": "integer", "title": SHORT}]},
             SHORT: {"type": "string"},  # a property name is shown as the label when there is no title
+            # json-editor's enum editor writes an object value's keys into innerHTML.
+            "pick": {"type": "object", "enum": [{f"<button formaction='/interrupts/1/decide/'>{SHORT}</button>": 1}],
+                     "const": {f"<b formaction='x'>{SHORT}</b>": 1}, "default": {f"<i formaction='x'>{SHORT}</i>": 1}},
         },
         "$defs": {"when": {"type": "string", "format": "date", "title": SHORT, **_renderer_keywords()}},
         "required": ["note"],

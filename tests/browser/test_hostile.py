@@ -38,6 +38,7 @@ DOM_FINDINGS = """
       if (["href", "src", "action", "formaction", "data", "xlink:href"].includes(name) && value.trim().startsWith("javascript:"))
         found.push(`${element.tagName} ${name}=${value.slice(0, 40)}`);
       if (name === "srcdoc") found.push(`${element.tagName} srcdoc`);
+      if (name === "formaction") found.push(`${element.tagName} formaction`);
       if (name === "autofocus") found.push(`${element.tagName} autofocus`);
       if (name.startsWith("hx-on") || (name.startsWith("hx-") && value.includes("__pwned"))) found.push(`${element.tagName} ${name}`);
     }
@@ -170,6 +171,43 @@ def test_inbox_cards_and_schema_forms_are_inert(reviewer, site, hostile):
     probe(reviewer, "/inbox/")
     _still_pending(site, hostile["pending"])
     assert seen["violations"] == []
+
+
+def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, site, hostile):
+    # Should markup ever get past the allow-list into an answer form, the page itself refuses
+    # what it could do: a button of its own (pressed, or by Enter in a field) or an htmx element,
+    # posting to another interrupt's decide address. The card answered as JSON has no editor
+    # whose own checks would cancel the submit first, so only the guard stands in the way.
+    page = reviewer.open(f"/inbox/?thread={hostile['pending']}")
+    expect(page.locator("[data-card]")).to_have_count(3, timeout=TIMEOUT)
+    with site.api() as api:
+        victim = [i for i in api.get("/api/interrupts/", params={"thread": hostile["pending"]}).json()["results"]
+                  if i["reason"] == "tool_call"][0]
+    target = f"/interrupts/{victim['id']}/decide/"
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if request.method == "POST" else None)
+    form = page.locator("form[data-schema-form]:has(.fallback:visible)")
+    expect(form).to_have_count(1)
+    form.evaluate("""(form, target) => {
+        const button = document.createElement("button");
+        button.setAttribute("formaction", target); button.name = "action"; button.value = "approve";
+        button.textContent = "Looks harmless"; button.id = "slipped";
+        const field = document.createElement("input"); field.id = "slipped-field";
+        form.prepend(button, field);
+        const poster = document.createElement("div");
+        poster.setAttribute("hx-post", target); poster.setAttribute("hx-trigger", "load");
+        poster.setAttribute("hx-vals", '{"action": "approve"}');
+        form.append(poster);
+        htmx.process(form);
+    }""", target)
+    page.locator("#slipped").click(timeout=3000)
+    page.locator("#slipped-field").fill("typed", timeout=3000)
+    page.locator("#slipped-field").press("Enter", timeout=3000)
+    page.wait_for_timeout(1000)
+    assert not [url for url in sent if url.endswith(target)], sent
+    with site.api() as api:
+        assert api.get(f"/api/interrupts/{victim['id']}/").json()["status"] == "pending"
+    _still_pending(site, hostile["pending"])
 
 
 def test_the_edit_preview_is_inert(reviewer, site, hostile):

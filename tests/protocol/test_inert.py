@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,19 +50,36 @@ def test_renderer_keywords_are_dropped_at_every_level():
 
 def test_annotation_values_stay_json_data_and_text_stays_text():
     markup = "<img src=x onerror=alert(1)>"
-    schema = {"type": "object", "title": markup, "description": markup, "default": {"a": markup},
-              "properties": {markup: {"type": "string", "enum": [markup, 1, None], "examples": [{"k": [markup]}]}}}
-    # Nothing is escaped or stripped here: the page shows these as text (json_script, cleanText).
+    schema = {"type": "object", "title": markup, "description": markup,
+              "properties": {markup: {"type": "string", "enum": [markup, 1, None], "examples": [markup, 2.5],
+                                      "default": markup}}}
+    # Nothing is escaped or stripped here: the page shows these as text (data attributes, cleanText).
     assert inert_schema(schema) == schema
 
 
+@pytest.mark.parametrize("keyword, value", [
+    ("enum", [{"<button formaction='/interrupts/1/decide/'>Submit</button>": 1}]),
+    ("enum", ["a", ["b"]]),
+    ("const", {"<b>k</b>": 1}),
+    ("examples", [{"k": 1}]),
+    ("default", {"<b>k</b>": "v"}),
+    ("default", ["a"]),
+])
+def test_object_and_array_annotation_values_never_reach_the_page(keyword, value):
+    # json-editor's enum editor wrote an object value's keys into innerHTML: a hostile agent's
+    # enum put a working <button formaction> in the form, and Enter in any field pressed it.
+    schema = {"type": "object", "properties": {"choice": {"type": "object", keyword: value}, "note": {"type": "string"}}}
+    assert inert_schema(schema) == {"type": "object", "properties": {"choice": {"type": "object"},
+                                                                     "note": {"type": "string"}}}
+
+
 def test_the_original_is_neither_changed_nor_shared():
-    schema = {"type": "object", "properties": {"a": {"type": "string", "default": {"x": [1]}}},
+    schema = {"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "y"]}},
               "options": {"inputAttributes": {"onfocus": HANDLER}}}
     before = copy.deepcopy(schema)
     reduced = inert_schema(schema)
     assert schema == before
-    reduced["properties"]["a"]["default"]["x"].append(2)
+    reduced["properties"]["a"]["enum"].append("z")
     assert schema == before
 
 
@@ -155,7 +173,7 @@ def test_combinators_are_reduced_too():
 def test_prototype_keys_never_reach_the_page():
     reduced = inert_schema({"type": "object", "properties": {"__proto__": {"type": "string"}, "ok": {}},
                             "required": ["__proto__", "ok"], "default": {"__proto__": {"polluted": 1}}})
-    assert reduced == {"type": "object", "properties": {"ok": {}}, "required": ["ok"], "default": {}}
+    assert reduced == {"type": "object", "properties": {"ok": {}}, "required": ["ok"]}
 
 
 def test_not_an_object_gives_no_form():
