@@ -9,9 +9,11 @@ import json
 
 from django.contrib import admin, messages
 from django.utils.html import format_html
+from rest_framework.authtoken.admin import TokenAdmin as DRFTokenAdmin
+from rest_framework.authtoken.models import TokenProxy
 
 from .forms import AgentForm
-from .models import Agent, Decision, Event, Interrupt, Run, Thread
+from .models import Agent, APIToken, Decision, Event, Interrupt, Run, Thread
 
 
 def pretty_json(value) -> str:
@@ -175,3 +177,16 @@ class DecisionAdmin(ReadOnlyAdmin):
     @admin.display(description="Edited args")
     def edited_args_json(self, obj):
         return pretty_json(obj.edited_args)
+
+
+# API tokens by their last four characters only (see APIToken), in place of DRF's admin.
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(APIToken)
+class TokenAdmin(DRFTokenAdmin):
+    list_display = ("masked_key", "user", "created")
+
+    @admin.display(description="Key")
+    def masked_key(self, obj):
+        return str(obj)

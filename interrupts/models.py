@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator, URLValidator
 from django.db import models
 from django.db.models import Q
+from rest_framework.authtoken.models import TokenProxy
 
 
 def _origin(url: str) -> tuple:
@@ -381,3 +382,19 @@ class Decision(models.Model):
         if self.pk is not None and not self._state.adding:
             raise ValueError("Decisions are immutable: write a new decision instead.")
         super().save(*args, **kwargs)
+
+
+class APIToken(TokenProxy):
+    """An API token as people see it (the admin's lists, titles, breadcrumbs): by its last four characters.
+
+    DRF's own admin shows every user's token in full, so anyone who sees the
+    list, or a screenshot of it, could act as those users. A token is printed
+    once, by ``manage.py drf_create_token <user>``, and revoked in the admin.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"••••{self.key[-4:]}"

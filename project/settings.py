@@ -369,6 +369,9 @@ COUNTERSIGN_MAX_RUN_BYTES = int(os.environ.get("COUNTERSIGN_MAX_RUN_BYTES", str(
 # ones get 413 TOO_LARGE. 16 MiB: above the event limit, so a gateway client
 # can send back a conversation holding an event the hub accepted.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("COUNTERSIGN_MAX_REQUEST_BYTES", str(16 * 1024 * 1024)))
+# Seconds a client may leave a connection silent while sending its request, or
+# between two requests on it, before `manage.py serve` closes it.
+COUNTERSIGN_HTTP_IDLE_TIMEOUT = float(os.environ.get("COUNTERSIGN_HTTP_IDLE_TIMEOUT", "30"))
 
 # How long the demo filing agent's form stays answerable, in seconds.
 DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))

@@ -111,3 +111,16 @@ def test_a_credential_needs_a_header_name(client, staff):
     assert response.status_code == 200
     assert b"Name the header that carries the credential." in response.content
     assert not Agent.objects.filter(name="needs-header").exists()
+
+
+def test_api_tokens_are_never_listed_in_full_in_the_admin(client, staff):
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=make.user(username="machine"))
+    listing = client.get(reverse("admin:interrupts_apitoken_changelist")).content.decode()
+    assert "machine" in listing and f"••••{token.key[-4:]}" in listing
+    assert token.key not in listing
+    change = client.get(reverse("admin:interrupts_apitoken_change", args=[token.user.pk])).content.decode()
+    assert token.key not in change and f"••••{token.key[-4:]}" in change
+    delete = client.get(reverse("admin:interrupts_apitoken_delete", args=[token.user.pk])).content.decode()
+    assert token.key not in delete

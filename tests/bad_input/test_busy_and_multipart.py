@@ -4,6 +4,7 @@ Over a real `manage.py serve` (daphne on Twisted), on whichever database the
 suite runs on (SQLite, or PostgreSQL with DATABASE_URL).
 """
 
+import socket
 import sqlite3
 import time
 
@@ -18,7 +19,8 @@ BROKEN_BODY = b"--not-the-boundary\r\nContent-Disposition: form-data; name=\"a\"
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    served = ServedApp(tmp_path_factory.mktemp("busy"), COUNTERSIGN_DB_LOCK_TIMEOUT="1").start()
+    served = ServedApp(tmp_path_factory.mktemp("busy"), COUNTERSIGN_DB_LOCK_TIMEOUT="1",
+                       COUNTERSIGN_HTTP_IDLE_TIMEOUT="1").start()
     yield served
     served.stop()
 
@@ -112,3 +114,16 @@ def test_a_gateway_input_on_a_busy_database_gets_run_error_busy_and_nothing_is_r
     assert api.get("/api/threads/gw-busy/").status_code == 404  # nothing was recorded
     again = api.post("/agui/janitor/", json=body)  # the same input goes through once the lock is gone
     assert "RUN_FINISHED" in again.text and "BUSY" not in again.text
+
+
+def test_a_client_trickling_its_request_is_cut_off_after_the_idle_timeout(app, api):
+    # Twisted's own default would hold the connection for 12 hours.
+    with socket.create_connection(("127.0.0.1", app.port), timeout=10) as sock:
+        sock.sendall(b"POST /api/threads/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{}")
+        started = time.monotonic()
+        while sock.recv(4096):  # whatever the server says before it hangs up
+            pass
+        assert time.monotonic() - started < 5  # COUNTERSIGN_HTTP_IDLE_TIMEOUT=1
+    # A request that arrives whole is served as ever, however long it then takes.
+    assert api.get("/api/threads/").status_code == 200

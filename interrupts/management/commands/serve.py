@@ -86,6 +86,15 @@ def _leave_forms_to_django() -> None:
             super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
 
     class HTTPFactory(http_protocol.HTTPFactory):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # Twisted's idle timeout covers reading a request (it is lifted once
+            # the body is in, so long streams and WebSockets are not cut) and a
+            # kept-alive connection between requests; daphne leaves it at
+            # Twisted's 12 hours, so a client trickling a body held a connection
+            # that long.
+            self.timeOut = settings.COUNTERSIGN_HTTP_IDLE_TIMEOUT
+
         def buildProtocol(self, addr):
             protocol = super().buildProtocol(addr)
             protocol.requestFactory = WebRequest
