@@ -17,7 +17,13 @@ A hostile schema is bounded work, never a way out (issue 10):
   ``MAX_SCHEMA_DEPTH`` is ``SCHEMA_TOO_LARGE``, checked before anything else
   reads it;
 * one validation may take ``MAX_VALIDATION_STEPS`` steps, then it stops with
-  ``SCHEMA_TOO_COSTLY`` (a small schema can still ask for exponential work).
+  ``SCHEMA_TOO_COSTLY`` (a small schema can still ask for exponential work);
+  past ``FAST_VALIDATION_STEPS`` the check moves to a worker process, one at a
+  time, so a costly check never holds the server's interpreter lock against
+  other requests (``BUSY`` when it cannot get its turn);
+* the ``regex`` format, for answers and for the metaschema check of the
+  agent's own patterns, is decided by RE2 too: Python's ``re.compile`` is not
+  linear.
 
 An interrupt with any of these problems can only be cancelled: answers to it
 are refused with the same code.
@@ -27,7 +33,7 @@ Validation is JSON Schema draft 2020-12 *with* format checking switched on:
 passed, and the approve-with-edits example in the AG-UI spec relies on
 ``"format": "email"`` being enforced. Only the formats ``jsonschema`` can check
 without optional dependencies are enforced (``email``, ``ipv4``, ``ipv6``,
-``date``, ``regex``, ...); others, such as ``date-time`` without
+``date``, ``regex`` (by RE2), ...); others, such as ``date-time`` without
 ``rfc3339-validator`` installed, are accepted unchecked.
 """
 
