@@ -142,14 +142,18 @@ async def agui(request: HttpRequest, agent: str):
     if registered is None:
         return refusal(404, "UNKNOWN_AGENT", f"No agent named {agent!r} is registered.")
     try:
-        run_input = parse_run_input(request.body)
+        body = request.body
+        run_input = parse_run_input(body)
     except RequestDataTooBig:
         return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts "
                                          "(COUNTERSIGN_MAX_REQUEST_BYTES).")
     except MalformedMessage as problem:
         return refusal(400, problem.code, problem.message, **problem.details)
-    # What the database cannot hold (PostgreSQL refuses NUL) is refused here, on every database alike.
-    refused = storable.problem(dump(run_input), "The RunAgentInput")
+    # What the database cannot hold (PostgreSQL refuses NUL) is refused here, on every database alike;
+    # a lone surrogate is looked for in the body as sent, since the model cannot even be dumped with one.
+    text = body.decode("utf-8", "replace")
+    refused = storable.problem(json.loads(text), "The RunAgentInput") if storable.needs_check(text) else None
+    refused = refused or storable.problem(dump(run_input), "The RunAgentInput")
     if refused is not None:
         return refusal(400, refused.code, refused.message, **refused.details)
 

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .protocol import storable
+
 
 @dataclass
 class Item:
@@ -26,11 +28,9 @@ class Item:
 
 
 def _args_text(text: str) -> str:
-    """Tool-call args as indented JSON when they parse, as sent otherwise."""
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
-        return text
+    """Tool-call args as indented JSON when they parse (and can be shown), as sent otherwise."""
+    decoded, value = storable.embedded(text)
+    return json.dumps(value, indent=2, ensure_ascii=False) if decoded else text
 
 
 def fold(events, said: dict[str, str] | None = None) -> list[Item]:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from . import relay
 from .models import Event, Interrupt, Run, Thread
+from .protocol import storable
 from .protocol.contract import interrupt_problems, parse_expiry
 from .protocol.errors import ContractViolation
 from .protocol.state import DeltaRefused, apply_delta
@@ -109,6 +110,10 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
         tool_name, args = (None, None)
         if wire.tool_call_id:
             tool_name, args = proposal(wire.tool_call_id)
+        if args is not None and storable.problem(args, "") is not None:
+            # Args that decode to what nothing can show or store (an escaped lone
+            # surrogate): kept as JSON text, which can.
+            args = json.dumps(args)
         reason = _fitted("reason", wire.reason, problems, wire.id)
         tool_name = _fitted("tool_name", tool_name or "", problems, wire.id)
         rows.append(Interrupt(

@@ -28,7 +28,6 @@ from django.conf import settings
 from . import egress, recording, runs
 from .models import Event, Interrupt, Run, Thread
 from .protocol import storable
-from .protocol.contract import outcome_problems
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from .protocol.lifecycle import RunLifecycle, StreamFault
 from .protocol.sse import SSEReader
@@ -110,17 +109,33 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
     return lookup
 
 
+# Most interrupts one outcome may raise: each is checked (its schema scanned,
+# its patterns compiled) when it is recorded, so this bounds that work too.
+MAX_INTERRUPTS = 100
+
+
 def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:
     """Why an interrupt outcome cannot be recorded, as (code, message), or None.
 
+    ``TOO_MANY_INTERRUPTS``: more than ``MAX_INTERRUPTS``.
     ``DUPLICATE_INTERRUPT_ID``: an id used twice. ``ID_TOO_LONG``: an
     interrupt id or toolCallId longer than its column; a resume must echo the
     id exactly, so it can be neither cut nor stored.
     """
-    found = [p.message for p in outcome_problems(lifecycle.interrupts) if p.code == "DUPLICATE_INTERRUPT_ID"]
-    if found:
-        return "DUPLICATE_INTERRUPT_ID", " ".join(found)
-    for interrupt in lifecycle.interrupts:
+    # Ids only: this runs on the event loop, and checking the interrupts'
+    # schemas (recording.finish does that, on a worker thread) is work the
+    # agent can make long.
+    interrupts = list(lifecycle.interrupts)
+    if len(interrupts) > MAX_INTERRUPTS:
+        return "TOO_MANY_INTERRUPTS", (f"The run ended with {len(interrupts)} interrupts; Countersign takes at most "
+                                       f"{MAX_INTERRUPTS} at once, for a team to answer together.")
+    ids = [interrupt.id for interrupt in interrupts]
+    twice = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(ids) else []
+    if twice:
+        return "DUPLICATE_INTERRUPT_ID", " ".join(
+            f"Two interrupts of the same run share the id {i}; a resume entry cannot say which one it answers."
+            for i in twice)
+    for interrupt in interrupts:
         for field, value in (("interrupt_id", interrupt.id), ("tool_call_id", interrupt.tool_call_id or "")):
             limit = Interrupt._meta.get_field(field).max_length
             if len(value) > limit:

@@ -124,3 +124,16 @@ def test_api_tokens_are_never_listed_in_full_in_the_admin(client, staff):
     assert token.key not in change and f"••••{token.key[-4:]}" in change
     delete = client.get(reverse("admin:interrupts_apitoken_delete", args=[token.user.pk])).content.decode()
     assert token.key not in delete
+
+
+@pytest.mark.parametrize("lookup", ["key__startswith", "key__regex", "key__gt", "key", "pk__startswith"])
+def test_the_token_list_cannot_be_asked_about_a_key(client, staff, lookup):
+    # Filtering by a prefix answered "1 result" or "0 results": a token, a character at a time.
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=make.user(username="machine"))
+    url = reverse("admin:interrupts_apitoken_changelist")
+    right = client.get(url, {lookup: token.key[:3]})
+    wrong = client.get(url, {lookup: "zzz" if not token.key.startswith("zzz") else "yyy"})
+    assert right.status_code in (302, 400)  # Django's refusal of a disallowed lookup: no list at all
+    assert (right.status_code, right.content) == (wrong.status_code, wrong.content)  # nothing to tell them apart

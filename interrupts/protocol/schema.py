@@ -104,6 +104,18 @@ MAX_SCHEMA_DEPTH = 64
 #: 219 ms; 1,000 false anyOf branches per call: 143 ms), so 80,000 steps keep
 #: the worst case near 90 ms, well under the ~150 ms a request may spend here.
 MAX_VALIDATION_STEPS = 80_000
+#: Longest pattern Countersign compiles, and most pattern text one schema may
+#: carry. RE2 runs in linear time, but compiling is not free: a case-folded
+#: Unicode class costs ~30 ms per 1,000 characters, refused or not (measured:
+#: "(?i)" + "\\pL" * 333 took 33 ms), so ten interrupts of 64 KiB of distinct
+#: patterns held a server 12 s. Forms need short patterns; an e-mail pattern
+#: is ~300 characters.
+MAX_PATTERN_CHARS = 1_000
+MAX_SCHEMA_PATTERN_CHARS = 2_000
+#: Budget steps a ``regex``-format answer is charged per character before RE2
+#: compiles it (the same ~30 us a character): a long one is checked in the
+#: worker process, not in the server's interpreter.
+_REGEX_STEPS_PER_CHAR = 30
 #: RE2's memory budget per compiled pattern (the DFA cache is carved out of
 #: it). Enough for any pattern a form needs; a pattern that needs more is
 #: refused as UNSAFE_PATTERN rather than allowed to grow.
@@ -347,6 +359,9 @@ def _compiled(pattern: str) -> Any:
 
 def _compile(pattern: str) -> Any:
     """*pattern* compiled by RE2, uncached, or ``_UnsafePattern`` raised."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise _UnsafePattern(f"it is {len(pattern)} characters long; Countersign compiles patterns of at most "
+                             f"{MAX_PATTERN_CHARS}")
     try:
         return re2.compile(_to_re2_syntax(pattern), _RE2_OPTIONS)
     except re2.error as exc:
@@ -411,6 +426,7 @@ def _scan(schema_json: str) -> tuple[_Problem, ...]:
     # (node, kind, base URI, path link): iterative, the depth is already bounded
     # but the width is not.
     stack: list[tuple[Any, int, str, tuple | None]] = [(schema, _SCHEMA, "", None)]
+    pattern_chars = 0
     while stack:
         node, kind, base, link = stack.pop()
         if isinstance(node, list):
@@ -436,11 +452,11 @@ def _scan(schema_json: str) -> tuple[_Problem, ...]:
             if isinstance(node.get(keyword), str):
                 refs.append((_path_of((link, keyword)), keyword, base, node[keyword]))
         if isinstance(node.get("pattern"), str):
-            _check_pattern(node["pattern"], _path_of((link, "pattern")), problems)
+            pattern_chars = _check_pattern(node["pattern"], _path_of((link, "pattern")), problems, pattern_chars)
         if isinstance(node.get("patternProperties"), dict):
             holder = (link, "patternProperties")
             for key in node["patternProperties"]:
-                _check_pattern(key, _path_of((holder, key)), problems)
+                pattern_chars = _check_pattern(key, _path_of((holder, key)), problems, pattern_chars)
         for key, value in node.items():
             if isinstance(value, (dict, list)):
                 child_kind = _DATA if key in _DATA_KEYWORDS else _MAP if key in _MAP_KEYWORDS else _SCHEMA
@@ -457,12 +473,22 @@ def _scan(schema_json: str) -> tuple[_Problem, ...]:
     return tuple(remote + problems)
 
 
-def _check_pattern(pattern: str, pointer: str, problems: list[_Problem]) -> None:
-    """Append UNSAFE_PATTERN to *problems* when RE2 refuses *pattern*."""
+def _check_pattern(pattern: str, pointer: str, problems: list[_Problem], seen_chars: int) -> int:
+    """Append UNSAFE_PATTERN to *problems* when RE2 refuses *pattern*; the schema's pattern text so far.
+
+    Past ``MAX_SCHEMA_PATTERN_CHARS`` in all, patterns are refused without
+    being compiled: the scan's own work stays bounded.
+    """
+    seen_chars += len(pattern)
+    if seen_chars > MAX_SCHEMA_PATTERN_CHARS:
+        problems.append(_unsafe_pattern(pattern, pointer, f"the schema's patterns come to more than "
+                                                          f"{MAX_SCHEMA_PATTERN_CHARS} characters in all"))
+        return seen_chars
     try:
         _compiled(pattern)
     except _UnsafePattern as exc:
         problems.append(_unsafe_pattern(pattern, pointer, str(exc)))
+    return seen_chars
 
 
 def _remote_ref(keyword: str, ref: str, pointer: str, target: str | None) -> _Problem:
@@ -528,6 +554,9 @@ def _is_regex(instance: Any) -> bool:
     """
     if not isinstance(instance, str):
         return True
+    budget = _BUDGET.get(None)  # None in the metaschema check: the scan bounds the agent's patterns there
+    if budget is not None:
+        budget.charge(min(len(instance), MAX_PATTERN_CHARS + 1) * _REGEX_STEPS_PER_CHAR)
     try:
         _compile(instance)
     except _UnsafePattern:

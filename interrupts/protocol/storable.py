@@ -11,6 +11,7 @@ travels on inside the resume).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -57,6 +58,21 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 def needs_check(text: str) -> bool:
     """Whether JSON text may decode to something ``problem`` refuses (NUL, a surrogate): both need an escape."""
     return "\\u0000" in text or "\\ud" in text or "\\uD" in text
+
+
+def embedded(text: str) -> tuple[bool, Any]:
+    """JSON an agent wrote inside a string (tool args, a tool result), decoded: (True, value), or (False, None).
+
+    False when the text is not JSON, or when decoding it makes what
+    ``problem`` refuses: text that passed every door as a string can still
+    spell ``\\ud800`` inside, and decoded, that lone surrogate made the page
+    showing it fail for good. Such text is shown and kept as sent.
+    """
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False, None
+    return (False, None) if problem(value, "") is not None else (True, value)
 
 
 def too_deep(subject: str) -> MalformedMessage:

@@ -10,6 +10,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
+from ..protocol import storable
+
 from ..protocol.inert import inert_schema as _inert_schema
 
 register = template.Library()
@@ -22,10 +24,10 @@ _formatter = HtmlFormatter(cssclass="highlight", nowrap=False)
 
 def _pretty(value) -> str:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
+        decoded, value_ = storable.embedded(value)  # not JSON, or JSON that cannot be shown: as sent
+        if not decoded:
             return value
+        value = value_
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
 
 

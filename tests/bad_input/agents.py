@@ -43,6 +43,16 @@ SCRIPTS = {
     # A lone UTF-16 surrogate: valid JSON, but no character, and nothing can encode it again.
     "surrogate": lambda body: text_message(body, [])[:1] + [
         b'data: {"type": "STATE_SNAPSHOT", "snapshot": {"k\\ud800": "v"}}\n\n'],
+    # Valid text everywhere, but tool args and a result that spell a lone surrogate once decoded.
+    "surrogate-inside": lambda body: text_message(body, [])[:1] + [
+        frame({"type": "TOOL_CALL_START", "toolCallId": "tc-s", "toolCallName": "probe"}),
+        frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-s", "delta": '{"a": "\\ud800"}'}),
+        frame({"type": "TOOL_CALL_END", "toolCallId": "tc-s"}),
+        frame({"type": "TOOL_CALL_RESULT", "messageId": "m-r", "toolCallId": "tc-s", "content": '"\\udfff"'}),
+        frame({"type": "RUN_FINISHED", "threadId": body["threadId"], "runId": body["runId"],
+               "outcome": {"type": "interrupt", "interrupts": [
+                   {"id": "i-s", "reason": "tool_call", "toolCallId": "tc-s", "message": "Probe?"}]}}),
+    ],
     # Not JSON at all: a raw NUL byte inside a string. The refusal must still be recordable.
     "nul-byte": lambda body: text_message(body, [])[:1] + [
         b'data: {"type": "TEXT_MESSAGE_START", "messageId": "m\x00", "role": "assistant"}\n\n'],

@@ -149,6 +149,30 @@ def test_a_lone_surrogate_sent_through_the_gateway_is_refused(doors, api):
     refusal(api.get("/api/threads/gw-sur/"), 404, "NOT_FOUND")
 
 
+def test_json_inside_agent_strings_that_decodes_to_a_lone_surrogate_is_shown_as_sent(api, doors):
+    # The args arrive as valid text; decoded for display they made the thread page a 500 for good.
+    run, log = ended_run(api, "x-surrogate-inside")
+    assert run["status"] == "interrupted", run
+    [asked] = pending(api, run["thread"])
+    assert asked["proposed_args"] == '{"a": "\\ud800"}'  # kept as JSON text, which can be shown and stored
+    with httpx.Client(base_url=doors.url, timeout=10) as browser:
+        csrf = browser.get("/accounts/login/").cookies["csrftoken"]
+        browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
+                                               "csrfmiddlewaretoken": csrf}, headers={"Referer": doors.url})
+        for path in (f"/threads/{run['thread']}/", f"/threads/{run['thread']}/events/?after=0",
+                     f"/inbox/?thread={run['thread']}", "/audit/"):
+            page = browser.get(path)
+            assert page.status_code == 200, (path, page.status_code)
+            assert "\\ud800" in page.text or path == "/audit/"
+
+
+def test_a_lone_surrogate_in_a_gateway_state_key_is_refused_not_a_500(doors, api):
+    body = b'{"threadId":"gw-sk","runId":"r1","messages":[],"tools":[],"context":[],"state":{"\\ud800":1}}'
+    response = httpx.post(f"{doors.url}/agui/mailer/", content=body, timeout=30,
+                          headers={"Authorization": f"Token {doors.token}", "content-type": "application/json"})
+    gateway_refusal(response, 400, "LONE_SURROGATE")
+
+
 def test_an_event_with_a_raw_nul_byte_fails_the_run_as_malformed(api):
     run, log = ended_run(api, "x-nul-byte")
     assert (run["status"], run["error_code"]) == ("failed", "MALFORMED_EVENT"), run

@@ -404,8 +404,26 @@ def test_the_regex_format_is_checked_by_re2_not_by_python_s_compile():
     started = time.perf_counter()
     verdicts = [payload_errors(schema, {"r": answer}) for answer in (costly, "^a+$", "(a", r"(\w)\1")]
     assert time.perf_counter() - started < 0.5
-    assert [bool(errors) for errors in verdicts] == [False, False, True, True]  # RE2 has no backreferences
-    # The metaschema check applies the same format to the agent's own patterns.
+    # Too long to compile (MAX_PATTERN_CHARS); fine; not a regex; RE2 has no backreferences.
+    assert [bool(errors) for errors in verdicts] == [True, False, True, True]
     started = time.perf_counter()
-    assert codes({"type": "string", "pattern": costly}) == []
+    assert codes({"type": "string", "pattern": costly}) == ["UNSAFE_PATTERN"]
+    assert codes({"type": "string", "pattern": "(?i)" + r"[a-\x{10fff0}]" * 60}) == []
     assert time.perf_counter() - started < 0.5
+
+
+def test_pattern_text_is_bounded_per_pattern_and_per_schema():
+    # RE2 compiles in linear time, but a case-folded Unicode class still costs ~30 ms per
+    # 1,000 characters: ten interrupts of distinct 64 KiB patterns held a server 12 s.
+    slow = "(?i)" + r"\pL" * 2000
+    started = time.perf_counter()
+    assert codes({"pattern": slow}) == ["UNSAFE_PATTERN"]
+    many = {"type": "object", "properties": {f"p{n}": {"type": "string", "pattern": "(?i)" + r"\pL" * 300 + str(n)}
+                                             for n in range(40)}}
+    problems = schema_problems(many)
+    assert problems and {p.code for p in problems} == {"UNSAFE_PATTERN"}
+    assert any("in all" in p.message for p in problems)
+    assert time.perf_counter() - started < 1.0  # the rest were refused without being compiled
+    # A long regex answer is charged as the compile it needs: it goes to the worker, not this thread.
+    schema = {"type": "object", "properties": {"r": {"type": "string", "format": "regex"}}}
+    assert payload_errors(schema, {"r": "(?i)" + r"\pL" * 60}) == []
