@@ -177,15 +177,14 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     """
     now = timezone.now()
     current = Interrupt.objects.select_related("run").get(pk=interrupt.pk)
-    if current.status != Interrupt.Status.PENDING and not _may_revise(current, user):
+    if current.status != Interrupt.Status.PENDING and _revisable(current, user) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
     checked = _check(current, status, payload, metadata, comment, now)
     with transaction.atomic():
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
-            live = interrupt.decisions.filter(superseded_at__isnull=True).first()
-            if live is not None and live.user_id == user.pk and not _batch_sent(interrupt):
+            if (live := _revisable(interrupt, user)) is not None:
                 return _revise(interrupt, live, user, checked, now)
             raise _already_decided(interrupt)
         _refuse_if_expired(interrupt)
@@ -203,12 +202,10 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
         return decision
 
 
-def _may_revise(interrupt: Interrupt, user) -> bool:
-    """Whether ``user``'s live decision on a decided interrupt may still be replaced (a hint; re-checked locked)."""
-    if interrupt.status not in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED):
-        return False
+def _revisable(interrupt: Interrupt, user) -> Decision | None:
+    """``user``'s live decision on a decided interrupt, if they may still replace it (the batch is not sent)."""
     live = interrupt.decisions.filter(superseded_at__isnull=True).first()
-    return live is not None and live.user_id == user.pk and not _batch_sent(interrupt)
+    return live if live is not None and live.user_id == user.pk and not _batch_sent(interrupt) else None
 
 
 def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
