@@ -18,6 +18,14 @@ from django.db.models import Q
 from rest_framework.authtoken.models import TokenProxy
 
 
+def masked(secret: str) -> str:
+    """A secret as people may see it: its last four characters, and only when it is long enough to spare them."""
+    if not secret:
+        return ""
+    tail = secret[-4:] if len(secret) >= 12 else ""
+    return f"••••{tail}"
+
+
 def _origin(url: str) -> tuple:
     """(scheme, host, port) of ``url``, the default port filled in: what a credential is bound to."""
     parts = urlsplit(url)
@@ -118,10 +126,7 @@ class Agent(models.Model):
     @property
     def masked_auth_value(self) -> str:
         """The credential as people may see it: its last four characters at most."""
-        if not self.auth_value:
-            return ""
-        tail = self.auth_value[-4:] if len(self.auth_value) >= 12 else ""
-        return f"••••{tail}"
+        return masked(self.auth_value)
 
 
 class Thread(models.Model):
@@ -397,4 +402,4 @@ class APIToken(TokenProxy):
         verbose_name = "API token"
 
     def __str__(self) -> str:
-        return f"••••{self.key[-4:]}"
+        return masked(self.key)
