@@ -33,7 +33,7 @@ from rest_framework.authtoken.models import Token
 
 from . import runs, supervisor
 from .api.authentication import FailedTokenThrottle
-from .middleware import BUSY_RETRY_AFTER, database_busy
+from .middleware import BUSY_MESSAGE, database_busy
 from .models import Agent, Event, Run
 from .protocol import storable
 from .protocol.errors import MalformedMessage, ProtocolError
@@ -175,9 +175,7 @@ async def agui(request: HttpRequest, agent: str):
         if not database_busy(problem):
             raise
         # Nothing was recorded (the transaction rolled back): the client may send the same input again.
-        return _sse(_refused(run_input.thread_id, run_input.run_id, Refusal(
-            "BUSY", "The database is busy (another change held its lock too long); nothing was recorded: "
-                    f"send the input again in {BUSY_RETRY_AFTER} s.", status=503)))
+        return _sse(_refused(run_input.thread_id, run_input.run_id, Refusal("BUSY", BUSY_MESSAGE, status=503)))
     except BaseException:
         background.release(slot)
         raise

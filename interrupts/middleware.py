@@ -53,6 +53,9 @@ def login_lockout(request, response, credentials):
 # milliseconds normally, so a request refused after the lock timeout has met
 # something unusual (a migration, a long report) and should not hammer it.
 BUSY_RETRY_AFTER = 5
+# What every door says then (the API, pages, the gateway's RUN_ERROR).
+BUSY_MESSAGE = (f"The database is busy with other work and this request waited too long for it; nothing was "
+                f"changed. Try again in {BUSY_RETRY_AFTER} seconds.")
 
 
 def database_busy(exc: BaseException) -> bool:
@@ -95,11 +98,9 @@ class BusyDatabase:
     def process_exception(self, request, exception):
         if not database_busy(exception):
             return None
-        message = (f"The database is busy with other work and this request waited too long; nothing was changed. "
-                   f"Try again in {BUSY_RETRY_AFTER} seconds.")
         if request.path.startswith(MACHINE_PREFIXES):
-            response = JsonResponse({"code": "BUSY", "detail": message}, status=503)
+            response = JsonResponse({"code": "BUSY", "detail": BUSY_MESSAGE}, status=503)
         else:
-            response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+            response = HttpResponse(BUSY_MESSAGE, status=503, content_type="text/plain; charset=utf-8")
         response["Retry-After"] = str(BUSY_RETRY_AFTER)
         return response

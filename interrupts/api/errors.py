@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..middleware import BUSY_RETRY_AFTER, database_busy
+from ..middleware import BUSY_MESSAGE, BUSY_RETRY_AFTER, database_busy
 from ..protocol.errors import ProtocolError
 from ..refusals import http_status
 
@@ -62,8 +62,7 @@ class Busy(exceptions.APIException):
 def _as_api_exception(exc):
     """Django's own refusals, and the database's refusal of the client's text, as DRF exceptions."""
     if database_busy(exc):
-        return Busy(f"The database is busy with other work and this request waited too long for it; nothing was "
-                    f"changed. Try again in {BUSY_RETRY_AFTER} seconds (Retry-After).")
+        return Busy(BUSY_MESSAGE)
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, PermissionDenied):
