@@ -28,6 +28,7 @@ from django.conf import settings
 from . import egress, recording, runs
 from .models import Event, Interrupt, Run, Thread
 from .protocol import storable
+from .protocol.contract import duplicate_ids
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from .protocol.lifecycle import RunLifecycle, StreamFault
 from .protocol.sse import SSEReader
@@ -129,12 +130,8 @@ def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:
     if len(interrupts) > MAX_INTERRUPTS:
         return "TOO_MANY_INTERRUPTS", (f"The run ended with {len(interrupts)} interrupts; Countersign takes at most "
                                        f"{MAX_INTERRUPTS} at once, for a team to answer together.")
-    ids = [interrupt.id for interrupt in interrupts]
-    twice = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(ids) else []
-    if twice:
-        return "DUPLICATE_INTERRUPT_ID", " ".join(
-            f"Two interrupts of the same run share the id {i}; a resume entry cannot say which one it answers."
-            for i in twice)
+    if twice := duplicate_ids(interrupts):
+        return "DUPLICATE_INTERRUPT_ID", " ".join(problem.message for problem in twice)
     for interrupt in interrupts:
         for field, value in (("interrupt_id", interrupt.id), ("tool_call_id", interrupt.tool_call_id or "")):
             limit = Interrupt._meta.get_field(field).max_length

@@ -47,6 +47,7 @@ __all__ = [
     "Verdict",
     "check_entry",
     "check_input",
+    "duplicate_ids",
     "idempotency_key",
     "interrupt_problems",
     "outcome_problems",
@@ -230,16 +231,32 @@ def outcome_problems(interrupts: Iterable[Interrupt]) -> list[ContractViolation]
         problems.extend(interrupt_problems(interrupt))
         if interrupt.id in seen and interrupt.id not in reported:
             reported.add(interrupt.id)
-            problems.append(
-                ContractViolation(
-                    "DUPLICATE_INTERRUPT_ID",
-                    f"Two interrupts of the same run share the id {interrupt.id}; "
-                    "a resume entry cannot say which one it answers.",
-                    interrupt_id=interrupt.id,
-                )
-            )
+            problems.append(_duplicate(interrupt.id))
         seen.add(interrupt.id)
     return problems
+
+
+def duplicate_ids(interrupts: Iterable[Interrupt]) -> list[ContractViolation]:
+    """``DUPLICATE_INTERRUPT_ID`` for each id two interrupts of one outcome share, and nothing else.
+
+    The cheap part of ``outcome_problems``: it reads ids only, never a schema,
+    so it may run where the agent must not be able to make work long.
+    """
+    seen: set[str] = set()
+    reported: dict[str, ContractViolation] = {}
+    for interrupt in interrupts:
+        if interrupt.id in seen and interrupt.id not in reported:
+            reported[interrupt.id] = _duplicate(interrupt.id)
+        seen.add(interrupt.id)
+    return list(reported.values())
+
+
+def _duplicate(interrupt_id: str) -> ContractViolation:
+    return ContractViolation(
+        "DUPLICATE_INTERRUPT_ID",
+        f"Two interrupts of the same run share the id {interrupt_id}; a resume entry cannot say which one it answers.",
+        interrupt_id=interrupt_id,
+    )
 
 
 def _metadata_problems(metadata: Any, subject: str, interrupt_id: str) -> list[ContractViolation]:
