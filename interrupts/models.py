@@ -9,10 +9,12 @@ decision. The triggers that forbid changing history are in migration 0002.
 
 from __future__ import annotations
 
+import secrets
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.validators import RegexValidator, URLValidator
+from django.contrib.auth.models import Group
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 from rest_framework.authtoken.models import TokenProxy
@@ -24,6 +26,11 @@ def masked(secret: str) -> str:
         return ""
     tail = secret[-4:] if len(secret) >= 12 else ""
     return f"••••{tail}"
+
+
+def new_signing_secret() -> str:
+    """A fresh secret for signing what Countersign sends an agent (HMAC-SHA256 key, 256 bits)."""
+    return "css_" + secrets.token_urlsafe(32)
 
 
 def _origin(url: str) -> tuple:
@@ -82,6 +89,9 @@ class Agent(models.Model):
     # Stored server-side and sent only to the agent; never rendered back in full.
     auth_value = models.CharField(max_length=2000, blank=True)
     capabilities = models.JSONField(default=dict, blank=True)
+    # The key of every Countersign-Signature sent to this agent. Shown once,
+    # when generated (registration, rotation); the agent keeps its own copy.
+    signing_secret = models.CharField(max_length=100, default=new_signing_secret, editable=False)
     builtin = models.BooleanField(
         default=False, help_text="One of the demo agents Countersign serves itself."
     )
@@ -194,6 +204,16 @@ class Run(models.Model):
 
     origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.HUB)
     created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    # Who asked for the work this run continues: the user who started the
+    # conversation (for a gateway run, the token's user), carried from a run
+    # to its resumes. Policies forbid this person to approve it themselves.
+    requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
@@ -323,6 +343,7 @@ class Interrupt(models.Model):
                 condition=Q(status__in=InterruptStatus.values), name="interrupt_status_valid"
             ),
         ]
+        permissions = [("decide_interrupt", "Can approve, reject, answer or cancel interrupts")]
         indexes = [
             models.Index(fields=["status", "created_at"], name="interrupt_status_created"),
             # The inbox's reason filter and its list of reasons (DISTINCT) read this index alone.
@@ -343,7 +364,10 @@ class Decision(models.Model):
 
     A reviewer may revise an answer until the batch is sent: the revision is a
     new row and the old one is marked superseded (the only change a decision
-    row ever sees), so the trail keeps every answer anyone gave.
+    row ever sees), so the trail keeps every answer anyone gave. Under a
+    policy requiring N approvals an interrupt gathers up to N live decisions,
+    one per person; a new answer that differs from theirs supersedes them
+    (see ``decisions``).
     """
 
     Status = DecisionStatus
@@ -359,6 +383,11 @@ class Decision(models.Model):
     edited_args = models.JSONField(null=True, blank=True)
     metadata = models.JSONField(null=True, blank=True)
     comment = models.TextField(blank=True)
+    # What the reviewer did (approve, edit, respond, reject, cancel), and the
+    # policy that made them eligible, as it was then: the resume's attestation.
+    action = models.CharField(max_length=16, blank=True)
+    policy = models.CharField(max_length=100, blank=True)
+    required_approvals = models.PositiveSmallIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
 
@@ -366,9 +395,9 @@ class Decision(models.Model):
         ordering = ["created_at", "pk"]
         constraints = [
             models.UniqueConstraint(
-                fields=["interrupt"],
+                fields=["interrupt", "user"],
                 condition=Q(superseded_at__isnull=True),
-                name="one_live_decision_per_interrupt",
+                name="one_live_decision_per_reviewer",
             ),
             models.CheckConstraint(
                 condition=Q(status__in=DecisionStatus.values), name="decision_status_valid"
@@ -387,6 +416,73 @@ class Decision(models.Model):
         if self.pk is not None and not self._state.adding:
             raise ValueError("Decisions are immutable: write a new decision instead.")
         super().save(*args, **kwargs)
+
+
+#: A quorum larger than a team plausibly has is a typo that would hold every request forever.
+MAX_REQUIRED_APPROVALS = 10
+
+
+class Policy(models.Model):
+    """Who may decide an agent's interrupts, how many must approve, and how fast.
+
+    A policy applies to one agent (or, with no agent, to every agent),
+    optionally narrowed to a reason and/or a tool name; for each interrupt
+    the most specific policy wins (see ``policies.policy_for``), and with
+    none the site default applies (every holder of ``decide_interrupt``, one
+    approval, no self-approval). Naming no groups and no users admits every
+    holder of the permission; naming some admits only them.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="policies",
+        help_text="The agent whose interrupts this governs; empty for every agent.",
+    )
+    reason = models.CharField(max_length=200, blank=True, help_text="Only interrupts with this reason; empty for any.")
+    tool_name = models.CharField(max_length=200, blank=True, help_text="Only interrupts about this tool; empty for any.")
+    groups = models.ManyToManyField(Group, blank=True, related_name="+",
+                                    help_text="Groups whose members may decide; with no groups and no users, "
+                                              "everyone allowed to decide interrupts.")
+    users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+",
+                                   help_text="People who may decide, besides the groups' members.")
+    required_approvals = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_REQUIRED_APPROVALS)],
+        help_text="How many distinct eligible people must approve; one rejection or cancel ends it.",
+    )
+    allow_self_approval = models.BooleanField(
+        default=False, help_text="Whether the person who started the run may decide its interrupts.",
+    )
+    target_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="How soon a decision is expected, in minutes.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "policies"
+        constraints = [
+            # Two policies for exactly the same interrupts would leave "the
+            # most specific one" undefined. Two constraints, because NULL
+            # agents are distinct from each other in a plain unique index.
+            models.UniqueConstraint(fields=["agent", "reason", "tool_name"], condition=Q(agent__isnull=False),
+                                    name="policy_scope_unique_per_agent"),
+            models.UniqueConstraint(fields=["reason", "tool_name"], condition=Q(agent__isnull=True),
+                                    name="policy_scope_unique_for_every_agent"),
+            models.CheckConstraint(
+                condition=Q(required_approvals__gte=1, required_approvals__lte=MAX_REQUIRED_APPROVALS),
+                name="policy_required_approvals_in_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def specificity(self) -> tuple[int, bool, bool, bool]:
+        """How narrowly this policy applies: more narrowing fields first, then agent, reason, tool."""
+        narrowed = (self.agent_id is not None, bool(self.reason), bool(self.tool_name))
+        return (sum(narrowed), *narrowed)
 
 
 class APIToken(TokenProxy):
