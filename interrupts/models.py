@@ -138,6 +138,17 @@ class Agent(models.Model):
         """The credential as people may see it: its last four characters at most."""
         return masked(self.auth_value)
 
+    def rotate_signing_secret(self) -> str:
+        """Replace the signing secret and return the new one, the only time it is shown.
+
+        The one place a secret is rotated (admin, Agents page, API,
+        ``manage.py agents rotate-secret``). Requests already signed with the
+        old secret stay valid for the agent's tolerance; new ones use this.
+        """
+        self.signing_secret = new_signing_secret()
+        self.save(update_fields=["signing_secret"])
+        return self.signing_secret
+
 
 class Thread(models.Model):
     """One AG-UI threadId: the conversation an agent and its reviewers share."""
