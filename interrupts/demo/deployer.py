@@ -30,8 +30,14 @@ class Deployer(Agent):
             )
         if answer.status == "resolved":
             build = answer.payload["build"]
-            ctx.set_state({**ctx.state, "deployed": build})
-            ctx.say(f"Deployed build {build}.")
+            # Only a signed, fingerprint-checked resume names its approvers; a direct curl names nobody.
+            approvers = [a.username for a in ctx.approvals_for(APPROVE_DEPLOY) if a.action != "reject"]
+            if approvers:
+                ctx.set_state({**ctx.state, "deployed": build, "approvedBy": approvers})
+                ctx.say(f"Deployed build {build}, approved by {', '.join(approvers)}.")
+            else:
+                ctx.set_state({**ctx.state, "deployed": build})
+                ctx.say(f"Deployed build {build}.")
         else:
             ctx.say("Left production alone.")
         return RunOutcome.success()

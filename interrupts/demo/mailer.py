@@ -57,6 +57,13 @@ class Mailer(Agent):
     name = "mailer"
     description = "Drafts an email and sends it only once a person approves (edits allowed)."
 
+    def tool_call_ids_for(self, run_input, interrupt_id: str):
+        # The interrupt id names the tool call, and the ledger says it was ours:
+        # the fingerprint is then bound to exactly that call.
+        emails = run_input.state.get("emails", {}) if isinstance(run_input.state, dict) else {}
+        tool_call_id = interrupt_id.removeprefix("approve-")
+        return [tool_call_id] if interrupt_id.startswith("approve-") and tool_call_id in emails else [None]
+
     def drafts(self, ctx) -> list[dict]:
         text = last_user_text(ctx)
         to = ADDRESS.search(text)
@@ -119,8 +126,13 @@ class Mailer(Agent):
             sent = apply_edits(email["args"], answer.payload)
         except ContractViolation as problem:
             raise InvalidResume(problem.message) from None
-        ctx.tool_result(tool_call_id, {"sent": True, **sent})
-        return {**email, "status": "sent", "sent": sent}
+        # Only the approvers Countersign signed for; an unsigned request names nobody.
+        approvers = [a.username for a in ctx.approvals_for(answer.interrupt_id) if a.action != "reject"]
+        signed_by = {"approvedBy": approvers} if approvers else {}
+        ctx.tool_result(tool_call_id, {"sent": True, **sent, **signed_by})
+        if approvers:
+            ctx.say(f"Sent the email to {sent['to']}, approved by {', '.join(approvers)}.")
+        return {**email, "status": "sent", "sent": sent, **signed_by}
 
 
 class BulkMailer(Mailer):

@@ -53,6 +53,31 @@ class Agent:
 
     name: str = "agent"
     description: str = ""
+    #: The secret Countersign signs requests to this agent with; None: do not verify.
+    signing_secret: str | None = None
+    #: How far (seconds) a signature's time may be from this agent's clock.
+    signature_tolerance: int = 300
+    #: With a secret, whether an unsigned request is refused (True) or answered unverified.
+    require_signature: bool = True
+
+    def __init__(self, *, signing_secret: str | None = None, signature_tolerance: int = 300,
+                 require_signature: bool = True) -> None:
+        """``signing_secret``: verify every request (``BAD_SIGNATURE``) and every answer's fingerprint."""
+        self.signing_secret = signing_secret
+        self.signature_tolerance = signature_tolerance
+        self.require_signature = require_signature
+
+    def tool_call_ids_for(self, run_input, interrupt_id: str):
+        """The tool call ids the interrupt ``interrupt_id`` may have been about (``None``: none).
+
+        Used to recompute an answer's fingerprint. The default accepts no
+        tool call or any tool call of the signed conversation, since an
+        agent keeps nothing between runs; override it when the interrupt id
+        or the state says exactly which call an interrupt was about.
+        """
+        from .verify import conversation_tool_call_ids
+
+        return conversation_tool_call_ids(run_input, interrupt_id)
 
     async def run(self, ctx: RunContext) -> RunOutcome:  # pragma: no cover - abstract
         """Do one run's work through ``ctx`` and say how it ends."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import jsonpatch
@@ -29,6 +30,7 @@ from ag_ui.core import (
 )
 
 from .agent import InterruptDefinition
+from .verify import Approval
 
 
 def new_id(prefix: str) -> str:
@@ -44,8 +46,11 @@ class RunContext:
     what a resumed run will need to rebuild its position.
     """
 
-    def __init__(self, run_input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
+    def __init__(self, run_input: RunAgentInput, emit: Callable[[BaseEvent], None],
+                 approvals: Mapping[str, tuple[Approval, ...]] | None = None) -> None:
         self.input = run_input
+        # Only ever filled from a request whose signature and fingerprints checked.
+        self._approvals = dict(approvals or {})
         self._emit = emit
         self._messages = list(run_input.messages or [])
         self._state = copy.deepcopy(run_input.state) if run_input.state is not None else {}
@@ -97,6 +102,16 @@ class RunContext:
             entry = self._resume.get(key.id)
             return key.check_answer(entry) if entry is not None else None
         return self._resume.get(key)
+
+    def approvals_for(self, key: str | InterruptDefinition) -> list[Approval]:
+        """Who decided the answer to one interrupt, as Countersign signed it; empty when unverified.
+
+        Filled only when the request's ``Countersign-Signature`` and the
+        answer's fingerprint checked (an ``Agent`` given a ``signing_secret``):
+        an unsigned request, or an agent that does not verify, gets ``[]``,
+        so "no approvers" never reads as "approved by nobody in particular".
+        """
+        return list(self._approvals.get(key.id if isinstance(key, InterruptDefinition) else key, ()))
 
     def find_tool_call(self, tool_call_id: str) -> ToolCall | None:
         """The tool call with this id in the conversation, from this run or an earlier one."""

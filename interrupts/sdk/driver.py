@@ -25,6 +25,7 @@ from ag_ui.core import (
 
 from .agent import Agent, AgentError, InvalidOutcome, RunOutcome
 from .context import RunContext
+from .verify import attested_approvals
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,28 @@ def _error(code: str, message: str) -> RunErrorEvent:
     return RunErrorEvent(code=code, message=message[:MAX_ERROR_MESSAGE] or code)
 
 
-async def run(agent: Agent, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+def _started(run_input: RunAgentInput) -> BaseEvent:
+    return _stamped(
+        RunStartedEvent(
+            thread_id=run_input.thread_id,
+            run_id=run_input.run_id,
+            parent_run_id=run_input.parent_run_id,
+        )
+    )
+
+
+async def refused(run_input: RunAgentInput | None, error: AgentError) -> AsyncIterator[BaseEvent]:
+    """The stream of a run refused before the agent's code ran: RUN_STARTED, then RUN_ERROR ``error.code``.
+
+    Without an input (the body did not parse) there is no run to start, and
+    the stream is the RUN_ERROR alone.
+    """
+    if run_input is not None:
+        yield _started(run_input)
+    yield _stamped(_error(error.code, error.message))
+
+
+async def run(agent: Agent, run_input: RunAgentInput, *, attested: bool = False) -> AsyncIterator[BaseEvent]:
     """Stream the events of one run of ``agent``, ending in RUN_FINISHED or RUN_ERROR.
 
     Events are yielded as the agent emits them, not after it returns. An
@@ -54,12 +76,18 @@ async def run(agent: Agent, run_input: RunAgentInput) -> AsyncIterator[BaseEvent
     an ``AgentError``); an outcome the protocol forbids becomes RUN_ERROR
     ``PROTOCOL``; an answer that fails an ``InterruptDefinition``'s schema
     becomes RUN_ERROR ``INVALID_RESUME``.
+
+    ``attested``: the request's Countersign-Signature checked (see
+    ``verify.check_signature``). Each resume entry's fingerprint is then
+    checked before the agent runs (RUN_ERROR ``BAD_FINGERPRINT``), and
+    ``ctx.approvals_for`` answers with the attested approvers.
     """
     queue: asyncio.Queue = asyncio.Queue()
-    ctx = RunContext(run_input, queue.put_nowait)
 
     async def drive() -> BaseEvent:
         try:
+            approvals = attested_approvals(run_input, agent.tool_call_ids_for) if attested else None
+            ctx = RunContext(run_input, queue.put_nowait, approvals)
             outcome = await agent.run(ctx)
             if not isinstance(outcome, RunOutcome):
                 raise InvalidOutcome(
@@ -86,13 +114,7 @@ async def run(agent: Agent, run_input: RunAgentInput) -> AsyncIterator[BaseEvent
             outcome=RunFinishedSuccessOutcome(),
         )
 
-    yield _stamped(
-        RunStartedEvent(
-            thread_id=run_input.thread_id,
-            run_id=run_input.run_id,
-            parent_run_id=run_input.parent_run_id,
-        )
-    )
+    yield _started(run_input)
     task = asyncio.ensure_future(drive())
     task.add_done_callback(lambda _: queue.put_nowait(_DONE))
     try:

@@ -7,19 +7,21 @@ and no CSRF token; an endpoint that needs a credential checks it in ``auth``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from ..protocol import storable
+from ..protocol import signing, storable
 from ..protocol.errors import MalformedMessage
 from ..protocol.sse import CONTENT_TYPE, encode_event
 from ..protocol.wire import parse_run_input
 from .agent import Agent
-from .driver import run
+from .driver import refused, run
+from .verify import BadSignature, check_signature
 
 
 def refusal(status: int, code: str, message: str, **details) -> JsonResponse:
@@ -27,11 +29,30 @@ def refusal(status: int, code: str, message: str, **details) -> JsonResponse:
     return JsonResponse({"code": code, "message": message, **details}, status=status)
 
 
-def agent_view(agent: Agent, auth: Callable[[HttpRequest], bool] | None = None):
+async def _resolved(value):
+    if callable(value):
+        value = value()
+        if inspect.isawaitable(value):
+            value = await value
+    return value
+
+
+def agent_view(agent: Agent, auth: Callable[[HttpRequest], bool] | None = None, *,
+               signing_secret: Callable[[], str | None | Awaitable[str | None]] | None = None,
+               require_signature: Callable[[], bool] | None = None):
     """An async Django view that runs ``agent`` once per POSTed RunAgentInput.
 
     A body that is not a valid RunAgentInput gets a 400 JSON body naming the
     problem (``code``, ``message``, ``field``) and never reaches the agent.
+
+    With a signing secret (``agent.signing_secret``, or ``signing_secret()``
+    asked on every request, so a rotation takes effect at once) the raw body
+    is checked against its ``Countersign-Signature`` before anything else
+    reads it: an unsigned (when ``agent.require_signature``, or
+    ``require_signature()``, says so), forged or stale request is answered
+    with an event stream whose RUN_ERROR has code ``BAD_SIGNATURE``, which
+    any AG-UI client shows as the run's failure. A signed resume then has each
+    answer's fingerprint checked (``BAD_FINGERPRINT``) before the agent runs.
     """
 
     @csrf_exempt
@@ -53,23 +74,44 @@ def agent_view(agent: Agent, auth: Callable[[HttpRequest], bool] | None = None):
             body = request.body
         except RequestDataTooBig:
             return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts.")
+        secret = await _resolved(signing_secret) if signing_secret is not None else agent.signing_secret
+        required = await _resolved(require_signature) if require_signature is not None else agent.require_signature
+        header = request.headers.get(signing.SIGNATURE_HEADER)
+        bad_signature = None
+        if secret and (header is not None or required):
+            try:
+                check_signature(secret, header, body, tolerance=agent.signature_tolerance)
+            except BadSignature as problem:
+                bad_signature = problem
+        elif not secret and require_signature is not None and required:
+            # Told to insist, with no secret to check against: refuse rather than answer unverified.
+            bad_signature = BadSignature("This agent accepts only signed requests, and has no signing secret set.")
         try:
             run_input = parse_run_input(body)
         except MalformedMessage as problem:
+            if bad_signature is not None:
+                return _event_stream(refused(None, bad_signature))
             return refusal(400, problem.code, problem.message, **problem.details)
-        refused = storable.problem(run_input.model_dump(), "The RunAgentInput")  # text no encoder can send back
-        if refused is not None:
-            return refusal(400, refused.code, refused.message, **refused.details)
-
-        async def stream():
-            async for event in run(agent, run_input):
-                yield encode_event(event)
-
-        response = StreamingHttpResponse(stream(), content_type=CONTENT_TYPE)
-        response["Cache-Control"] = "no-cache"
-        # Proxies such as nginx would otherwise hold events back in a buffer.
-        response["X-Accel-Buffering"] = "no"
-        return response
+        if bad_signature is not None:
+            # Parsed only to name the run in RUN_STARTED: the agent never sees it.
+            return _event_stream(refused(run_input, bad_signature))
+        unstorable = storable.problem(run_input.model_dump(), "The RunAgentInput")  # text no encoder can send back
+        if unstorable is not None:
+            return refusal(400, unstorable.code, unstorable.message, **unstorable.details)
+        attested = bool(secret) and header is not None
+        return _event_stream(run(agent, run_input, attested=attested))
 
     view.agent = agent
     return view
+
+
+def _event_stream(events) -> StreamingHttpResponse:
+    async def stream():
+        async for event in events:
+            yield encode_event(event)
+
+    response = StreamingHttpResponse(stream(), content_type=CONTENT_TYPE)
+    response["Cache-Control"] = "no-cache"
+    # Proxies such as nginx would otherwise hold events back in a buffer.
+    response["X-Accel-Buffering"] = "no"
+    return response
