@@ -10,6 +10,18 @@ def _register_demo_agents(sender, using, **kwargs):
     register_demo_agents(settings.COUNTERSIGN_SELF_URL)
 
 
+def _ensure_reviewers(sender, using, **kwargs):
+    # Migration 0010 creates the group; a flushed database (tests, `manage.py
+    # flush`) gets it back here, after the permissions are recreated.
+    from django.contrib.auth.models import Group, Permission
+
+    decide = Permission.objects.using(using).filter(content_type__app_label="interrupts",
+                                                    codename="decide_interrupt").first()
+    if decide is not None:
+        group, _ = Group.objects.using(using).get_or_create(name="Reviewers")
+        group.permissions.add(decide)
+
+
 class InterruptsConfig(AppConfig):
     name = "interrupts"
     verbose_name = "Countersign"
@@ -18,3 +30,18 @@ class InterruptsConfig(AppConfig):
     def ready(self):
         # The built-in demo agents exist as soon as the database does.
         post_migrate.connect(_register_demo_agents, sender=self, dispatch_uid="countersign-demo-agents")
+        # Every change to who may decide, and to where requests go and what
+        # they carry, is a link of the audit trail, whichever door made it.
+        from django.db.models.signals import m2m_changed, post_delete, post_save
+
+        from . import trail
+        from .models import Agent, Policy
+
+        post_save.connect(trail.agent_saved, sender=Agent, dispatch_uid="countersign-trail-agent-saved")
+        post_delete.connect(trail.agent_deleted, sender=Agent, dispatch_uid="countersign-trail-agent-deleted")
+        post_save.connect(trail.policy_saved, sender=Policy, dispatch_uid="countersign-trail-policy-saved")
+        post_delete.connect(trail.policy_deleted, sender=Policy, dispatch_uid="countersign-trail-policy-deleted")
+        for members in (Policy.groups.through, Policy.users.through):
+            m2m_changed.connect(trail.policy_members_changed, sender=members,
+                                dispatch_uid=f"countersign-trail-{members.__name__}")
+        post_migrate.connect(_ensure_reviewers, sender=self, dispatch_uid="countersign-reviewers")

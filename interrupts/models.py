@@ -510,3 +510,73 @@ class APIToken(TokenProxy):
 
     def __str__(self) -> str:
         return masked(self.key)
+
+
+#: The prev_hash of entry 1: a chain starts from a fixed, published value.
+AUDIT_GENESIS = "sha256:" + "0" * 64
+
+
+class AuditEntry(models.Model):
+    """One link of the hash chain over decisions, expiries and changes to policies and agents.
+
+    ``content`` is the RFC 8785 canonical JSON text of ``{seq, kind, subject,
+    at, data}`` exactly as it was hashed, and ``hash`` is ``sha256:`` + the
+    hex SHA-256 of ``prev_hash`` (ASCII) followed by ``content`` (UTF-8),
+    ``prev_hash`` being the previous entry's ``hash`` (``AUDIT_GENESIS`` for
+    entry 1). Text, not JSON: PostgreSQL's jsonb would reorder the keys, and
+    an export's reader then needs nothing but stdlib ``json`` and ``hashlib``.
+
+    The database keeps the chain append-only (migration 0011): no UPDATE; an
+    INSERT must take the next seq and the previous hash; on PostgreSQL no
+    DELETE; on SQLite only the oldest entry may go (the test runner's flush
+    deletes oldest first), which ``trail.verify`` reports as entry 1 missing.
+    The subject references are not foreign-key constraints, so an entry
+    outlives a decision someone deletes by hand, and says so. Only
+    ``trail.record`` writes entries.
+    """
+
+    seq = models.PositiveBigIntegerField(unique=True)
+    kind = models.CharField(max_length=40)
+    # What the entry is about, as text that survives the row: "decision:12", "agent:3".
+    subject = models.CharField(max_length=100)
+    decision = models.ForeignKey(Decision, null=True, blank=True, on_delete=models.DO_NOTHING,
+                                 db_constraint=False, related_name="audit_entries")
+    interrupt = models.ForeignKey(Interrupt, null=True, blank=True, on_delete=models.DO_NOTHING,
+                                  db_constraint=False, related_name="audit_entries")
+    content = models.TextField()
+    prev_hash = models.CharField(max_length=71)
+    hash = models.CharField(max_length=71)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["seq"]
+        verbose_name_plural = "audit entries"
+        constraints = [models.CheckConstraint(condition=Q(seq__gte=1), name="audit_seq_positive")]
+        indexes = [models.Index(fields=["subject", "seq"], name="audit_subject_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} {self.subject}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("Audit entries are append-only: an entry is never changed.")
+        super().save(*args, **kwargs)
+
+
+class AuditCheckpoint(models.Model):
+    """The last verification of the trail: the chain was intact through ``seq``, whose hash was ``hash``.
+
+    One row (pk 1), rewritten by ``trail.verify`` and extended by the audit
+    page, so the page shows how far the trail is verified without
+    recomputing it whole, and a trail rewritten below ``seq`` shows (its
+    hash at ``seq`` changes).
+    """
+
+    seq = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=71, default=AUDIT_GENESIS)
+    verified_at = models.DateTimeField()
+    # Whether that verification also cross-checked every decision and expiry
+    # against its entry (``manage.py audit verify``), or only the links.
+    complete = models.BooleanField(default=False)
+    # What that verification found wrong (the first broken entry first), or "".
+    problem = models.TextField(blank=True)
