@@ -1,11 +1,12 @@
 """What the REST API shows and accepts. Wire data (payloads, args) stays camelCase JSON."""
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..models import Agent, Decision, Event, Interrupt, Run, Thread
+from ..models import MAX_REQUIRED_APPROVALS, Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
 
 
@@ -52,6 +53,60 @@ class AgentSerializer(serializers.ModelSerializer):
         if agent.credential_dropped:
             return [{"code": "CREDENTIAL_DROPPED", "detail": Agent.CREDENTIAL_DROPPED}]
         return []
+
+
+class AgentCreatedSerializer(AgentSerializer):
+    """An agent as its registration answers it: the one read that carries the signing secret."""
+
+    signing_secret = serializers.CharField(
+        read_only=True, help_text="The key of every Countersign-Signature sent to this agent. Shown once: keep it.")
+
+    class Meta(AgentSerializer.Meta):
+        fields = [*AgentSerializer.Meta.fields, "signing_secret"]
+
+
+class SigningSecretSerializer(serializers.Serializer):
+    signing_secret = serializers.CharField(read_only=True, help_text="The new secret. Shown once: keep it.")
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    """A policy by names (agent, groups, users), so a script can write one without looking up ids."""
+
+    agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all(), allow_null=True,
+                                         required=False, help_text="The agent's name; null for every agent.")
+    groups = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all(), many=True, required=False)
+    users = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all(),
+                                         many=True, required=False)
+    required_approvals = serializers.IntegerField(min_value=1, max_value=MAX_REQUIRED_APPROVALS, required=False)
+    target_minutes = serializers.IntegerField(min_value=0, max_value=2**31 - 1, allow_null=True, required=False)
+
+    class Meta:
+        model = Policy
+        fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
+                  "allow_self_approval", "target_minutes", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+        # The scope's uniqueness is checked in validate(), with a sentence; DRF's
+        # generated validator does not understand conditional constraints.
+        validators = []
+
+    def validate(self, attrs):
+        def current(field, default):  # a partial update keeps the stored scope
+            if field in attrs:
+                return attrs[field]
+            return getattr(self.instance, field) if self.instance is not None else default
+
+        scope = {"agent": current("agent", None), "reason": current("reason", ""),
+                 "tool_name": current("tool_name", "")}
+        clash = Policy.objects.filter(**scope)
+        if self.instance is not None:
+            clash = clash.exclude(pk=self.instance.pk)
+        if (other := clash.first()) is not None:
+            agent = scope["agent"].name if scope["agent"] else "every agent"
+            raise serializers.ValidationError({"non_field_errors": [
+                f"Policy {other.name!r} already applies to {agent} with reason {scope['reason']!r} and tool "
+                f"{scope['tool_name']!r}: two policies for the same interrupts would leave the choice undefined."
+            ]}, code="duplicate_scope")
+        return attrs
 
 
 class UserSerializer(serializers.ModelSerializer):

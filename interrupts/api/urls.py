@@ -16,6 +16,7 @@ router = Router()
 router.register("agents", views.AgentViewSet, basename="agent")
 router.register("threads", views.ThreadViewSet, basename="thread")
 router.register("interrupts", views.InterruptViewSet, basename="interrupt")
+router.register("policies", views.PolicyViewSet, basename="policy")
 
 urlpatterns = [
     path("", include(router.urls)),

@@ -14,7 +14,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthentic
 from rest_framework.response import Response
 
 from .. import decisions, runs
-from ..models import Agent, Event, Interrupt, Run, Thread
+from ..models import Agent, Event, Interrupt, Policy, Run, Thread
 from ..refusals import Refusal
 from . import serializers as s
 
@@ -22,7 +22,7 @@ MAX_EVENTS_PAGE = 1000
 
 
 class StaffCanWrite(BasePermission):
-    """Everyone logged in reads; only staff register or change agents."""
+    """Everyone logged in reads; only staff register or change agents and policies."""
 
     def has_permission(self, request, view):
         # Logged in, always: a view's own permission_classes replace the
@@ -39,10 +39,31 @@ class AgentViewSet(viewsets.ModelViewSet):
     lookup_field = "name"
     permission_classes = [IsAuthenticated, StaffCanWrite]
 
+    def get_serializer_class(self):
+        # The secret is in the registration's answer and nowhere else it reads.
+        return s.AgentCreatedSerializer if self.action == "create" else s.AgentSerializer
+
     def perform_destroy(self, instance):
         if instance.runs.exists():
             raise Refusal("AGENT_IN_USE", f"Agent {instance.name} has runs; its history must stay.", status=409)
         instance.delete()
+
+    @extend_schema(request=None, responses={200: s.SigningSecretSerializer})
+    @action(detail=True, methods=["post"], url_path="rotate-secret")
+    def rotate_secret(self, request, name=None):
+        """A new signing secret for this agent (staff only), answered once; the old one stops signing at once."""
+        agent = self.get_object()
+        return Response(s.SigningSecretSerializer({"signing_secret": agent.rotate_signing_secret()}).data)
+
+
+class PolicyViewSet(viewsets.ModelViewSet):
+    """Who may decide which interrupts: everyone logged in reads, staff write."""
+
+    queryset = Policy.objects.select_related("agent").prefetch_related("groups", "users")
+    serializer_class = s.PolicySerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    permission_classes = [IsAuthenticated, StaffCanWrite]
 
 
 def _threads():
