@@ -13,7 +13,7 @@ from rest_framework.authtoken.admin import TokenAdmin as DRFTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
 from .forms import AgentForm
-from .models import Agent, APIToken, Decision, Event, Interrupt, Run, Thread
+from .models import Agent, APIToken, Decision, Event, Interrupt, Policy, Run, Thread
 
 
 def pretty_json(value) -> str:
@@ -47,6 +47,7 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ["name", "url", "builtin", "credential", "created_at"]
     list_filter = ["builtin"]
     search_fields = ["name", "url", "description"]
+    actions = ["rotate_signing_secret"]
 
     @admin.display(description="Credential")
     def credential(self, obj):
@@ -56,6 +57,26 @@ class AgentAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         if obj.credential_dropped:
             self.message_user(request, Agent.CREDENTIAL_DROPPED, messages.WARNING)
+        if not change:
+            self.show_secret(request, obj, obj.signing_secret)
+
+    def show_secret(self, request, agent, secret):
+        # The only time the secret is on a page: the message is shown once, then gone.
+        self.message_user(request, f"Signing secret of {agent.name}: {secret} (give it to the agent; "
+                                   "it is not shown again).", messages.WARNING)
+
+    @admin.action(description="Rotate signing secret", permissions=["change"])
+    def rotate_signing_secret(self, request, queryset):
+        for agent in queryset:
+            self.show_secret(request, agent, agent.rotate_signing_secret())
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    list_display = ["name", "agent", "reason", "tool_name", "required_approvals", "allow_self_approval"]
+    list_filter = ["agent", "allow_self_approval"]
+    search_fields = ["name", "reason", "tool_name"]
+    filter_horizontal = ["groups", "users"]
 
 
 @admin.register(Thread)

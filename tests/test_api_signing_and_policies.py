@@ -128,3 +128,76 @@ def test_updating_a_policy_into_anothers_scope_is_refused_but_its_own_is_fine(st
                        content_type="application/json").status_code == 200
     assert staff.delete("/api/policies/a/").status_code == 204
     assert not Policy.objects.filter(name="a").exists() and Policy.objects.get(name="b").required_approvals == 3
+
+
+# --- manage.py agents ---------------------------------------------------------
+
+
+def agents_command(*args) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("agents", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def secret_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("signing secret: ")]
+    assert len(lines) == 1, output
+    return lines[0].removeprefix("signing secret: ")
+
+
+def test_agents_add_prints_the_new_secret_once_and_list_never_does():
+    secret = secret_line(agents_command("add", "shipper", "http://127.0.0.1:9/"))
+    assert secret == Agent.objects.get(name="shipper").signing_secret
+    # Changing the agent keeps its secret, and does not print it again.
+    assert "signing secret" not in agents_command("add", "shipper", "http://127.0.0.1:10/")
+    assert Agent.objects.get(name="shipper").signing_secret == secret
+    assert secret not in agents_command("list")
+
+
+def test_agents_rotate_secret_prints_the_new_one():
+    agent = make.agent(name="shipper")
+    secret = secret_line(agents_command("rotate-secret", "shipper"))
+    assert secret != agent.signing_secret and secret == Agent.objects.get(pk=agent.pk).signing_secret
+
+
+def test_agents_rotate_secret_of_an_unknown_agent_fails():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="No agent named 'nobody'"):
+        agents_command("rotate-secret", "nobody")
+
+
+# --- the admin ----------------------------------------------------------------
+
+
+@pytest.fixture
+def admin_client_(client):
+    client.force_login(make.user(is_staff=True, is_superuser=True))
+    return client
+
+
+def test_the_admin_rotates_a_secret_shows_it_once_and_never_lists_secrets(admin_client_):
+    agent = make.agent(name="shipper")
+    listing = admin_client_.get("/admin/interrupts/agent/")
+    assert listing.status_code == 200 and agent.signing_secret not in listing.content.decode()
+    rotated = admin_client_.post("/admin/interrupts/agent/", {"action": "rotate_signing_secret",
+                                                             "_selected_action": [agent.pk]}, follow=True)
+    new = Agent.objects.get(pk=agent.pk).signing_secret
+    assert new != agent.signing_secret
+    assert f"Signing secret of shipper: {new}" in rotated.content.decode()
+    # Shown once: the next page no longer carries it, nor does the change form.
+    assert new not in admin_client_.get("/admin/interrupts/agent/").content.decode()
+    assert new not in admin_client_.get(f"/admin/interrupts/agent/{agent.pk}/change/").content.decode()
+
+
+def test_the_admin_lists_policies_and_refuses_a_duplicate_scope(admin_client_):
+    make.policy(name="first", reason="tool_call")
+    assert "first" in admin_client_.get("/admin/interrupts/policy/").content.decode()
+    answer = admin_client_.post("/admin/interrupts/policy/add/", {"name": "second", "reason": "tool_call",
+                                                                 "required_approvals": 1})
+    assert answer.status_code == 200  # the form again, with the error, not a 500
+    assert not Policy.objects.filter(name="second").exists()

@@ -1,4 +1,9 @@
-"""Register AG-UI agents from the command line: list, add, remove."""
+"""Register AG-UI agents from the command line: list, add, remove, rotate-secret.
+
+A signing secret is printed once, when it is made (``add`` of a new agent,
+``rotate-secret``), on a line ``signing secret: <secret>`` a script can
+grep; ``list`` never shows it.
+"""
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
@@ -19,9 +24,11 @@ class Command(BaseCommand):
         add.add_argument("--description", default="")
         remove = sub.add_parser("remove", help="Remove an agent that has no runs.")
         remove.add_argument("name")
+        rotate = sub.add_parser("rotate-secret", help="Give an agent a new signing secret and print it once.")
+        rotate.add_argument("name")
 
     def handle(self, *args, action, **options):
-        getattr(self, f"do_{action}")(**options)
+        getattr(self, f"do_{action.replace('-', '_')}")(**options)
 
     def do_list(self, **options):
         for agent in Agent.objects.order_by("name"):
@@ -48,6 +55,9 @@ class Command(BaseCommand):
         created = agent.pk is None
         agent.save()
         self.stdout.write(f"{'Added' if created else 'Updated'} agent {name} at {url}.")
+        if created:
+            self.stdout.write(f"signing secret: {agent.signing_secret}")
+            self.stdout.write("Give it to the agent to verify Countersign-Signature; it is not shown again.")
         if agent.credential_dropped:
             self.stderr.write(f"{Agent.CREDENTIAL_DROPPED} (--header 'Name:value')")
 
@@ -59,3 +69,11 @@ class Command(BaseCommand):
             raise CommandError(f"Agent {name} has runs; its history must stay, so it cannot be removed.")
         agent.delete()
         self.stdout.write(f"Removed agent {name}.")
+
+    def do_rotate_secret(self, name, **options):
+        agent = Agent.objects.filter(name=name).first()
+        if agent is None:
+            raise CommandError(f"No agent named {name!r}.")
+        secret = agent.rotate_signing_secret()
+        self.stdout.write(f"Rotated the signing secret of agent {name}; requests are signed with the new one now.")
+        self.stdout.write(f"signing secret: {secret}")
