@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -27,7 +28,7 @@ from django.conf import settings
 
 from . import egress, recording, runs
 from .models import Event, Interrupt, Run, Thread
-from .protocol import storable
+from .protocol import signing, storable
 from .protocol.contract import duplicate_ids
 from .protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from .protocol.lifecycle import RunLifecycle, StreamFault
@@ -263,10 +264,15 @@ class RunStreamer:
             write=settings.COUNTERSIGN_CONNECT_TIMEOUT,
             pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
         )
+        # Serialized once: the signature covers these exact bytes, and an agent
+        # verifies against the raw body it reads, before parsing it.
+        body = json.dumps(self.run.input, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        headers["Content-Type"] = "application/json"
+        headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
         # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
         # and follows no redirect: the agent cannot send Countersign anywhere else.
         async with egress.agent_client(timeout) as client:
-            async with client.stream("POST", agent.endpoint, json=self.run.input, headers=headers) as response:
+            async with client.stream("POST", agent.endpoint, content=body, headers=headers) as response:
                 content_type = response.headers.get("content-type", "")
                 if response.status_code >= 400:
                     body = b""

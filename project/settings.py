@@ -375,6 +375,9 @@ COUNTERSIGN_HTTP_IDLE_TIMEOUT = float(os.environ.get("COUNTERSIGN_HTTP_IDLE_TIME
 
 # How long the demo filing agent's form stays answerable, in seconds.
 DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))
+# Whether the demo agents refuse a request that carries no Countersign-Signature.
+# Off, so the README's direct curl works; a forged or stale signature is refused either way.
+COUNTERSIGN_DEMO_REQUIRE_SIGNATURE = env_bool("COUNTERSIGN_DEMO_REQUIRE_SIGNATURE", False)
 
 LOGGING = {
     "version": 1,

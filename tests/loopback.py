@@ -63,7 +63,9 @@ class LoopbackAgent:
                 pass
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                # Kept as received: a test checks the signature over these exact bytes.
+                self.raw_body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(self.raw_body)
                 agent.answer(self, self.path.strip("/"), body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
