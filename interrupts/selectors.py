@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from .models import Agent, Decision, Event, Interrupt, Run, Thread
+from .models import Agent, AuditEntry, Decision, Event, Interrupt, Run, Thread
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -214,6 +214,8 @@ class AuditRow:
     decisions: list[Decision]
     resume: Run | None
     results: list[dict]
+    # (seq, kind, hash) of each trail entry about this interrupt: its decisions, supersessions, expiry.
+    trail: list[tuple] = field(default_factory=list)
 
     @property
     def decision(self) -> Decision | None:
@@ -242,6 +244,7 @@ class AuditRow:
             "resumedRun": self.resume.run_id if self.resume else None,
             "resumedRunStatus": self.resume.status if self.resume else None,
             "results": [r.get("content") for r in self.results],
+            "trail": [{"seq": seq, "kind": kind, "hash": entry} for seq, kind, entry in self.trail],
         }
 
 
@@ -266,7 +269,7 @@ def audit(filters: AuditFilters):
 
 
 def audit_rows(interrupts) -> list[AuditRow]:
-    """For a page of interrupts: every decision, the resume run and its TOOL_CALL_RESULTs (4 queries)."""
+    """For a page of interrupts: every decision, the resume run, its TOOL_CALL_RESULTs, the trail entries (5 queries)."""
     interrupts = list(interrupts)
     decisions: dict[int, list[Decision]] = {}
     for decision in Decision.objects.filter(interrupt__in=interrupts).select_related("user").order_by("pk"):
@@ -277,9 +280,14 @@ def audit_rows(interrupts) -> list[AuditRow]:
         run__in=list(resumes.values()), type="TOOL_CALL_RESULT"
     ).values_list("run_id", "payload"):
         results.setdefault((run_pk, payload.get("toolCallId", "")), []).append(payload)
+    entries: dict[int, list[tuple]] = {}
+    for interrupt_pk, *entry in AuditEntry.objects.filter(interrupt_id__in=[i.pk for i in interrupts]).order_by(
+        "seq"
+    ).values_list("interrupt_id", "seq", "kind", "hash"):
+        entries.setdefault(interrupt_pk, []).append(tuple(entry))
     rows = []
     for interrupt in interrupts:
         resume = resumes.get(interrupt.run_id)
         found = results.get((resume.pk, interrupt.tool_call_id), []) if resume and interrupt.tool_call_id else []
-        rows.append(AuditRow(interrupt, decisions.get(interrupt.pk, []), resume, found))
+        rows.append(AuditRow(interrupt, decisions.get(interrupt.pk, []), resume, found, entries.get(interrupt.pk, [])))
     return rows

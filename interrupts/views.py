@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from . import decisions, history, runs, selectors
+from . import decisions, history, runs, selectors, trail
 from .forms import AgentForm, DecideForm, StartRunForm
 from .models import Agent, Interrupt, Run, Thread
 from .protocol.errors import ProtocolError
@@ -249,10 +249,17 @@ def audit(request, thread_id: str | None = None):
     filters = selectors.AuditFilters.from_query(params)
     queryset = selectors.audit(filters)
     export = request.GET.get("format")
+    if export == "chain":
+        return _export_chain()
     if export in ("csv", "json"):
         return _export(queryset, export)
     page = Paginator(queryset, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    # The last verification, extended by the entries since (links only, a
+    # bounded number): the page never recomputes a long chain whole.
+    checkpoint, broken = trail.verify_recent()
     return render(request, "interrupts/audit.html", {
+        "checkpoint": checkpoint,
+        "trail_problem": str(broken) if broken else (checkpoint.problem.split("\n")[0] if checkpoint else ""),
         "filters": filters,
         "rows": selectors.audit_rows(page.object_list),
         "page": page,
@@ -260,6 +267,18 @@ def audit(request, thread_id: str | None = None):
         "agents": Agent.objects.order_by("name").values_list("name", flat=True),
         "query": _without_page(request.GET),
     })
+
+
+def _export_chain():
+    """The whole hash chain, one JSON object per line, streamed: what the README's script verifies offline.
+
+    Never filtered: a chain verifies only whole, from entry 1.
+    """
+    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in trail.chain())
+    response = StreamingHttpResponse(body, content_type="application/jsonl")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="countersign-chain-{stamp}.jsonl"'
+    return response
 
 
 class _Echo:

@@ -244,3 +244,32 @@ def test_policy_members_are_recorded_by_name_sorted(chain):
     assert AuditEntry.objects.order_by("-seq").first().kind == "policy.deleted"
     assert verify()[0] == 0
 
+
+
+def test_the_audit_page_says_how_far_the_trail_is_verified(chain, client):
+    client.force_login(make.user(is_staff=True))
+    head = AuditEntry.objects.order_by("-seq").first()
+    page = client.get("/audit/").content.decode()
+    assert f"verified through entry {head.seq}" in page
+    assert AuditCheckpoint.objects.get().seq == head.seq
+
+
+def test_the_exports_carry_the_hashes_and_the_chain_export_is_every_entry(chain, client):
+    import json
+
+    client.force_login(make.user(is_staff=True))
+    rows = json.loads(b"".join(client.get("/audit/?format=json").streaming_content))
+    decided = next(r for r in rows if r["interruptId"] == "int-a")
+    assert [e["kind"] for e in decided["trail"]] == ["decision", "decision.superseded", "decision"]
+    assert decided["trail"][0]["hash"] == entry_of(Decision.objects.filter(interrupt__interrupt_id="int-a").first()).hash
+    lines = b"".join(client.get("/audit/?format=chain").streaming_content).decode().splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == list(AuditEntry.objects.values_list("seq", flat=True))
+
+
+def test_the_audit_page_says_when_the_trail_does_not_verify(chain, client):
+    client.force_login(make.user(is_staff=True))
+    client.get("/audit/")
+    victim = AuditEntry.objects.order_by("-seq").first()
+    unguard("interrupts_auditentry")
+    raw("UPDATE interrupts_auditentry SET hash = %s WHERE seq = %s", [trail.GENESIS, victim.seq])
+    assert f"entry {victim.seq} changed since it was verified" in client.get("/audit/").content.decode()
