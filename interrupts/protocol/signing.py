@@ -87,7 +87,8 @@ def verify(secret: str, header: str | None, body: bytes, now: float,
 
     Refused: no header, one that does not parse, a timestamp further than
     ``tolerance`` seconds from ``now`` (either way: a clock far ahead is as
-    suspect as a replay), or no ``v1`` signature that matches. Several
+    suspect as a replay), or no ``v1`` signature that matches. Exactly one
+    ``t`` is accepted. Several
     ``v1`` values are accepted, so a sender may sign with an old and a new
     secret while a rotation rolls out. Compared in constant time.
     """
@@ -95,13 +96,15 @@ def verify(secret: str, header: str | None, body: bytes, now: float,
         raise SignatureError(f"The request carries no {SIGNATURE_HEADER} header.")
     if len(header) > MAX_HEADER_CHARS:
         raise SignatureError(f"The {SIGNATURE_HEADER} header is longer than {MAX_HEADER_CHARS} characters.")
-    timestamp, signatures = None, []
+    stamps, signatures = [], []
     for part in header.split(","):
         key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit() and len(value) <= 12:
-            timestamp = int(value)
+        if key == "t":
+            stamps.append(value)
         elif key == "v1":
             signatures.append(value)
+    # Exactly one timestamp: with two, sender and receiver could disagree on which one is signed.
+    timestamp = int(stamps[0]) if len(stamps) == 1 and stamps[0].isdigit() and len(stamps[0]) <= 12 else None
     if timestamp is None or not signatures:
         raise SignatureError(f"The {SIGNATURE_HEADER} header is not 't=<unix seconds>,v1=<hex>'.")
     if abs(now - timestamp) > tolerance:
