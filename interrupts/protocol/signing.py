@@ -88,9 +88,9 @@ def verify(secret: str, header: str | None, body: bytes, now: float,
     Refused: no header, one that does not parse, a timestamp further than
     ``tolerance`` seconds from ``now`` (either way: a clock far ahead is as
     suspect as a replay), or no ``v1`` signature that matches. Exactly one
-    ``t`` is accepted. Several
-    ``v1`` values are accepted, so a sender may sign with an old and a new
-    secret while a rotation rolls out. Compared in constant time.
+    ``t`` is accepted; several ``v1`` values are, so a sender may sign with
+    an old and a new secret while a rotation rolls out. Compared in
+    constant time.
     """
     if not header:
         raise SignatureError(f"The request carries no {SIGNATURE_HEADER} header.")
