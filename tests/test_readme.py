@@ -65,3 +65,40 @@ def test_the_readme_api_walkthrough_runs_against_a_live_server(served):
     proposed_call = re.search(r"'(tc-[0-9a-f]+)'", proposed).group(1)
     assert re.search(r"'(tc-[0-9a-f]+)'", results).group(1) == proposed_call
     assert '"sent": true' in results and "Tuesday?" in results
+
+
+@pytest.mark.django_db
+def test_the_readme_script_verifies_a_real_chain_export_and_catches_an_edit(tmp_path, client):
+    import subprocess
+    import sys
+
+    from interrupts import trail
+    from interrupts.models import AuditEntry
+
+    from . import factories
+
+    reviewer = factories.user(is_staff=True)
+    for n in range(3):
+        trail.record_decision(factories.decision(factories.interrupt(), reviewer, payload={"approved": n % 2 == 0}))
+    section = README.split("## Verifying the audit trail", 1)[1]
+    script = tmp_path / "verify_chain.py"
+    script.write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    client.force_login(reviewer)
+    export = tmp_path / "chain.jsonl"
+    export.write_bytes(b"".join(client.get("/audit/?format=chain").streaming_content))
+
+    def run(path):
+        # A bare interpreter: the script needs nothing but the standard library.
+        return subprocess.run([sys.executable, "-I", str(script), str(path)], capture_output=True, text=True)
+
+    done = run(export)
+    head = AuditEntry.objects.order_by("-seq").first()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"verified {head.seq} entries, head {head.hash}"
+    lines = export.read_text().splitlines()
+    at = next(n for n, line in enumerate(lines) if '\\"approved\\":false' in line)
+    lines[at] = lines[at].replace('\\"approved\\":false', '\\"approved\\":true')
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text("\n".join(lines) + "\n")
+    done = run(forged)
+    assert done.returncode == 1 and done.stderr.strip() == f"entry {at + 1} was edited"
