@@ -129,7 +129,7 @@ class Mailer(Agent):
         # Only the approvers Countersign signed for; an unsigned request names nobody.
         approvers = [a.username for a in ctx.approvals_for(answer.interrupt_id) if a.action != "reject"]
         signed_by = {"approvedBy": approvers} if approvers else {}
-        ctx.tool_result(tool_call_id, {"sent": True, **sent, **signed_by})
+        ctx.tool_result(tool_call_id, {"sent": True, **sent})
         if approvers:
             ctx.say(f"Sent the email to {sent['to']}, approved by {', '.join(approvers)}.")
         return {**email, "status": "sent", "sent": sent, **signed_by}
