@@ -5,11 +5,17 @@ N"; the page fetches what it has not seen from the database, so a dropped
 message or a reconnect never loses or repeats an event.
 """
 
+import asyncio
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from . import relay, selectors
 from .models import Thread
+
+# How long a socket gathers changes before counting what waits for its user
+# again: a burst of decisions costs each open page one count, not one each.
+RECOUNT_SECONDS = 1.0
 
 # Close codes in the 4000 range are the application's: 4401 is "log in first".
 UNAUTHENTICATED = 4401
@@ -17,7 +23,15 @@ NOT_FOUND = 4404
 
 
 class InboxConsumer(AsyncJsonWebsocketConsumer):
-    """ws/inbox/: the pending count, and a poke whenever interrupts are raised, decided or expire."""
+    """ws/inbox/: a poke whenever interrupts are raised, decided or expire, and the counts.
+
+    ``pending`` is every pending interrupt (counted once per change, by
+    ``relay``); ``mine`` is what waits for this socket's user (their
+    policies, their own decisions), counted here at most once per
+    ``RECOUNT_SECONDS``, in a message of its own.
+    """
+
+    recount: asyncio.Task | None = None
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
@@ -25,18 +39,26 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.channel_layer.group_add(relay.INBOX_GROUP, self.channel_name)
         await self.accept()
-        await self.send_json({"type": "pending", "pending": await self._pending()})
+        await self.send_json({"type": "pending", **await self._counts()})
 
     async def disconnect(self, code):
+        if self.recount is not None:
+            self.recount.cancel()
         await self.channel_layer.group_discard(relay.INBOX_GROUP, self.channel_name)
 
     async def inbox_changed(self, message):
         await self.send_json({"type": "changed", "reason": message["reason"], "thread": message["thread"],
                               "pending": message["pending"]})
+        if self.recount is None or self.recount.done():
+            self.recount = asyncio.ensure_future(self._send_mine())
+
+    async def _send_mine(self):
+        await asyncio.sleep(RECOUNT_SECONDS)
+        await self.send_json({"type": "mine", **await self._counts()})
 
     @database_sync_to_async
-    def _pending(self) -> int:
-        return selectors.pending_count()
+    def _counts(self) -> dict:
+        return {"pending": selectors.pending_count(), "mine": selectors.waiting_count(self.scope["user"])}
 
 
 class ThreadConsumer(AsyncJsonWebsocketConsumer):

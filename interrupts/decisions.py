@@ -1,5 +1,13 @@
 """Decide, revise and expire interrupts; the batch's last decision queues the resume.
 
+Who may decide is ``policies``' answer, asked before anything else: the
+permission, the policy's groups and users, no self-approval, and how many
+distinct people must approve. Under a quorum of N an interrupt stays
+pending until N eligible people approve the same answer; one eligible
+rejection or cancel ends it at once (fail closed). A plain approval joins
+the answer already approved (edited args included); an answer that differs
+(edited again, another form answer) supersedes the approvals so far.
+
 The database decides every race: an interrupt moves out of ``pending`` by a
 conditional UPDATE on (pk, status, version), so two reviewers deciding at once
 store exactly one decision, whatever the database, and the loser is told who
@@ -25,8 +33,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import recording, relay, runs
+from . import policies, recording, relay, runs, trail
 from .models import Decision, Interrupt, Run
+from .protocol import signing
 from .protocol.contract import check_entry
 from .protocol.errors import ContractViolation
 from .protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
@@ -47,8 +56,8 @@ def lock_batch(run_pk: int) -> None:
 
 
 def _already_decided(interrupt: Interrupt) -> Refusal:
-    live = interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").first()
-    if live is not None:
+    live = interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("-pk").first()
+    if live is not None and interrupt.status != Interrupt.Status.PENDING:
         who = live.user.get_full_name() or live.user.get_username()
         return Refusal(
             "ALREADY_DECIDED",
@@ -76,7 +85,25 @@ def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> Resum
         raise Refusal("INVALID_STATUS", f"A decision is 'resolved' or 'cancelled', not {status!r}.", status=400)
     entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
     check_entry(WireInterrupt.model_validate(interrupt.raw), entry, now)
+    refuse_reserved_metadata(metadata, interrupt.interrupt_id)
+    signing.canonical(payload)  # UNSIGNABLE_PAYLOAD now, not when the resume is built
     return entry
+
+
+def refuse_reserved_metadata(metadata, interrupt_id: str) -> None:
+    """Refuse an answer whose metadata claims Countersign's own key (``RESERVED_METADATA_KEY``).
+
+    ``metadata.countersign`` is the attestation Countersign writes on every
+    entry it sends (who approved, under which policy, the fingerprint): a
+    reviewer or client who could write it could name someone else.
+    """
+    if isinstance(metadata, dict) and signing.METADATA_KEY in metadata:
+        raise ContractViolation(
+            "RESERVED_METADATA_KEY",
+            f"Metadata key {signing.METADATA_KEY!r} of interrupt {interrupt_id}'s answer is written by "
+            "Countersign itself (who approved, the policy, the fingerprint); leave it out.",
+            interrupt_id=interrupt_id,
+        )
 
 
 def _edited_args(interrupt: Interrupt, payload):
@@ -86,6 +113,24 @@ def _edited_args(interrupt: Interrupt, payload):
 
 
 ACTIONS = ("approve", "reject", "edit", "respond", "cancel")
+
+
+def action_of(interrupt: Interrupt, status: str, payload) -> str:
+    """Which of ``ACTIONS`` an answer is, read from the answer itself (the same on every surface)."""
+    if status == Decision.Status.CANCELLED:
+        return "cancel"
+    if isinstance(payload, dict) and EDITED_ARGS in payload:
+        return "edit"
+    if isinstance(payload, dict) and payload.get("approved") is False:
+        return "reject"
+    if payload is not None and payload == approval_payload(interrupt.response_schema, True):
+        return "approve"
+    return "respond"
+
+
+def ends_at_once(action: str) -> bool:
+    """A rejection or cancel by one eligible person ends the interrupt, whatever the quorum."""
+    return action in ("reject", "cancel")
 
 
 def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=None) -> tuple[str, object]:
@@ -130,22 +175,31 @@ class _Checked:
     metadata: object
     edited_args: object
     comment: str
+    action: str
+    rule: policies.Rule
 
     def record(self, interrupt: Interrupt, user) -> Decision:
         return Decision.objects.create(
             interrupt=interrupt, user=user, status=self.status,
             payload=self.payload if self.status == Decision.Status.RESOLVED else None,
             edited_args=self.edited_args, metadata=self.metadata, comment=self.comment,
+            action=self.action, policy=self.rule.name[:100], required_approvals=self.rule.required_approvals,
         )
 
+    def joining(self, approved: Decision) -> _Checked:
+        """This plain approval, applied to the answer ``approved`` already carries (edited args included)."""
+        return _Checked(self.status, approved.payload, self.metadata, approved.edited_args, self.comment,
+                        self.action, self.rule)
 
-def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now) -> _Checked:
+
+def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
+           rule: policies.Rule) -> _Checked:
     """Every check of the answer against what the agent sent, done outside any transaction."""
     if len(comment) > MAX_COMMENT_CHARS:
         raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
     _checked(interrupt, status, payload, metadata, now)
     edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
-    return _Checked(status, payload, metadata, edited, comment)
+    return _Checked(status, payload, metadata, edited, comment, action_of(interrupt, status, payload), rule)
 
 
 def _refuse_if_expired(interrupt: Interrupt) -> None:
@@ -157,55 +211,99 @@ def _refuse_if_expired(interrupt: Interrupt) -> None:
 
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "") -> Decision:
-    """Record ``user``'s answer to ``interrupt``; the last answer of a batch queues the resume.
+    """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
-    Refused (``ContractViolation``) when the payload fails the responseSchema
-    (``INVALID_PAYLOAD``, or the schema's own refusal: ``INVALID_SCHEMA``,
-    ``REMOTE_REF``, ``UNSAFE_PATTERN``, ``SCHEMA_TOO_LARGE``,
-    ``SCHEMA_TOO_COSTLY``), a cancellation carries a payload
-    (``PAYLOAD_ON_CANCEL``), metadata is not an object or uses the reserved
-    ``ag-ui`` key, or ``expiresAt`` has passed (``EXPIRED``); refused
-    (``Refusal``) with ``ALREADY_DECIDED`` (409) when someone decided first,
-    ``CLOSED`` when the interrupt closed without a decision, ``TOO_LARGE``
-    for a comment over ``MAX_COMMENT_CHARS``. The author may change their
-    answer (``revise``) until the batch is sent.
+    Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
+    (no ``decide_interrupt`` permission, or outside the policy's groups and
+    users), then ``SELF_APPROVAL`` (they requested the run and the policy does
+    not allow it). Refused (``ContractViolation``) when the payload fails the
+    responseSchema (``INVALID_PAYLOAD``, or the schema's own refusal:
+    ``INVALID_SCHEMA``, ``REMOTE_REF``, ``UNSAFE_PATTERN``,
+    ``SCHEMA_TOO_LARGE``, ``SCHEMA_TOO_COSTLY``), a cancellation carries a
+    payload (``PAYLOAD_ON_CANCEL``), metadata is not an object or uses a
+    reserved key (``ag-ui``, ``countersign``: ``RESERVED_METADATA_KEY``), the
+    payload cannot be canonicalised for its fingerprint
+    (``UNSIGNABLE_PAYLOAD``), or ``expiresAt`` has passed (``EXPIRED``);
+    refused (``Refusal``) with ``ALREADY_DECIDED`` (409) when the interrupt
+    was decided first, ``CLOSED`` when it closed without a decision,
+    ``TOO_LARGE`` for a comment over ``MAX_COMMENT_CHARS``.
 
-    The race: the answer is checked first, with no lock held (see the module
-    docstring); then the batch is locked, the interrupt re-read, and it moves
-    out of ``pending`` only by an UPDATE conditional on the version read, so
-    of two reviewers exactly one wins and the other is told who.
+    Under a quorum (``required_approvals`` > 1) the interrupt stays pending
+    until that many distinct eligible people approve the same answer; each
+    approver may change their own answer meanwhile. With one approval, the
+    author may change their answer (``revise``) until the batch is sent.
+
+    The race: policy and answer are checked first, with no lock held (see
+    the module docstring); then the batch is locked, the interrupt re-read,
+    and it changes only by an UPDATE conditional on the version read, so of
+    two reviewers racing for its last approval exactly one closes it and the
+    other is told who.
     """
     now = timezone.now()
     current = Interrupt.objects.select_related("run").get(pk=interrupt.pk)
-    if current.status != Interrupt.Status.PENDING and _revisable(current, user) is None:
+    rule = policies.rule_for(current)
+    policies.refuse_unless_eligible(user, rule, current)
+    if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
-    checked = _check(current, status, payload, metadata, comment, now)
+    checked = _check(current, status, payload, metadata, comment, now, rule)
     with transaction.atomic():
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
-            if (live := _revisable(interrupt, user)) is not None:
+            if (live := _revisable(interrupt, user, rule)) is not None:
                 return _revise(interrupt, live, user, checked, now)
             raise _already_decided(interrupt)
         _refuse_if_expired(interrupt)
-        won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
-            status=checked.status, version=F("version") + 1, closed_at=now
-        )
-        if not won:
-            raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
-        try:
-            with transaction.atomic():
-                decision = checked.record(interrupt, user)
-        except IntegrityError:
-            raise _already_decided(interrupt) from None
+        decision = _take(interrupt, user, checked, now)
         _after_decision(interrupt, user, "decided")
         return decision
 
 
-def _revisable(interrupt: Interrupt, user) -> Decision | None:
-    """``user``'s live decision on a decided interrupt, if they may still replace it (the batch is not sent)."""
-    live = interrupt.decisions.filter(superseded_at__isnull=True).first()
-    return live if live is not None and live.user_id == user.pk and not _batch_sent(interrupt) else None
+def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
+    """Add ``user``'s answer to a pending interrupt under its batch's lock; close it if this completes it."""
+    approvals = list(interrupt.decisions.filter(superseded_at__isnull=True))
+    if checked.action == "approve" and (others := [d for d in approvals if d.user_id != user.pk]):
+        checked = checked.joining(others[-1])
+    # Approvals of another answer, and this reviewer's own earlier answer, no longer count.
+    stale = [d for d in approvals if d.user_id == user.pk or d.payload != checked.payload
+             or d.status != checked.status]
+    if stale:
+        Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
+    standing = len(approvals) - len(stale) + 1
+    closes = ends_at_once(checked.action) or standing >= checked.rule.required_approvals
+    change = {"status": checked.status, "closed_at": now} if closes else {}
+    won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
+        version=F("version") + 1, **change
+    )
+    if not won:
+        raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
+    try:
+        with transaction.atomic():
+            decision = checked.record(interrupt, user)
+    except IntegrityError:
+        raise _already_decided(interrupt) from None
+    trail.record_decision(decision)
+    return decision
+
+
+def approvals(interrupt: Interrupt) -> list[Decision]:
+    """The live decisions of a pending interrupt: the approvals gathered so far (in order)."""
+    return list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
+
+
+def _revisable(interrupt: Interrupt, user, rule: policies.Rule) -> Decision | None:
+    """``user``'s live decision on a decided interrupt, if they may still replace it.
+
+    Only a decision taken alone (one approval required) that closed the
+    interrupt, and only until the batch is sent: under a quorum the
+    approvers' answers were counted together, and one of them changing
+    theirs afterwards would leave the others approving what they never saw.
+    """
+    if rule.required_approvals != 1:
+        return None
+    live = list(interrupt.decisions.filter(superseded_at__isnull=True))
+    mine = live[0] if len(live) == 1 else None
+    return mine if mine is not None and mine.user_id == user.pk and not _batch_sent(interrupt) else None
 
 
 def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
@@ -215,6 +313,7 @@ def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
         raise _already_decided(interrupt)
     Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
     decision = checked.record(interrupt, user)
+    trail.record_decision(decision)
     _after_decision(interrupt, user, "revised")
     return decision
 
@@ -231,31 +330,53 @@ def _after_decision(interrupt: Interrupt, user, reason: str) -> None:
     transaction.on_commit(lambda: relay.inbox_changed(thread_pk, seq, reason))
 
 
-def edits_for(interrupts: dict[str, Interrupt], entries: list[ResumeEntry]) -> dict[str, object]:
-    """The tool args each resolved entry of a gateway resume will run, by interrupt id.
+@dataclass(frozen=True)
+class PreparedResume:
+    """A gateway resume checked against policy and agent data, ready for ``record_resume``."""
 
-    Computed before ``record_resume``'s transaction: it copies what the
-    client sent, which may be large, and must not hold the lock meanwhile.
+    answers: dict[str, _Checked]
+
+
+def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry], user) -> PreparedResume:
+    """Check a gateway client's resume as decisions by ``user``, outside any transaction.
+
+    The contract checks already passed (``check_input``); this applies the
+    inbox's other rules to every entry, all before anything is recorded:
+    ``NOT_ELIGIBLE`` / ``SELF_APPROVAL`` (403 in the API, RUN_ERROR here),
+    ``RESERVED_METADATA_KEY``, ``UNSIGNABLE_PAYLOAD``; and copies the tool
+    args each approval will run, which may be large.
     """
-    return {
-        entry.interrupt_id: _edited_args(interrupts[entry.interrupt_id], entry.payload)
-        for entry in entries if entry.status == "resolved"
-    }
+    rules = policies.rules_for(interrupts.values())
+    answers = {}
+    for entry in entries:
+        interrupt = interrupts[entry.interrupt_id]
+        rule = rules[interrupt.pk]
+        policies.refuse_unless_eligible(user, rule, interrupt)
+        refuse_reserved_metadata(entry.metadata, entry.interrupt_id)
+        signing.canonical(entry.payload)
+        resolved = entry.status == Decision.Status.RESOLVED
+        answers[entry.interrupt_id] = _Checked(
+            entry.status, entry.payload if resolved else None, entry.metadata,
+            _edited_args(interrupt, entry.payload) if resolved else None,
+            "Answered through the AG-UI gateway.", action_of(interrupt, entry.status, entry.payload), rule,
+        )
+    return PreparedResume(answers)
 
 
-def record_resume(interrupted: Run, entries: list[ResumeEntry], user, edits: dict[str, object]) -> list[Decision]:
-    """Record a gateway client's resume as decisions by ``user``, all or none.
+def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
+    """Record a gateway client's resume as decisions by ``user``, all or none; True if the batch is complete.
 
-    The contract checks already passed, outside the transaction, and
-    ``edits`` is ``edits_for`` of the same entries; this only claims each
-    interrupt. If the inbox answered one of them first, the whole resume is
-    refused with ``ALREADY_RESOLVED`` (nothing is recorded, nothing is sent).
-    Must be called inside the transaction that queues the resume run.
+    ``prepared`` is ``prepare_resume`` of the same entries. If the inbox
+    closed one of the batch's interrupts first, the whole resume is refused
+    with ``ALREADY_RESOLVED`` (nothing is recorded, nothing is sent). Each
+    answer counts like an inbox decision by ``user``: under a quorum an
+    approval may leave its interrupt pending, and then no resume is sent
+    (False): the rest of the approvals are given in the inbox, which sends
+    it. Must be called inside the transaction that queues the resume run.
     """
     now = timezone.now()
-    made = []
     lock_batch(interrupted.pk)
-    by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(run=interrupted)}
+    by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(run=interrupted).select_related("run__thread")}
     answered = [i for i in by_id.values() if i.status != Interrupt.Status.PENDING]
     if answered:
         # The inbox answered part of this batch: a resume from here would drop
@@ -266,28 +387,12 @@ def record_resume(interrupted: Run, entries: list[ResumeEntry], user, edits: dic
             "first; answer the rest there.",
             interrupt_ids=[i.interrupt_id for i in answered],
         )
-    for entry in entries:
-        interrupt = by_id[entry.interrupt_id]
-        won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
-            status=entry.status, version=F("version") + 1, closed_at=now
-        )
-        if not won:
-            raise ContractViolation(
-                "ALREADY_RESOLVED",
-                f"Interrupt {entry.interrupt_id} was answered elsewhere first; nothing was sent.",
-                interrupt_id=entry.interrupt_id,
-            )
-        payload = entry.payload if entry.status == "resolved" else None
-        made.append(
-            Decision.objects.create(
-                interrupt=interrupt, user=user, status=entry.status, payload=payload,
-                edited_args=edits.get(entry.interrupt_id), metadata=entry.metadata,
-                comment="Answered through the AG-UI gateway.",
-            )
-        )
+    for interrupt_id, checked in prepared.answers.items():
+        _take(by_id[interrupt_id], user, checked, now)
+    complete = not Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.PENDING).exists()
     thread_pk = interrupted.thread_id
     transaction.on_commit(lambda: relay.inbox_changed(thread_pk, 0, "decided"))
-    return made
+    return complete
 
 
 def expire_due(now=None) -> int:
@@ -320,10 +425,12 @@ def expire_due(now=None) -> int:
                     )
                 else:
                     reason = f"closed with its batch: {names} expired"
-                closed += Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
+                if Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
                     status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300],
                     version=F("version") + 1,
-                )
+                ):
+                    closed += 1
+                    trail.record_expiry(interrupt)
             event = recording.note(run, "countersign:interrupts_expired", {
                 "runId": run.run_id,
                 "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in batch],

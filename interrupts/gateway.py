@@ -10,8 +10,11 @@ Its streams count against the process's COUNTERSIGN_MAX_STREAMS like the
 hub's (a new run never takes a slot kept for resumes), and against the
 agent's COUNTERSIGN_MAX_AGENT_STREAMS. Refusals answered that way, besides
 the contract's: ``AT_CAPACITY`` (this process streams all it may),
-``AGENT_AT_CAPACITY`` (the agent streams all it may), and every code of
-``runs.accept_input``; the agent is not called.
+``AGENT_AT_CAPACITY`` (the agent streams all it may), every code of
+``runs.accept_input`` (a resume is a decision by the caller: ``NOT_ELIGIBLE``,
+``SELF_APPROVAL``, ``RESERVED_METADATA_KEY``, as in the inbox); the agent is
+not called. ``AWAITING_APPROVALS`` is not a refusal: the caller's approvals
+were recorded, and the policy wants more before the resume is sent.
 """
 
 from __future__ import annotations
@@ -179,6 +182,12 @@ async def agui(request: HttpRequest, agent: str):
     except BaseException:
         background.release(slot)
         raise
+    if accepted.run is None:
+        background.release(slot)  # a quorum still short of approvals: nothing is sent to the agent yet
+        return _sse(_refused(run_input.thread_id, run_input.run_id, Refusal(
+            "AWAITING_APPROVALS",
+            "Your answers are recorded, but the policy requires approvals from more reviewers: Countersign "
+            "sends the resume to the agent when they approve in its inbox.")))
     if accepted.verdict.kind == "replay":
         background.release(slot)  # nothing is sent to the agent
         return _sse(_replay(accepted.run))

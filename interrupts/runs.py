@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from . import recording, relay, supervisor
 from .models import Agent, Decision, Interrupt, Run, Thread
+from .protocol import signing
 from .protocol.contract import ThreadGate, Verdict, check_input, idempotency_key
 from .protocol.wire import dump
 from .refusals import Refusal
@@ -146,7 +147,10 @@ def _thread_for(agent: Agent, thread_id: str | None, title: str = "") -> Thread:
 def _queue(thread: Thread, agent: Agent, run_input: dict, *, user=None, parent=None, resume_key=None,
            origin=Run.Origin.HUB, claimed_by: str = "") -> Run:
     now = timezone.now()
+    # A resume continues its parent's request: whoever decided it did not ask for it.
+    requested_by_id = parent.requested_by_id if resume_key and parent is not None else (user.pk if user else None)
     run = Run.objects.create(
+        requested_by_id=requested_by_id,
         thread=thread,
         agent=agent,
         run_id=run_input["runId"],
@@ -208,19 +212,53 @@ def start_run(
         return _queue(thread, agent, run_input, user=user)
 
 
+def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live: list[Decision]) -> dict:
+    """``metadata.countersign`` of one resume entry: who decided, under which policy, and what exactly.
+
+    Written by Countersign alone (a reviewer's or client's ``countersign``
+    key is refused), so an agent that verifies the request's signature can
+    trust it: ``fingerprint`` binds the answer to its thread, interrupted
+    run, interrupt and tool call (``protocol.signing.fingerprint``).
+    """
+    closing = live[-1]
+    return {
+        "decisions": [
+            {"username": d.user.get_username(), "userId": d.user_id, "action": d.action or "",
+             "at": d.created_at.isoformat(), "comment": d.comment}
+            for d in live
+        ],
+        "policy": {"name": closing.policy, "requiredApprovals": closing.required_approvals},
+        "fingerprint": signing.fingerprint(
+            thread_id=thread_id, run_id=interrupt.run.run_id, interrupt_id=interrupt.interrupt_id,
+            tool_call_id=interrupt.tool_call_id or None, status=status, payload=payload,
+        ),
+    }
+
+
 def resume_entries(interrupted: Run) -> list[dict]:
-    """One resume entry per interrupt of ``interrupted``, from each live decision (wire form)."""
-    entries = []
+    """One resume entry per interrupt of ``interrupted``, from its live decisions (wire form).
+
+    The answer is the one that closed the interrupt (its last live
+    decision: under a quorum every live approval carries the same answer);
+    its metadata is the reviewer's, plus Countersign's ``attestation``.
+    """
+    live: dict[int, list[Decision]] = {}
     decisions = Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).select_related(
-        "interrupt"
-    )
-    for decision in sorted(decisions, key=lambda d: d.interrupt.pk):
-        entry = ResumeEntry(
-            interrupt_id=decision.interrupt.interrupt_id,
-            status=decision.status,
-            payload=decision.payload,
-            metadata=decision.metadata,
-        )
+        "interrupt__run", "user"
+    ).order_by("pk")
+    for decision in decisions:
+        live.setdefault(decision.interrupt_id, []).append(decision)
+    thread_id = interrupted.thread.thread_id
+    entries = []
+    for interrupt_pk in sorted(live):
+        closing = live[interrupt_pk][-1]
+        interrupt = closing.interrupt
+        payload = closing.payload if closing.status == Decision.Status.RESOLVED else None
+        metadata = {**(closing.metadata or {}),
+                    signing.METADATA_KEY: attestation(interrupt, thread_id, closing.status, payload,
+                                                      live[interrupt_pk])}
+        entry = ResumeEntry(interrupt_id=interrupt.interrupt_id, status=closing.status, payload=payload,
+                            metadata=metadata)
         entries.append(dump(entry))
     return entries
 
@@ -259,10 +297,14 @@ def queue_resume(interrupted: Run, user=None) -> Run:
 
 @dataclass(frozen=True)
 class Accepted:
-    """What the gateway does with an input: stream ``run`` (new or resume), or replay it."""
+    """What the gateway does with an input: stream ``run`` (new or resume), or replay it.
+
+    ``run`` is None for a resume whose approvals were recorded but do not
+    yet complete the batch (a quorum): nothing is sent to the agent yet.
+    """
 
     verdict: Verdict
-    run: Run
+    run: Run | None
 
 
 # How often the gateway checks a resume again when the thread changed between
@@ -303,11 +345,11 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
             _thread_for(agent, run_input.thread_id)  # refuses with AGENT_MISMATCH
         seen = gate_fingerprint(existing)
         verdict = check_input(thread_gate(existing, run_input.thread_id), run_input, timezone.now())
-        edits = {}
+        prepared = None
         if verdict.kind == "resume":
             by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
-                run__thread=existing, run__run_id=verdict.interrupted_run_id)}
-            edits = decisions.edits_for(by_id, list(run_input.resume))
+                run__thread=existing, run__run_id=verdict.interrupted_run_id).select_related("run")}
+            prepared = decisions.prepare_resume(by_id, list(run_input.resume), user)
         wire_input = dump(run_input)
         with transaction.atomic():
             thread = _thread_for(agent, run_input.thread_id)
@@ -323,9 +365,12 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 )
             parent = key = None
             if verdict.kind == "resume":
-                parent = Run.objects.get(thread=thread, run_id=verdict.interrupted_run_id)
-                decisions.record_resume(parent, run_input.resume, user, edits)
+                parent = Run.objects.select_related("thread").get(thread=thread, run_id=verdict.interrupted_run_id)
+                if not decisions.record_resume(parent, prepared, user):
+                    return Accepted(verdict, None)
                 key = resume_key(parent.run_id, verdict.idempotency_key)
+                # What the agent receives is Countersign's record of the answers, attested.
+                wire_input = {**wire_input, "resume": resume_entries(parent)}
             else:
                 _refuse_if_busy(thread)
                 Thread.objects.filter(pk=thread.pk).update(messages=wire_input.get("messages") or [])

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from . import policies
 from .models import Agent, AuditEntry, Decision, Event, Interrupt, Run, Thread
 
 SORTS = {
@@ -27,6 +28,11 @@ def pending_count() -> int:
     return Interrupt.objects.filter(status=Interrupt.Status.PENDING).count()
 
 
+def waiting_count(user) -> int:
+    """How many pending interrupts wait for ``user``: they may decide them and have not yet (the badge)."""
+    return Interrupt.objects.filter(status=Interrupt.Status.PENDING).filter(policies.decidable_by(user)).count()
+
+
 @dataclass(frozen=True)
 class InboxFilters:
     agent: str = ""
@@ -36,10 +42,12 @@ class InboxFilters:
     age: str = ""  # waiting longer than: 1h, 1d, 7d
     expiring: bool = False
     sort: str = "oldest"
+    # "mine": what the reader may decide and has not yet (the default); "all": every pending interrupt.
+    scope: str = "mine"
 
     @property
     def unfiltered(self) -> bool:
-        """Whether every pending interrupt matches (the order aside)."""
+        """Whether every interrupt of the scope matches (the order aside)."""
         return not (self.agent or self.reason or self.thread or self.q or self.age or self.expiring)
 
     @classmethod
@@ -54,13 +62,19 @@ class InboxFilters:
             age=age if age in AGES else "",
             expiring=params.get("expiring") in ("1", "on", "true"),
             sort=sort if sort in SORTS else "oldest",
+            scope="all" if params.get("scope") == "all" else "mine",
         )
 
 
-def inbox(filters: InboxFilters, now: datetime | None = None):
-    """Pending interrupts matching ``filters``, in the chosen order (a queryset to paginate)."""
+def inbox(filters: InboxFilters, now: datetime | None = None, user=None):
+    """Pending interrupts matching ``filters``, in the chosen order (a queryset to paginate).
+
+    With the "mine" scope and a ``user``, only those waiting for that user.
+    """
     now = now or timezone.now()
     queryset = Interrupt.objects.filter(status=Interrupt.Status.PENDING).select_related("run__agent", "run__thread")
+    if filters.scope == "mine" and user is not None:
+        queryset = queryset.filter(policies.decidable_by(user))
     if filters.agent:
         queryset = queryset.filter(run__agent__name=filters.agent)
     if filters.reason:
@@ -218,9 +232,34 @@ class AuditRow:
     trail: list[tuple] = field(default_factory=list)
 
     @property
+    def live(self) -> list[Decision]:
+        """The decisions that stood when the interrupt closed: its approvers, or the one who ended it."""
+        return [d for d in self.decisions if d.superseded_at is None]
+
+    @property
     def decision(self) -> Decision | None:
-        live = [d for d in self.decisions if d.superseded_at is None]
-        return live[0] if live else None
+        """The answer sent: the last standing decision (under a quorum they all carry the same answer)."""
+        live = self.live
+        return live[-1] if live else None
+
+    @property
+    def attestation(self) -> dict:
+        """What Countersign told the agent about this answer (``metadata.countersign`` of its resume entry)."""
+        for entry in (self.resume.input.get("resume") or []) if self.resume else []:
+            if entry.get("interruptId") == self.interrupt.interrupt_id:
+                return (entry.get("metadata") or {}).get("countersign") or {}
+        return {}
+
+    @property
+    def accepted(self) -> str:
+        """Whether the resumed run took the answer: "accepted", "refused", "pending", or "" (never sent)."""
+        if self.resume is None:
+            return ""
+        if self.resume.status in (Run.Status.SUCCEEDED, Run.Status.INTERRUPTED):
+            return "accepted"
+        if self.resume.status in (Run.Status.FAILED, Run.Status.CANCELLED):
+            return "refused"
+        return "pending"
 
     def as_dict(self) -> dict:
         i, d = self.interrupt, self.decision
@@ -237,6 +276,13 @@ class AuditRow:
             "status": i.status,
             "closedReason": i.closed_reason or None,
             "decidedBy": d.user.get_username() if d else None,
+            "approvers": [{"username": a.user.get_username(), "action": a.action or None,
+                           "at": a.created_at.isoformat(), "comment": a.comment} for a in self.live],
+            "policy": (d.policy or None) if d else None,
+            "requiredApprovals": d.required_approvals if d else None,
+            "fingerprint": self.attestation.get("fingerprint"),
+            "accepted": self.accepted or None,
+            "resumedRunError": (self.resume.error_code or None) if self.resume else None,
             "decidedAt": d.created_at.isoformat() if d else None,
             "payload": d.payload if d else None,
             "editedArgs": d.edited_args if d else None,

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from . import decisions, history, runs, selectors, trail
+from . import decisions, history, policies, runs, selectors, trail
 from .forms import AgentForm, DecideForm, StartRunForm
 from .models import Agent, Interrupt, Run, Thread
 from .protocol.errors import ProtocolError
@@ -32,11 +32,15 @@ AUDIT_PAGE_SIZE = 50
 THREAD_EVENTS_LIMIT = 5000
 
 
-def _without_page(params) -> str:
+def _without(params, *names: str) -> str:
     params = params.copy()
-    params.pop("page", None)
-    params.pop("format", None)
+    for name in names:
+        params.pop(name, None)
     return params.urlencode()
+
+
+def _without_page(params) -> str:
+    return _without(params, "page", "format")
 
 
 def _safe_next(request, target: str | None, fallback: str) -> str:
@@ -54,37 +58,53 @@ def home(request):
 # --- the inbox ------------------------------------------------------------------
 
 
-def _card_context(interrupt: Interrupt) -> dict:
+def _card_context(interrupt: Interrupt, rule: policies.Rule, user) -> dict:
     schema = interrupt.response_schema
+    approvals = getattr(interrupt, "live_decisions", None)
+    if approvals is None:
+        approvals = decisions.approvals(interrupt)
+    refused = policies.refusal(user, rule, interrupt)
     return {
         "approval": approval_payload(schema, True) is not None,
         "edits": supports_edits(schema),
         "edit_schema": edited_args_schema(schema),
+        "rule": rule,
+        # Read-only for anyone the policy does not admit: the card says who may decide.
+        "refused": refused,
+        "approvals": approvals,
+        "mine": next((d for d in approvals if d.user_id == user.pk), None),
+        "remaining": max(rule.required_approvals - len(approvals), 0),
     }
 
 
-def _batch_context(batch: selectors.Batch, resumed: dict, errors: dict | None = None) -> dict:
-    cards = [{"interrupt": i, **_card_context(i), "errors": (errors or {}).get(i.pk)} for i in batch.pending]
+def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
+                   rules: dict | None = None) -> dict:
+    rules = rules if rules is not None else policies.rules_for(batch.pending)
+    by_pk = {m.pk: m for m in batch.members}  # the members carry their live decisions
+    cards = [{"interrupt": i, **_card_context(by_pk.get(i.pk, i), rules[i.pk], user),
+              "errors": (errors or {}).get(i.pk)} for i in batch.pending]
     return {"batch": batch, "cards": cards, "resume": resumed.get(batch.run.pk)}
 
 
 def inbox(request):
     filters = selectors.InboxFilters.from_query(request.GET)
-    page = Paginator(selectors.inbox(filters), INBOX_PAGE_SIZE).get_page(request.GET.get("page"))
-    if filters.unfiltered:
-        # The page's count is the header's pending count: one COUNT, not two
+    page = Paginator(selectors.inbox(filters, user=request.user), INBOX_PAGE_SIZE).get_page(request.GET.get("page"))
+    if filters.unfiltered and filters.scope == "mine":
+        # The page's count is the header's count: one COUNT, not two
         # (each ~40 ms on PostgreSQL with 100,000 pending).
         request.pending_count = page.paginator.count
     groups = selectors.batches(page.object_list)
     resumed = selectors.resumed_by(b.run.pk for b in groups)
+    rules = policies.rules_for(page.object_list)  # the page's policies, read once
     context = {
         "filters": filters,
         "page": page,
-        "batches": [_batch_context(b, resumed) for b in groups],
+        "batches": [_batch_context(b, resumed, request.user, rules=rules) for b in groups],
         "agents": Agent.objects.order_by("name").values_list("name", flat=True),
         "reasons": Interrupt.objects.filter(status=Interrupt.Status.PENDING).order_by("reason")
         .values_list("reason", flat=True).distinct()[:50],
         "query": _without_page(request.GET),
+        "scope_query": _without(request.GET, "page", "format", "scope"),
         "now": timezone.now(),
         "awaiting": selectors.awaiting_agent(),
     }
@@ -95,7 +115,8 @@ def inbox(request):
 
 def _render_batch(request, interrupt: Interrupt, errors: dict | None = None):
     whole = selectors.batch(interrupt.run)
-    context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), errors), "now": timezone.now()}
+    context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), request.user, errors),
+               "now": timezone.now()}
     if errors and interrupt not in whole.pending:
         # Its card is gone (decided by someone else, or expired): say why at the batch.
         context["batch_error"] = errors[interrupt.pk]

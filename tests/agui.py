@@ -63,3 +63,22 @@ def resume_body(first: Streamed, thread_id: str, run_id: str, resume: list[dict]
         "state": first.snapshot("STATE_SNAPSHOT"),
         "resume": resume,
     }
+
+
+def answers(entries: list[dict]) -> list[dict]:
+    """Resume entries as the reviewers answered them: each entry's Countersign attestation checked and set aside.
+
+    Every entry Countersign sends carries ``metadata.countersign`` (who
+    decided, the policy, the fingerprint); tests that compare answers compare
+    the rest, and this fails if an attestation is missing.
+    """
+    plain = []
+    for entry in entries:
+        entry = dict(entry)
+        metadata = dict(entry.pop("metadata", None) or {})
+        attested = metadata.pop("countersign", None)
+        assert attested and attested["decisions"] and attested["fingerprint"].startswith("sha256:"), entry
+        if metadata:
+            entry["metadata"] = metadata
+        plain.append(entry)
+    return plain

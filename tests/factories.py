@@ -3,8 +3,9 @@
 import itertools
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 
-from interrupts.models import Agent, Decision, Event, Interrupt, Run, Thread
+from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 
 _counter = itertools.count(1)
 
@@ -48,9 +49,22 @@ def interrupt(run_obj=None, **fields) -> Interrupt:
     return Interrupt.objects.create(run=run_obj, **fields)
 
 
-def user(**fields):
+def user(reviewer: bool = True, **fields):
+    """A user; by default one of the Reviewers (holding ``interrupts.decide_interrupt``)."""
     fields.setdefault("username", f"user-{next(_counter)}")
-    return get_user_model().objects.create_user(password="pw-for-tests-only", **fields)
+    made = get_user_model().objects.create_user(password="pw-for-tests-only", **fields)
+    if reviewer:
+        made.groups.add(Group.objects.get(name="Reviewers"))
+    return made
+
+
+def policy(**fields) -> Policy:
+    groups, users = fields.pop("groups", []), fields.pop("users", [])
+    fields.setdefault("name", f"policy-{next(_counter)}")
+    made = Policy.objects.create(**fields)
+    made.groups.set(groups)
+    made.users.set(users)
+    return made
 
 
 def decision(interrupt_obj, user_obj, status="resolved", **fields) -> Decision:

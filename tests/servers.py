@@ -59,8 +59,11 @@ class ServedApp:
     of one deployment, each with its own port and ``<name>.log``.
     """
 
-    def __init__(self, workdir: Path, name: str = "serve", **env: str) -> None:
+    def __init__(self, workdir: Path, name: str = "serve", *, self_approving: bool = False, **env: str) -> None:
         self.workdir = workdir
+        # A deployment with one operator: a policy for every agent lets the
+        # demo reviewer approve the runs they start (the site default does not).
+        self.self_approving = self_approving
         self.name = name
         self.overrides = env
         self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true", **env}
@@ -85,6 +88,11 @@ class ServedApp:
         assert done.returncode == 0, done.stderr
         # "Generated token <key> for user reviewer"
         self.token = done.stdout.split()[2]
+        if self.self_approving:
+            code = ("from interrupts.models import Policy; Policy.objects.get_or_create(agent=None, reason='', "
+                    "tool_name='', defaults={'name': 'one operator', 'allow_self_approval': True})")
+            done = manage("shell", "-c", code, env=self.env)
+            assert done.returncode == 0, done.stderr
         return self
 
     def launch(self) -> "ServedApp":
@@ -112,7 +120,7 @@ class ServedApp:
 
     def sibling(self, name: str) -> "ServedApp":
         """Another server process of this deployment: same database, channel prefix and settings."""
-        other = ServedApp(self.workdir, name, **self.overrides)
+        other = ServedApp(self.workdir, name, self_approving=self.self_approving, **self.overrides)
         other.token = self.token
         return other
 
@@ -147,9 +155,9 @@ class ServedApp:
         stop_process(self.process)
 
 
-def cluster(workdir: Path, count: int, **env: str) -> list[ServedApp]:
+def cluster(workdir: Path, count: int, *, self_approving: bool = False, **env: str) -> list[ServedApp]:
     """``count`` server processes sharing one database (and channel prefix), started together."""
-    first = ServedApp(workdir, "serve-0", **env).prepare()
+    first = ServedApp(workdir, "serve-0", self_approving=self_approving, **env).prepare()
     apps = [first] + [first.sibling(f"serve-{n}") for n in range(1, count)]
     try:
         for app in apps:

@@ -75,7 +75,10 @@ def test_the_same_answers_start_one_resume_however_often_they_are_queued():
     resume = Run.objects.get(parent=run)
     assert runs.queue_resume(run) == resume
     assert Run.objects.filter(parent=run).count() == 1
-    assert resume.input["resume"] == [{"interruptId": "i-1", "status": "resolved", "payload": {"approved": True}}]
+    [entry] = resume.input["resume"]
+    attested = entry.pop("metadata")["countersign"]
+    assert entry == {"interruptId": "i-1", "status": "resolved", "payload": {"approved": True}}
+    assert [d["username"] for d in attested["decisions"]] == [reviewer.username]
     assert resume.input["parentRunId"] == run.run_id
 
 

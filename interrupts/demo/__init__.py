@@ -18,13 +18,26 @@ def demo_agents() -> dict:
     return {agent.name: agent for agent in agents}
 
 
+#: The policy each demo agent ships with: the README's tour is one person, starting runs and approving them.
+DEMO_POLICY = "demo: {name} (self-approval allowed)"
+
+
 def register_demo_agents(base_url: str) -> None:
-    """Register (or re-point) every demo agent at ``base_url``/agents/<name>/."""
-    from ..models import Agent
+    """Register (or re-point) every demo agent at ``base_url``/agents/<name>/, each with its demo policy.
+
+    A demo policy is created once: an operator who changes or deletes it
+    (to try quorums or groups on the demo agents) keeps their change.
+    """
+    from ..models import Agent, Policy
 
     base = base_url.rstrip("/")
     for name, agent in demo_agents().items():
-        Agent.objects.update_or_create(
+        row, created = Agent.objects.update_or_create(
             name=name,
             defaults={"url": f"{base}/agents/{name}/", "description": agent.description, "builtin": True},
         )
+        if created:
+            Policy.objects.get_or_create(
+                agent=row, reason="", tool_name="",
+                defaults={"name": DEMO_POLICY.format(name=name), "allow_self_approval": True},
+            )

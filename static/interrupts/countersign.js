@@ -36,7 +36,7 @@
     const badge = $("#pending-badge");
     if (badge) {
       badge.textContent = count;
-      badge.setAttribute("aria-label", `${count} pending`);
+      badge.setAttribute("aria-label", `${count} waiting for you`);
     }
     document.title = (count ? `(${count}) ` : "") + document.title.replace(/^\(\d+\) /, "");
   }
@@ -404,7 +404,8 @@
       let opened = false;
       liveSocket(document.body.dataset.liveInbox, {
         onMessage: (message) => {
-          showPending(message.pending);
+          // The badge counts what waits for this reader; "changed" carries only the total, "mine" follows it.
+          if (message.mine !== undefined) showPending(message.mine);
           if (message.type !== "changed") return;
           refreshInbox();
           // Interrupts raised, decided or expired on the thread shown: recheck it.

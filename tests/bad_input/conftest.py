@@ -19,7 +19,7 @@ def doors(tmp_path_factory, limits_agent):
     """The app under `manage.py serve` with small limits, on a database of its own
     (the schemathesis test writes whatever it likes there)."""
     app = ServedApp(
-        tmp_path_factory.mktemp("doors"),
+        tmp_path_factory.mktemp("doors"), self_approving=True,
         COUNTERSIGN_MAX_EVENT_BYTES=str(MAX_EVENT_BYTES),
         COUNTERSIGN_MAX_RUN_EVENTS=str(MAX_RUN_EVENTS),
         COUNTERSIGN_MAX_RUN_BYTES=str(MAX_RUN_BYTES),

@@ -19,7 +19,7 @@ BROKEN_BODY = b"--not-the-boundary\r\nContent-Disposition: form-data; name=\"a\"
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    served = ServedApp(tmp_path_factory.mktemp("busy"), COUNTERSIGN_DB_LOCK_TIMEOUT="1",
+    served = ServedApp(tmp_path_factory.mktemp("busy"), self_approving=True, COUNTERSIGN_DB_LOCK_TIMEOUT="1",
                        COUNTERSIGN_HTTP_IDLE_TIMEOUT="1").start()
     yield served
     served.stop()

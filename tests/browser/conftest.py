@@ -42,10 +42,12 @@ def browser():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     # Retries wait 30 s: a test that retries an unreachable agent does it with the button.
-    app = ServedApp(tmp_path_factory.mktemp("browser"), COUNTERSIGN_POLL_INTERVAL="0.2",
+    app = ServedApp(tmp_path_factory.mktemp("browser"), self_approving=True, COUNTERSIGN_POLL_INTERVAL="0.2",
                     COUNTERSIGN_RETRY_BASE="30").start()
     code = ("from django.contrib.auth import get_user_model; "
-            "get_user_model().objects.create_user('alice', password='alice-pass-1234', first_name='Alice')")
+            "from django.contrib.auth.models import Group; "
+            "get_user_model().objects.create_user('alice', password='alice-pass-1234', first_name='Alice')"
+            ".groups.add(Group.objects.get(name='Reviewers'))")
     subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=app.env, check=True,
                    capture_output=True, timeout=60)
     yield app

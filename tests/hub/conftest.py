@@ -18,7 +18,7 @@ def scripted():
 def hub(tmp_path_factory, scripted):
     """The app under `manage.py serve`, with short timeouts so faults show quickly."""
     app = ServedApp(
-        tmp_path_factory.mktemp("hub"),
+        tmp_path_factory.mktemp("hub"), self_approving=True,
         COUNTERSIGN_IDLE_TIMEOUT="1.5",
         COUNTERSIGN_AFTER_TERMINAL_GRACE="0.5",
         COUNTERSIGN_POLL_INTERVAL="0.2",

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from ..agui import answers
 from ..servers import ROOT
 from .conftest import events, finished_run, pending, start, wait_for
 
@@ -45,7 +46,7 @@ def test_a_newcomer_approves_an_email_with_edits_and_reads_the_result(api):
     resumed = resumed_run(api, asked)
     assert resumed["status"] == "succeeded"
     assert resumed["parent"] == run["run_id"]
-    assert resumed["input"]["resume"] == [
+    assert answers(resumed["input"]["resume"]) == [
         {"interruptId": asked["interrupt_id"], "status": "resolved", "payload": {"approved": True, "editedArgs": edited}}
     ]
     [result] = tool_results(api, thread, resumed["run_id"])
@@ -87,7 +88,7 @@ def test_cancel_sends_a_cancelled_entry_without_payload(api):
     answer = decide(api, asked, action="cancel", comment="not today")
     assert answer.json()["status"] == "cancelled" and answer.json()["payload"] is None
     resumed = resumed_run(api, asked)
-    assert resumed["input"]["resume"] == [{"interruptId": "approve-deploy", "status": "cancelled"}]
+    assert answers(resumed["input"]["resume"]) == [{"interruptId": "approve-deploy", "status": "cancelled"}]
     said = [e["payload"]["delta"] for e in events(api, run["thread"]) if e["type"] == "TEXT_MESSAGE_CONTENT"]
     assert said[-1] == "Left production alone."
 
@@ -162,6 +163,7 @@ def make_user(hub, username):
     code = (
         "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
         f"u = get_user_model().objects.create_user({username!r}, first_name={username.title()!r}); "
+        "from django.contrib.auth.models import Group; u.groups.add(Group.objects.get(name='Reviewers')); "
         "print(Token.objects.create(user=u).key)"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=hub.env,

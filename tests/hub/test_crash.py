@@ -19,7 +19,7 @@ def workdir(tmp_path):
 
 
 def serve(workdir, scripted=None, **env):
-    return ServedApp(workdir, COUNTERSIGN_POLL_INTERVAL="0.2", **env).start()
+    return ServedApp(workdir, self_approving=True, COUNTERSIGN_POLL_INTERVAL="0.2", **env).start()
 
 
 def crash(app):

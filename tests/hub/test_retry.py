@@ -14,6 +14,7 @@ from datetime import datetime
 import httpx
 import pytest
 
+from ..agui import answers
 from ..servers import ServedApp, free_port
 from .conftest import events, pending, run_of, start, wait_for
 from .scripted_agent import AgentProcess
@@ -23,7 +24,7 @@ BASE = 2.0  # seconds before the first retry; each later one waits twice as long
 
 @pytest.fixture(scope="module")
 def patient(tmp_path_factory):
-    app = ServedApp(tmp_path_factory.mktemp("retry"), COUNTERSIGN_POLL_INTERVAL="0.2",
+    app = ServedApp(tmp_path_factory.mktemp("retry"), self_approving=True, COUNTERSIGN_POLL_INTERVAL="0.2",
                     COUNTERSIGN_RETRY_BASE=str(BASE), COUNTERSIGN_RETRY_MAX_DELAY="600").start()
     yield app
     app.stop()
@@ -109,7 +110,7 @@ def test_a_resume_waits_for_an_unreachable_agent_and_reaches_it_once(patient, ag
         resumes = [c["body"] for c in agent.calls() if c["body"].get("resume")]
         assert len(resumes) == 1
         assert resumes[0]["runId"] == resume
-        assert resumes[0]["resume"] == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+        assert answers(resumes[0]["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
 
         # Nothing is waiting any more: Retry-now is refused, with a code.
         response = api.post(f"/api/runs/{resume}/retry/")

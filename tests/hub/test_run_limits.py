@@ -89,7 +89,7 @@ def register(app, agent, names) -> None:
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory, agent):
     """Runs may stream 3 s; agents that never stop sending."""
-    app = ServedApp(tmp_path_factory.mktemp("too-long"), COUNTERSIGN_IDLE_TIMEOUT="1.5",
+    app = ServedApp(tmp_path_factory.mktemp("too-long"), self_approving=True, COUNTERSIGN_IDLE_TIMEOUT="1.5",
                     COUNTERSIGN_MAX_RUN_SECONDS="3", COUNTERSIGN_POLL_INTERVAL="0.2").start()
     register(app, agent, {"endless": None})
     yield app
@@ -99,7 +99,7 @@ def limited(tmp_path_factory, agent):
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, agent):
     """Small stream limits; runs may go on long enough to be stopped by hand."""
-    app = ServedApp(tmp_path_factory.mktemp("limits"), COUNTERSIGN_IDLE_TIMEOUT="1.5",
+    app = ServedApp(tmp_path_factory.mktemp("limits"), self_approving=True, COUNTERSIGN_IDLE_TIMEOUT="1.5",
                     COUNTERSIGN_MAX_RUN_SECONDS="60", COUNTERSIGN_POLL_INTERVAL="0.2",
                     COUNTERSIGN_MAX_STREAMS=str(MAX_STREAMS), COUNTERSIGN_MAX_AGENT_STREAMS=str(AGENT_STREAMS),
                     COUNTERSIGN_RETRY_BASE="30").start()

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from ..agui import answers
 from ..servers import ROOT, cluster, stop_all
 from .conftest import events, finished_run, pending, start, wait_for
 from .scripted_agent import Gate
@@ -45,7 +46,7 @@ BATCH = 50  # interrupts raised at once by the scripted agent's "batch-50"
 
 @pytest.fixture(scope="module")
 def apps(tmp_path_factory, scripted, redis_url):
-    servers = cluster(tmp_path_factory.mktemp("scale"), PROCESSES, REDIS_URL=redis_url,
+    servers = cluster(tmp_path_factory.mktemp("scale"), PROCESSES, self_approving=True, REDIS_URL=redis_url,
                       COUNTERSIGN_POLL_INTERVAL="0.2", COUNTERSIGN_MAX_STREAMS=str(MAX_STREAMS))
     try:
         with servers[0].api() as api:
@@ -65,6 +66,7 @@ def reviewers(apps):
         "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
         "User = get_user_model(); "
         f"users = [User.objects.create_user(f'racer{{n}}', first_name=f'Racer{{n}}') for n in range({REVIEWERS})]; "
+        "from django.contrib.auth.models import Group; [u.groups.add(Group.objects.get(name='Reviewers')) for u in users]; "
         "print(' '.join(Token.objects.create(user=u).key for u in users))"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=apps[0].env,
@@ -191,7 +193,7 @@ def test_resumes_decided_through_different_processes_are_each_sent_exactly_once(
     assert scripted.calls_per_run(threads, resumes=True) == Counter(r["run_id"] for r in resumes)
     assert scripted.calls_per_run(threads, resumes=False) == Counter(r["run_id"] for r in started)
     sent = [body for _, body in list(scripted.bodies) if body.get("threadId") in threads and body.get("resume")]
-    assert all(body["resume"] == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+    assert all(answers(body["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
                for body in sent)
     assert Counter(process_of(apps, r["claimed_by"]) for r in resumes) == {n: MAX_STREAMS for n in range(PROCESSES)}
 

@@ -2,7 +2,10 @@
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
+
+from ...policies import REVIEWERS_GROUP
 
 USERNAME = "reviewer"
 PASSWORD = "countersign"
@@ -20,6 +23,8 @@ class Command(BaseCommand):
             username=USERNAME,
             defaults={"first_name": "Demo", "last_name": "Reviewer", "is_staff": True, "is_superuser": True},
         )
+        # Superusers hold every permission; the group says so where people look.
+        user.groups.add(Group.objects.get(name=REVIEWERS_GROUP))
         if created:
             user.set_password(PASSWORD)
             user.save(update_fields=["password"])
