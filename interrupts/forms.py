@@ -5,7 +5,7 @@ import json
 from django import forms
 
 from .decisions import ACTIONS
-from .models import Agent
+from .models import Agent, Policy
 from .protocol import storable
 
 MAX_JSON_CHARS = 200_000
@@ -90,3 +90,14 @@ class AgentForm(forms.ModelForm):
     def notices(self) -> list[str]:
         """What the page should tell the user after save() (the model may drop a stale credential)."""
         return [Agent.CREDENTIAL_DROPPED] if self.instance.credential_dropped else []
+
+
+class PolicyForm(forms.ModelForm):
+    """A policy as staff edit it on the Agents page; the model's constraints refuse a duplicate scope."""
+
+    class Meta:
+        model = Policy
+        fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
+                  "allow_self_approval", "target_minutes"]
+        widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8})}
+        labels = {"agent": "Agent (empty: every agent)", "tool_name": "Tool name"}

@@ -444,7 +444,9 @@ class Policy(models.Model):
     holder of the permission; naming some admits only them.
     """
 
-    name = models.CharField(max_length=100, unique=True)
+    # Named in URLs (/api/policies/<name>/): no slash.
+    name = models.CharField(max_length=100, unique=True,
+                            validators=[RegexValidator(r"^[^/]+$", "A policy name holds no slash.")])
     agent = models.ForeignKey(
         Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="policies",
         help_text="The agent whose interrupts this governs; empty for every agent.",
@@ -477,9 +479,13 @@ class Policy(models.Model):
             # most specific one" undefined. Two constraints, because NULL
             # agents are distinct from each other in a plain unique index.
             models.UniqueConstraint(fields=["agent", "reason", "tool_name"], condition=Q(agent__isnull=False),
-                                    name="policy_scope_unique_per_agent"),
+                                    name="policy_scope_unique_per_agent",
+                                    violation_error_message="A policy already applies to this agent, reason "
+                                                            "and tool name: edit that one instead."),
             models.UniqueConstraint(fields=["reason", "tool_name"], condition=Q(agent__isnull=True),
-                                    name="policy_scope_unique_for_every_agent"),
+                                    name="policy_scope_unique_for_every_agent",
+                                    violation_error_message="A policy for every agent already applies to this "
+                                                            "reason and tool name: edit that one instead."),
             models.CheckConstraint(
                 condition=Q(required_approvals__gte=1, required_approvals__lte=MAX_REQUIRED_APPROVALS),
                 name="policy_required_approvals_in_range",

@@ -13,7 +13,7 @@ from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from . import policies
-from .models import Agent, AuditEntry, Decision, Event, Interrupt, Run, Thread
+from .models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -190,6 +190,12 @@ def agents_overview():
         pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING)),
         last_run=Max("runs__created_at"),
     ).order_by("name")
+
+
+def policies_overview() -> list:
+    """Every policy with its agent, groups and users (3 queries), by agent (every agent first)."""
+    found = Policy.objects.select_related("agent").prefetch_related("groups", "users")
+    return sorted(found, key=lambda p: (p.agent.name if p.agent else "", p.specificity), reverse=False)
 
 
 # --- the audit trail -----------------------------------------------------------

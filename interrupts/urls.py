@@ -19,4 +19,8 @@ urlpatterns = [
     path("registry/", views.agents, name="agents"),
     path("registry/add/", views.agent_edit, name="agent-add"),
     path("registry/<slug:name>/edit/", views.agent_edit, name="agent-edit"),
+    path("registry/<slug:name>/rotate-secret/", views.agent_rotate_secret, name="agent-rotate-secret"),
+    path("policies/add/", views.policy_edit, name="policy-add"),
+    path("policies/<int:pk>/edit/", views.policy_edit, name="policy-edit"),
+    path("policies/<int:pk>/delete/", views.policy_delete, name="policy-delete"),
 ]

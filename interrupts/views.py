@@ -22,8 +22,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from . import decisions, history, policies, runs, selectors, trail
-from .forms import AgentForm, DecideForm, StartRunForm
-from .models import Agent, Interrupt, Run, Thread
+from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
+from .models import Agent, Interrupt, Policy, Run, Thread
 from .protocol.errors import ProtocolError
 from .protocol.schema import EDITED_ARGS, approval_payload, edited_args_schema, payload_errors, supports_edits
 
@@ -58,11 +58,8 @@ def home(request):
 # --- the inbox ------------------------------------------------------------------
 
 
-def _card_context(interrupt: Interrupt, rule: policies.Rule, user) -> dict:
+def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: list) -> dict:
     schema = interrupt.response_schema
-    approvals = getattr(interrupt, "live_decisions", None)
-    if approvals is None:
-        approvals = decisions.approvals(interrupt)
     refused = policies.refusal(user, rule, interrupt)
     return {
         "approval": approval_payload(schema, True) is not None,
@@ -80,8 +77,8 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user) -> dict:
 def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
                    rules: dict | None = None) -> dict:
     rules = rules if rules is not None else policies.rules_for(batch.pending)
-    by_pk = {m.pk: m for m in batch.members}  # the members carry their live decisions
-    cards = [{"interrupt": i, **_card_context(by_pk.get(i.pk, i), rules[i.pk], user),
+    live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
+    cards = [{"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, [])),
               "errors": (errors or {}).get(i.pk)} for i in batch.pending]
     return {"batch": batch, "cards": cards, "resume": resumed.get(batch.run.pk)}
 
@@ -350,7 +347,16 @@ def _csv_safe(value):
 
 
 def agents(request):
-    return render(request, "interrupts/agents.html", {"agents": selectors.agents_overview()})
+    return render(request, "interrupts/agents.html", {"agents": selectors.agents_overview(),
+                                                      "policies": selectors.policies_overview()})
+
+
+def _secret_shown_once(request, agent: Agent, secret: str, *, rotated: bool):
+    # Rendered, not redirected with a message: a secret in the session or a
+    # cookie would outlive this one page.
+    response = render(request, "interrupts/agent_secret.html", {"agent": agent, "secret": secret, "rotated": rotated})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @staff_member_required
@@ -362,5 +368,35 @@ def agent_edit(request, name: str | None = None):
         messages.success(request, f"Saved agent {saved.name}.")
         for notice in form.notices:  # e.g. the credential was dropped: the URL moved to another origin
             messages.warning(request, notice)
+        if agent is None:  # registered just now: its signing secret is shown this once
+            return _secret_shown_once(request, saved, saved.signing_secret, rotated=False)
         return redirect("agents")
     return render(request, "interrupts/agent_form.html", {"form": form, "agent": agent})
+
+
+@staff_member_required
+@require_POST
+def agent_rotate_secret(request, name: str):
+    """Rotate an agent's signing secret and show the new one, once; the old one stops verifying at once."""
+    agent = get_object_or_404(Agent, name=name)
+    return _secret_shown_once(request, agent, agent.rotate_signing_secret(), rotated=True)
+
+
+@staff_member_required
+def policy_edit(request, pk: int | None = None):
+    policy = get_object_or_404(Policy, pk=pk) if pk else None
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, f"Saved policy {saved.name}.")
+        return redirect("agents")
+    return render(request, "interrupts/policy_form.html", {"form": form, "policy": policy})
+
+
+@staff_member_required
+@require_POST
+def policy_delete(request, pk: int):
+    policy = get_object_or_404(Policy, pk=pk)
+    policy.delete()
+    messages.success(request, f"Deleted policy {policy.name}; its interrupts now follow the next most specific one.")
+    return redirect("agents")

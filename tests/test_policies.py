@@ -250,3 +250,122 @@ def test_a_resume_carries_the_requester_on_and_the_decider_is_not_it():
     assert resume.created_by == reviewer and resume.requested_by == requester
     assert runs.resume_entries(interrupt.run)[0]["metadata"]["countersign"]["decisions"][0]["username"] \
         == reviewer.username
+
+
+# --- the REST API says the same ---------------------------------------------------
+
+
+def _api(user):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_the_api_shows_each_interrupts_policy_progress_and_whether_the_caller_may_decide():
+    agent, finance = make.agent(), Group.objects.create(name="Finance")
+    make.policy(agent=agent, groups=[finance], required_approvals=2, name="two from finance")
+    alice, outsider = make.user(), make.user()
+    alice.groups.add(finance)
+    interrupt = raised(agent)
+    decisions.decide(interrupt, alice, "resolved", APPROVE)
+    [shown] = _api(outsider).get("/api/interrupts/").json()["results"]
+    assert shown["policy"] == {"name": "two from finance", "required_approvals": 2, "allow_self_approval": False,
+                               "waiting_for": "Finance"}
+    assert (shown["approvals"], shown["can_decide"], shown["refusal"]) == (1, False, "NOT_ELIGIBLE")
+    assert _api(outsider).get("/api/interrupts/", {"scope": "mine"}).json()["results"] == []
+    refused = _api(outsider).post(f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve"}, format="json")
+    assert refused.status_code == 403 and refused.json()["code"] == "NOT_ELIGIBLE"
+    detail = _api(alice).get(f"/api/interrupts/{interrupt.pk}/").json()
+    assert [(d["user"]["username"], d["action"], d["policy"]) for d in detail["decisions"]] == [
+        (alice.username, "approve", "two from finance")]
+
+
+def test_the_api_list_reads_policies_once_whatever_the_page_size(django_assert_max_num_queries):
+    agent = make.agent()
+    make.policy(agent=agent, required_approvals=2)
+    reader = make.user()
+    for n in range(30):
+        raised(agent, interrupt_id=f"int-{n}")
+    client = _api(reader)
+    with django_assert_max_num_queries(12):
+        assert len(client.get("/api/interrupts/", {"scope": "mine"}).json()["results"]) == 30
+
+
+# --- the Agents page, for staff ---------------------------------------------------
+
+
+def _browser(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_staff_add_edit_and_delete_policies_on_the_agents_page():
+    agent, finance = make.agent(name="mailer-x"), Group.objects.create(name="Finance")
+    staff = _browser(make.user(is_staff=True))
+    added = staff.post("/policies/add/", {"name": "finance mail", "agent": agent.pk, "reason": "", "tool_name": "",
+                                          "groups": [finance.pk], "required_approvals": 2})
+    assert added.status_code == 302
+    policy = policies.Policy.objects.get(name="finance mail")
+    page = staff.get("/registry/").content.decode()
+    assert "finance mail" in page and "Finance" in page
+    # The same scope twice is a form error, not a crash.
+    again = staff.post("/policies/add/", {"name": "another", "agent": agent.pk, "required_approvals": 1})
+    assert again.status_code == 200 and "already" in again.content.decode().lower()
+    staff.post(f"/policies/{policy.pk}/edit/", {"name": "finance mail", "agent": agent.pk, "required_approvals": 3})
+    assert policies.Policy.objects.get(pk=policy.pk).required_approvals == 3
+    staff.post(f"/policies/{policy.pk}/delete/")
+    assert not policies.Policy.objects.filter(pk=policy.pk).exists()
+
+
+def test_a_reviewer_reads_policies_but_cannot_change_them():
+    reviewer = _browser(make.user())
+    assert reviewer.get("/registry/").status_code == 200
+    refused = reviewer.post("/policies/add/", {"name": "mine", "required_approvals": 1})
+    assert refused.status_code == 302 and "/login" in refused["Location"]
+    assert not policies.Policy.objects.filter(name="mine").exists()
+
+
+def test_a_signing_secret_is_shown_once_when_registered_and_when_rotated():
+    staff = _browser(make.user(is_staff=True))
+    made = staff.post("/registry/add/", {"name": "signed", "url": "https://agent.example/run/"})
+    agent = policies.Policy._meta.apps.get_model("interrupts", "Agent").objects.get(name="signed")
+    assert made.status_code == 200 and agent.signing_secret in made.content.decode()
+    assert made["Cache-Control"] == "no-store"
+    assert agent.signing_secret not in staff.get("/registry/").content.decode()
+    old = agent.signing_secret
+    rotated = staff.post("/registry/signed/rotate-secret/")
+    agent.refresh_from_db()
+    assert agent.signing_secret != old and agent.signing_secret in rotated.content.decode()
+    assert _browser(make.user()).post("/registry/signed/rotate-secret/").status_code == 302  # to the login page
+    agent.refresh_from_db()
+    assert agent.signing_secret in rotated.content.decode()
+
+
+def test_the_inbox_card_is_read_only_for_whom_the_policy_does_not_admit():
+    agent, finance = make.agent(), Group.objects.create(name="Finance")
+    make.policy(agent=agent, groups=[finance], required_approvals=2)
+    alice, outsider = make.user(), make.user()
+    alice.groups.add(finance)
+    interrupt = raised(agent)
+    seen = _browser(outsider).get("/inbox/?scope=all").content.decode()
+    assert "Waiting for Finance." in seen and f'action="/interrupts/{interrupt.pk}/decide/"' not in seen
+    assert "0 of 2 approvals" in seen
+    assert "Nothing waits for you" in _browser(outsider).get("/inbox/").content.decode()
+    decisions.decide(interrupt, alice, "resolved", APPROVE)
+    mine = _browser(alice).get("/inbox/?scope=all").content.decode()
+    assert "1 of 2 approvals" in mine and "You approved this" in mine
+
+
+def test_the_inbox_reads_policies_once_per_page(django_assert_max_num_queries):
+    agent = make.agent()
+    make.policy(agent=agent, required_approvals=2)
+    for n in range(20):
+        raised(agent, run=make.run(make.thread(agent=agent), status="interrupted"), interrupt_id=f"i-{n}")
+    client = _browser(make.user())
+    with django_assert_max_num_queries(25):
+        assert client.get("/inbox/").status_code == 200

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from .. import policies
 from ..models import MAX_REQUIRED_APPROVALS, Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
 
@@ -200,8 +201,8 @@ class DecisionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Decision
-        fields = ["id", "interrupt", "user", "status", "payload", "edited_args", "metadata", "comment",
-                  "created_at", "superseded_at"]
+        fields = ["id", "interrupt", "user", "status", "action", "payload", "edited_args", "metadata", "comment",
+                  "policy", "required_approvals", "created_at", "superseded_at"]
 
 
 class InterruptSerializer(serializers.ModelSerializer):
@@ -209,15 +210,56 @@ class InterruptSerializer(serializers.ModelSerializer):
     thread = serializers.CharField(source="run.thread.thread_id", read_only=True)
     agent = serializers.CharField(source="run.agent.name", read_only=True)
     supports_edits = serializers.SerializerMethodField(help_text="The responseSchema offers editedArgs.")
+    policy = serializers.SerializerMethodField(help_text="The approval policy in force for this interrupt.")
+    approvals = serializers.SerializerMethodField(
+        help_text="Standing approvals so far (while pending, under a quorum), or the decisions that closed it.")
+    can_decide = serializers.SerializerMethodField(
+        help_text="Whether the requesting user may decide it now (eligible, and not their own request).")
+    refusal = serializers.SerializerMethodField(
+        help_text="Why the requesting user may not decide it (NOT_ELIGIBLE, SELF_APPROVAL), or null.")
 
     class Meta:
         model = Interrupt
         fields = ["id", "interrupt_id", "run", "thread", "agent", "reason", "message", "status", "tool_call_id",
                   "tool_name", "proposed_args", "response_schema", "supports_edits", "expires_at", "metadata",
-                  "problems", "closed_reason", "created_at", "closed_at"]
+                  "problems", "closed_reason", "created_at", "closed_at", "policy", "approvals", "can_decide",
+                  "refusal"]
 
     def get_supports_edits(self, interrupt) -> bool:
         return supports_edits(interrupt.response_schema)
+
+    def _rule(self, interrupt) -> policies.Rule:
+        # The page's policies are read once, for every interrupt on it.
+        rules = self.context.get("rules")
+        if rules is None or interrupt.pk not in rules:
+            page = getattr(self.parent, "instance", None)
+            rules = self.context["rules"] = policies.rules_for(list(page) if page is not None else [interrupt])
+        return rules[interrupt.pk]
+
+    @extend_schema_field({"type": "object", "properties": {
+        "name": {"type": "string"}, "required_approvals": {"type": "integer"},
+        "allow_self_approval": {"type": "boolean"}, "waiting_for": {"type": "string"}}})
+    def get_policy(self, interrupt) -> dict:
+        rule = self._rule(interrupt)
+        return {"name": rule.name, "required_approvals": rule.required_approvals,
+                "allow_self_approval": rule.allow_self_approval, "waiting_for": rule.waiting_for}
+
+    def get_approvals(self, interrupt) -> int:
+        standing = getattr(interrupt, "standing", None)
+        if standing is None:
+            standing = sum(1 for d in interrupt.decisions.all() if d.superseded_at is None)
+        return standing
+
+    def _refusal(self, interrupt):
+        request = self.context.get("request")
+        return policies.refusal(request.user, self._rule(interrupt), interrupt) if request else None
+
+    def get_can_decide(self, interrupt) -> bool:
+        return interrupt.status == Interrupt.Status.PENDING and self._refusal(interrupt) is None
+
+    def get_refusal(self, interrupt) -> str | None:
+        refused = self._refusal(interrupt)
+        return refused.code if refused else None
 
 
 class InterruptDetailSerializer(InterruptSerializer):

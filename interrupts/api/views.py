@@ -13,7 +13,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from .. import decisions, runs
+from .. import decisions, policies, runs
 from ..models import Agent, Event, Interrupt, Policy, Run, Thread
 from ..refusals import Refusal
 from . import serializers as s
@@ -195,16 +195,24 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     @extend_schema(parameters=[
         OpenApiParameter("status", str, enum=Interrupt.Status.values),
         OpenApiParameter("agent", str), OpenApiParameter("reason", str), OpenApiParameter("thread", str),
+        OpenApiParameter("scope", str, enum=["all", "mine"],
+                         description="mine: only those waiting for the caller (they may decide them and have not)."),
     ])
     def list(self, request, *args, **kwargs):
-        """Interrupts, oldest first; filter by status (default pending), agent, reason, thread."""
+        """Interrupts, oldest first; filter by status (default pending), agent, reason, thread, scope."""
         return super().list(request, *args, **kwargs)
 
     def get_queryset(self):
         queryset = Interrupt.objects.select_related("run__thread", "run__agent").order_by("created_at", "pk")
         if self.action != "list":
             return queryset.prefetch_related("decisions__user")
+        queryset = queryset.annotate(standing=Count("decisions", filter=Q(decisions__superseded_at__isnull=True)))
         params = self.request.query_params
+        scope = params.get("scope", "all")
+        if scope not in ("all", "mine"):
+            raise ValidationError({"scope": "One of all, mine."})
+        if scope == "mine":
+            queryset = queryset.filter(policies.decidable_by(self.request.user))
         wanted = params.get("status", Interrupt.Status.PENDING)
         if wanted != "all":
             if wanted not in Interrupt.Status.values:

@@ -199,8 +199,8 @@ def test_the_author_may_revise_a_draft_until_the_batch_is_sent(api):
     assert history[0]["superseded_at"] is not None and history[1]["superseded_at"] is None
     assert decide(api, date, action="respond", payload={"date": "2026-12-24"}).status_code == 201
     resumed = resumed_run(api, date)
-    assert resumed["input"]["resume"][0] == {"interruptId": "approve-budget", "status": "resolved",
-                                             "payload": {"approved": False}}
+    assert answers(resumed["input"]["resume"])[0] == {"interruptId": "approve-budget", "status": "resolved",
+                                                      "payload": {"approved": False}}
     too_late = decide(api, budget, action="approve")
     assert too_late.status_code == 409 and too_late.json()["code"] == "ALREADY_DECIDED"
 

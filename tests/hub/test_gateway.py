@@ -44,7 +44,8 @@ async def test_a_resume_through_the_gateway_is_recorded_as_the_callers_decision(
     resume = [{"interruptId": "approve-deploy", "status": "resolved", "payload": {"build": 42}}]
     second = await gateway("deployer", resume_body(first, "gw-resume", "r2", resume))
     assert second.events[0]["runId"] == "r2"
-    assert "Deployed build 42." in second.said()
+    # Signed and attested: the deployer verified who approved (the token's user) before deploying.
+    assert "Deployed build 42, approved by reviewer." in second.said()
     [answered] = api.get("/api/interrupts/", params={"thread": "gw-resume", "status": "resolved"}).json()["results"]
     [decision] = api.get(f"/api/interrupts/{answered['id']}/").json()["decisions"]
     assert decision["user"]["username"] == "reviewer"

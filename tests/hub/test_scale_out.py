@@ -321,11 +321,11 @@ def test_fifty_decisions_on_one_batch_at_once_send_one_resume_with_every_answer(
         ({"interruptId": f"int-{n}", "status": "resolved", "payload": {"approved": True}} for n in range(BATCH)),
         key=lambda e: e["interruptId"],
     )
-    assert sorted(resumed["input"]["resume"], key=lambda e: e["interruptId"]) == expected
+    assert sorted(answers(resumed["input"]["resume"]), key=lambda e: e["interruptId"]) == expected
     assert [r["run_id"] for r in runs_of(apps[0], [run["thread"]])] == [run["run_id"], resumed["run_id"]]
     assert scripted.calls_per_run([run["thread"]]) == {run["run_id"]: 1, resumed["run_id"]: 1}
     [sent] = [body for _, body in list(scripted.bodies) if body.get("runId") == resumed["run_id"]]
-    assert sorted(sent["resume"], key=lambda e: e["interruptId"]) == expected
+    assert sorted(answers(sent["resume"]), key=lambda e: e["interruptId"]) == expected
 
 
 def test_demo_agents_keep_working_when_the_process_that_registered_them_stops(apps):
