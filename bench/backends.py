@@ -239,11 +239,19 @@ def agent(prefix: str) -> Iterator[AgentProcess]:
 
 
 def register_agent(app: ServedApp, name: str, url: str) -> None:
-    """Register an agent through the REST API (POST /api/agents/, staff only)."""
+    """Register an agent through the REST API (POST /api/agents/, staff only).
+
+    With a policy letting the demo reviewer approve the runs they start: the
+    benchmarks are one person starting runs and deciding them.
+    """
     with app.api() as api:
         response = api.post("/api/agents/", json={"name": name, "url": url})
         if response.status_code != 201:
             raise RuntimeError(f"POST /api/agents/ {name}: {response.status_code} {response.text}")
+        response = api.post("/api/policies/", json={"name": f"bench: {name}", "agent": name,
+                                                    "allow_self_approval": True})
+        if response.status_code != 201:
+            raise RuntimeError(f"POST /api/policies/ {name}: {response.status_code} {response.text}")
 
 
 def session_cookie(app: ServedApp, username: str = "reviewer", password: str = "countersign") -> str:

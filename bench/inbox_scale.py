@@ -95,7 +95,11 @@ def populate(total: int, threads: int) -> None:
         # planner guesses row counts and the figures are of a state that never lasts.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
-    get_user_model().objects.create_user("bench", password="bench-password-1")
+    # A reviewer: the inbox opens on what waits for them, which is every interrupt here.
+    from django.contrib.auth.models import Group
+
+    get_user_model().objects.create_user("bench", password="bench-password-1").groups.add(
+        Group.objects.get(name="Reviewers"))
 
 
 def measure(client, url: str) -> tuple[float, int, list]:
@@ -132,6 +136,7 @@ def run(total: int, database_url: str) -> dict:
         "first page": measure(client, "/inbox/"),
         "filtered (agent, reason)": measure(client, "/inbox/?agent=bench-1&reason=tool_call"),
         f"page {last_page}": measure(client, f"/inbox/?page={last_page}"),
+        "all pending": measure(client, "/inbox/?scope=all"),
     }
 
 

@@ -19,8 +19,8 @@ ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 
 
 @database_sync_to_async
-def session_cookie() -> tuple[bytes, bytes]:
-    user = make.user()
+def session_cookie(reviewer: bool = True) -> tuple[bytes, bytes]:
+    user = make.user(reviewer=reviewer)
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
     session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -51,11 +51,26 @@ async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
     await database_sync_to_async(make.interrupt)()
     communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
     assert connected
-    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1}
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 1}
     # The broadcaster counts once for every watcher.
     await database_sync_to_async(make.interrupt)()
     await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
     assert await communicator.receive_json_from() == {"type": "changed", "reason": "raised", "thread": 7, "pending": 2}
+    # What waits for this reader follows once the burst has settled: one count per socket, not per change.
+    await database_sync_to_async(relay.inbox_changed)(7, 4, "raised")
+    assert (await communicator.receive_json_from())["type"] == "changed"
+    assert await communicator.receive_json_from(timeout=3) == {"type": "mine", "pending": 2, "mine": 2}
+    assert await communicator.receive_nothing(timeout=1.5)
+    await communicator.disconnect()
+
+
+async def test_the_badge_counts_only_what_waits_for_this_reader():
+    # A reader without the decide permission: everything is pending, nothing waits for them.
+    cookie = await session_cookie(reviewer=False)
+    await database_sync_to_async(make.interrupt)()
+    communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 0}
     await communicator.disconnect()
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from interrupts.models import Decision, Interrupt, Run
+from interrupts.models import Agent, Decision, Interrupt, Run
 
 from . import factories as make
 
@@ -216,7 +216,9 @@ def test_only_staff_register_agents(client):
     client.force_login(make.user(is_staff=True))
     response = client.post(reverse("agent-add"), {"name": "ext", "url": "http://127.0.0.1:9/x/", "description": "",
                                                   "auth_header": "", "auth_value": "", "capabilities": "{}"})
-    assert response.status_code == 302
+    # Registered: the page shows its signing secret, once, instead of redirecting.
+    assert response.status_code == 200
+    assert Agent.objects.get(name="ext").signing_secret in response.content.decode()
     assert "ext" in client.get(reverse("agents")).content.decode()
 
 

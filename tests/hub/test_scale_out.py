@@ -22,7 +22,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from ..agui import answers
+from ..agui import answers as attested
 from ..servers import ROOT, cluster, stop_all
 from .conftest import events, finished_run, pending, start, wait_for
 from .scripted_agent import Gate
@@ -193,7 +193,7 @@ def test_resumes_decided_through_different_processes_are_each_sent_exactly_once(
     assert scripted.calls_per_run(threads, resumes=True) == Counter(r["run_id"] for r in resumes)
     assert scripted.calls_per_run(threads, resumes=False) == Counter(r["run_id"] for r in started)
     sent = [body for _, body in list(scripted.bodies) if body.get("threadId") in threads and body.get("resume")]
-    assert all(answers(body["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+    assert all(attested(body["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
                for body in sent)
     assert Counter(process_of(apps, r["claimed_by"]) for r in resumes) == {n: MAX_STREAMS for n in range(PROCESSES)}
 
@@ -321,11 +321,11 @@ def test_fifty_decisions_on_one_batch_at_once_send_one_resume_with_every_answer(
         ({"interruptId": f"int-{n}", "status": "resolved", "payload": {"approved": True}} for n in range(BATCH)),
         key=lambda e: e["interruptId"],
     )
-    assert sorted(answers(resumed["input"]["resume"]), key=lambda e: e["interruptId"]) == expected
+    assert sorted(attested(resumed["input"]["resume"]), key=lambda e: e["interruptId"]) == expected
     assert [r["run_id"] for r in runs_of(apps[0], [run["thread"]])] == [run["run_id"], resumed["run_id"]]
     assert scripted.calls_per_run([run["thread"]]) == {run["run_id"]: 1, resumed["run_id"]: 1}
     [sent] = [body for _, body in list(scripted.bodies) if body.get("runId") == resumed["run_id"]]
-    assert sorted(answers(sent["resume"]), key=lambda e: e["interruptId"]) == expected
+    assert sorted(attested(sent["resume"]), key=lambda e: e["interruptId"]) == expected
 
 
 def test_demo_agents_keep_working_when_the_process_that_registered_them_stops(apps):
