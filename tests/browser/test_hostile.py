@@ -241,7 +241,7 @@ def test_audit_agents_and_registry_forms_are_inert(reviewer, site, hostile):
     expect(reviewer.page.get_by_test_id("audit-row").first).to_contain_text(MARK)
     probe(reviewer, f"/threads/{hostile['audited']}/audit/")
     probe(reviewer, "/registry/")
-    expect(reviewer.page.locator("table")).to_contain_text("<svg onload=")
+    expect(reviewer.page.get_by_test_id("agents")).to_contain_text("<svg onload=")
     probe(reviewer, "/registry/hostile/edit/")
     _still_pending(site, hostile["pending"])
 
