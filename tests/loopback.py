@@ -84,3 +84,42 @@ class LoopbackAgent:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class ShipRecorder(LoopbackAgent):
+    """Asks for one tool-bound approval (``approve-ship`` of ``ship`` ``tc-ship``), succeeds on resume.
+
+    Keeps every POST as (raw body, headers, parsed body), so a test can
+    check Countersign's signature over the exact bytes it sent.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[bytes, dict, dict]] = []
+        self.lock = threading.Lock()
+
+    def answer(self, handler, path, body) -> None:
+        with self.lock:
+            self.requests.append((handler.raw_body, dict(handler.headers), body))
+        ids = {"threadId": body["threadId"], "runId": body["runId"]}
+        if body.get("resume"):
+            frames = [frame({"type": "RUN_STARTED", **ids}),
+                      frame({"type": "RUN_FINISHED", **ids, "outcome": {"type": "success"}})]
+        else:
+            frames = [
+                frame({"type": "RUN_STARTED", **ids}),
+                frame({"type": "TOOL_CALL_START", "toolCallId": "tc-ship", "toolCallName": "ship"}),
+                frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-ship", "delta": '{"to": "prod"}'}),
+                frame({"type": "TOOL_CALL_END", "toolCallId": "tc-ship"}),
+                frame({"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": [
+                    {"id": "approve-ship", "reason": "tool_call", "toolCallId": "tc-ship", "message": "Ship?"}]}}),
+            ]
+        stream(handler, frames)
+
+    def resumes(self, thread: str) -> list[tuple[bytes, dict, dict]]:
+        with self.lock:
+            return [r for r in self.requests if r[2]["threadId"] == thread and r[2].get("resume")]
+
+    def calls(self, thread: str) -> int:
+        with self.lock:
+            return sum(1 for r in self.requests if r[2]["threadId"] == thread)

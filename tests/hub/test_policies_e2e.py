@@ -16,7 +16,6 @@ People (tokens made with `manage.py shell`):
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 
@@ -28,7 +27,7 @@ from interrupts.protocol import signing
 from interrupts.sdk.verify import attested_approvals
 
 from ..agui import post_run
-from ..loopback import LoopbackAgent, frame, stream
+from ..loopback import ShipRecorder
 from ..servers import ServedApp, manage
 from .conftest import events, finished_run, wait_for
 
@@ -53,39 +52,7 @@ print(json.dumps(tokens))
 """
 
 
-class Recorder(LoopbackAgent):
-    """Asks to run ``ship`` (tool call tc-ship) once per thread; succeeds on any resume. Keeps every request."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[tuple[bytes, dict, dict]] = []
-        self.lock = threading.Lock()
-
-    def answer(self, handler, path, body) -> None:
-        with self.lock:
-            self.requests.append((handler.raw_body, dict(handler.headers), body))
-        ids = {"threadId": body["threadId"], "runId": body["runId"]}
-        if body.get("resume"):
-            frames = [frame({"type": "RUN_STARTED", **ids}),
-                      frame({"type": "RUN_FINISHED", **ids, "outcome": {"type": "success"}})]
-        else:
-            frames = [
-                frame({"type": "RUN_STARTED", **ids}),
-                frame({"type": "TOOL_CALL_START", "toolCallId": "tc-ship", "toolCallName": "ship"}),
-                frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-ship", "delta": '{"to": "prod"}'}),
-                frame({"type": "TOOL_CALL_END", "toolCallId": "tc-ship"}),
-                frame({"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": [
-                    {"id": "approve-ship", "reason": "tool_call", "toolCallId": "tc-ship", "message": "Ship?"}]}}),
-            ]
-        stream(handler, frames)
-
-    def resumes(self, thread: str) -> list[tuple[bytes, dict, dict]]:
-        with self.lock:
-            return [r for r in self.requests if r[2]["threadId"] == thread and r[2].get("resume")]
-
-    def calls(self, thread: str) -> int:
-        with self.lock:
-            return sum(1 for r in self.requests if r[2]["threadId"] == thread)
+Recorder = ShipRecorder
 
 
 class Deployment:

@@ -1,14 +1,14 @@
 """Every request Countersign sends an agent is signed over its exact bytes, and its answers attested.
 
-``Recorder`` is a real HTTP agent of this file: it keeps each POST's raw
-body and headers, asks for one tool-bound approval, and succeeds on resume.
+``Recorder`` (tests/loopback.py's ShipRecorder) is a real HTTP agent: it
+keeps each POST's raw body and headers, asks for one tool-bound approval,
+and succeeds on resume.
 The hub is `manage.py serve` (tests/hub/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
@@ -17,33 +17,11 @@ from ag_ui.core import RunAgentInput
 from interrupts.protocol import signing
 from interrupts.sdk.verify import attested_approvals
 
-from ..loopback import LoopbackAgent, frame, stream
+from ..loopback import ShipRecorder
 from .conftest import events, finished_run, pending, start, wait_for
 
 
-class Recorder(LoopbackAgent):
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[tuple[bytes, dict]] = []
-        self.lock = threading.Lock()
-
-    def answer(self, handler, path, body) -> None:
-        with self.lock:
-            self.requests.append((handler.raw_body, dict(handler.headers)))
-        ids = {"threadId": body["threadId"], "runId": body["runId"]}
-        if body.get("resume"):
-            outcome = {"type": "success"}
-            frames = [frame({"type": "RUN_STARTED", **ids}), frame({"type": "RUN_FINISHED", **ids, "outcome": outcome})]
-        else:
-            frames = [
-                frame({"type": "RUN_STARTED", **ids}),
-                frame({"type": "TOOL_CALL_START", "toolCallId": "tc-ship", "toolCallName": "ship"}),
-                frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-ship", "delta": '{"to": "prod"}'}),
-                frame({"type": "TOOL_CALL_END", "toolCallId": "tc-ship"}),
-                frame({"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": [
-                    {"id": "approve-ship", "reason": "tool_call", "toolCallId": "tc-ship", "message": "Ship?"}]}}),
-            ]
-        stream(handler, frames)
+Recorder = ShipRecorder
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +55,7 @@ def test_the_first_run_and_its_resume_are_signed_over_the_bytes_sent(api, record
     assert api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "approve", "comment": "go"}).status_code == 201
     wait_for(lambda: len(recorder.requests) >= 2)
 
-    (first_raw, first_headers), (resume_raw, resume_headers) = recorder.requests[-2:]
+    (first_raw, first_headers, _), (resume_raw, resume_headers, _) = recorder.requests[-2:]
     for raw, headers in ((first_raw, first_headers), (resume_raw, resume_headers)):
         assert headers["Content-Type"] == "application/json"
         stamped = signing.verify(registered, header_of(headers), raw, time.time())
@@ -103,7 +81,7 @@ def test_a_rotated_secret_signs_the_next_request(hub, api, recorder, registered)
     count = len(recorder.requests)
     run = start(api, "x-recorder", "again")
     assert finished_run(api, run["run_id"])["status"] == "interrupted"
-    raw, headers = recorder.requests[count]
+    raw, headers, _ = recorder.requests[count]
     signing.verify(secret, header_of(headers), raw, time.time())
     with pytest.raises(signing.SignatureError):
         signing.verify(registered, header_of(headers), raw, time.time())
