@@ -45,3 +45,8 @@ class InterruptsConfig(AppConfig):
             m2m_changed.connect(trail.policy_members_changed, sender=members,
                                 dispatch_uid=f"countersign-trail-{members.__name__}")
         post_migrate.connect(_ensure_reviewers, sender=self, dispatch_uid="countersign-reviewers")
+        # The inbox's "waiting for me" reads each pending interrupt's governing policy.
+        from . import policies
+
+        post_save.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-saved")
+        post_delete.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-deleted")

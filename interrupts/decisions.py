@@ -26,6 +26,7 @@ version, and writes.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
@@ -177,6 +178,9 @@ class _Checked:
     comment: str
     action: str
     rule: policies.Rule
+    # The standing answer the reviewer saw (``answer_digest``), or None: a plain
+    # approval joins another person's answer only if it is the one they saw.
+    seen: str | None = None
 
     def record(self, interrupt: Interrupt, user) -> Decision:
         return Decision.objects.create(
@@ -189,17 +193,29 @@ class _Checked:
     def joining(self, approved: Decision) -> _Checked:
         """This plain approval, applied to the answer ``approved`` already carries (edited args included)."""
         return _Checked(self.status, approved.payload, self.metadata, approved.edited_args, self.comment,
-                        self.action, self.rule)
+                        self.action, self.rule, self.seen)
 
 
 def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
-           rule: policies.Rule) -> _Checked:
+           rule: policies.Rule, seen: str | None) -> _Checked:
     """Every check of the answer against what the agent sent, done outside any transaction."""
     if len(comment) > MAX_COMMENT_CHARS:
         raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
     _checked(interrupt, status, payload, metadata, now)
     edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
-    return _Checked(status, payload, metadata, edited, comment, action_of(interrupt, status, payload), rule)
+    return _Checked(status, payload, metadata, edited, comment, action_of(interrupt, status, payload), rule, seen)
+
+
+def answer_digest(decision: Decision | None) -> str:
+    """A short digest of the answer a standing decision carries ("" for none): what a page shows and posts back."""
+    if decision is None:
+        return ""
+    return hashlib.sha256(signing.canonical({"status": decision.status, "payload": decision.payload})).hexdigest()[:16]
+
+
+def standing_answer(live: list[Decision]) -> Decision | None:
+    """The answer a plain approval of this pending interrupt would join: the latest standing decision."""
+    return live[-1] if live else None
 
 
 def _refuse_if_expired(interrupt: Interrupt) -> None:
@@ -210,7 +226,8 @@ def _refuse_if_expired(interrupt: Interrupt) -> None:
                       interrupt_id=interrupt.interrupt_id)
 
 
-def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "") -> Decision:
+def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
+           seen: str | None = None) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
     Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
@@ -230,8 +247,13 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
 
     Under a quorum (``required_approvals`` > 1) the interrupt stays pending
     until that many distinct eligible people approve the same answer; each
-    approver may change their own answer meanwhile. With one approval, the
-    author may change their answer (``revise``) until the batch is sent.
+    approver may change their own answer meanwhile. A plain approval joins
+    another person's standing answer (their edited args, their form answer)
+    only when ``seen`` is that answer's ``answer_digest``, as the page showed
+    it: otherwise ``ANSWER_CHANGED`` (409), so nobody approves args they never
+    saw. An approver who lost their eligibility meanwhile no longer counts.
+    With one approval, the author may change their answer (``revise``) until
+    the batch is sent.
 
     The race: policy and answer are checked first, with no lock held (see
     the module docstring); then the batch is locked, the interrupt re-read,
@@ -245,7 +267,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     policies.refuse_unless_eligible(user, rule, current)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
-    checked = _check(current, status, payload, metadata, comment, now, rule)
+    checked = _check(current, status, payload, metadata, comment, now, rule, seen)
     with transaction.atomic():
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
@@ -261,16 +283,30 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
 
 def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     """Add ``user``'s answer to a pending interrupt under its batch's lock; close it if this completes it."""
-    approvals = list(interrupt.decisions.filter(superseded_at__isnull=True))
-    if checked.action == "approve" and (others := [d for d in approvals if d.user_id != user.pk]):
-        checked = checked.joining(others[-1])
-    # Approvals of another answer, and this reviewer's own earlier answer, no longer count.
+    approvals = list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
+    others = [d for d in approvals if d.user_id != user.pk]
+    if checked.action == "approve" and others:
+        joined = standing_answer(others)
+        if (joined.status, joined.payload) != (checked.status, checked.payload):
+            if checked.seen != answer_digest(joined):
+                who = joined.user.get_full_name() or joined.user.get_username()
+                raise Refusal(
+                    "ANSWER_CHANGED",
+                    f"Interrupt {interrupt.interrupt_id}'s standing answer is now {who}'s "
+                    f"({joined.action or joined.status}), not the one you saw: look at it again, then approve "
+                    "it, or answer with your own edits.",
+                    interrupt_id=interrupt.interrupt_id, standing=answer_digest(joined),
+                )
+            checked = checked.joining(joined)
+    # No longer standing: approvals of another answer, this reviewer's own earlier
+    # answer, and approvals by people who lost the right to decide since
+    # (left the group, deactivated): none of them is counted or attested.
     stale = [d for d in approvals if d.user_id == user.pk or d.payload != checked.payload
-             or d.status != checked.status]
+             or d.status != checked.status or policies.refusal(d.user, checked.rule, interrupt) is not None]
     if stale:
         Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
-    standing = len(approvals) - len(stale) + 1
-    closes = ends_at_once(checked.action) or standing >= checked.rule.required_approvals
+    counted = len(approvals) - len(stale)
+    closes = ends_at_once(checked.action) or counted + 1 >= checked.rule.required_approvals
     change = {"status": checked.status, "closed_at": now} if closes else {}
     won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
         version=F("version") + 1, **change

@@ -41,6 +41,8 @@ class DecideForm(forms.Form):
     payload = JSONTextField()
     edited_args = JSONTextField(expect=dict)
     comment = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+    # The standing answer the card showed (decisions.answer_digest): a plain approval joins only that one.
+    seen = forms.CharField(required=False, max_length=64)
 
     def clean(self):
         cleaned = super().clean()

@@ -343,6 +343,10 @@ class Interrupt(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
     # Why it closed without a decision of its own (expiry, a sibling's expiry).
     closed_reason = models.CharField(max_length=300, blank=True)
+    # The policy that governs it (null: the site default), resolved when it is
+    # raised and again whenever policies change: what the inbox's "waiting for
+    # me" filters on. Deciding resolves it afresh (``policies.rule_for``).
+    policy = models.ForeignKey("Policy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         ordering = ["created_at", "pk"]
@@ -497,9 +501,13 @@ class Policy(models.Model):
 
     @property
     def specificity(self) -> tuple[int, bool, bool, bool]:
-        """How narrowly this policy applies: more narrowing fields first, then agent, reason, tool."""
-        narrowed = (self.agent_id is not None, bool(self.reason), bool(self.tool_name))
-        return (sum(narrowed), *narrowed)
+        """How narrowly this policy applies: more narrowing fields first, then agent, tool, reason.
+
+        A tool before a reason: the tool is what acts, and an agent choosing
+        its reason must not escape a policy on the tool it calls.
+        """
+        return (sum((self.agent_id is not None, bool(self.tool_name), bool(self.reason))),
+                self.agent_id is not None, bool(self.tool_name), bool(self.reason))
 
 
 class APIToken(TokenProxy):

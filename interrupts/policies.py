@@ -149,40 +149,66 @@ def refuse_unless_eligible(user, rule: Rule, interrupt: Interrupt) -> None:
         raise problem
 
 
-def _scope(policy: Policy) -> Q:
-    # Not Q(): an empty Q vanishes when OR-ed, and a policy for every agent matches everything.
-    q = Q(pk__isnull=False)
-    if policy.agent_id is not None:
-        q &= Q(run__agent_id=policy.agent_id)
-    if policy.reason:
-        q &= Q(reason=policy.reason)
-    if policy.tool_name:
-        q &= Q(tool_name=policy.tool_name)
-    return q
+def assign(interrupts: list[Interrupt], agent_id: int) -> None:
+    """Set each (unsaved) interrupt's governing policy, as ``rules_for`` would resolve it now."""
+    policies = _policies()
+    for interrupt in interrupts:
+        winner = next((p for p in policies if _matches(p, agent_id, interrupt.reason, interrupt.tool_name)), None)
+        interrupt.policy_id = winner.pk if winner is not None else None
+
+
+#: Pending interrupts re-resolved per query when policies change.
+REASSIGN_CHUNK = 2000
+
+
+def reassign_pending() -> int:
+    """Resolve every pending interrupt's governing policy again (after a policy was added, changed or removed).
+
+    Runs when a policy changes, which is rare and done by staff; memory stays
+    flat (chunks of ``REASSIGN_CHUNK``), and only rows whose policy changed
+    are written. Returns how many changed.
+    """
+    policies = _policies()
+    changed = 0
+    last = 0
+    while True:
+        chunk = list(Interrupt.objects.filter(status=Interrupt.Status.PENDING, pk__gt=last).order_by("pk")
+                     .values_list("pk", "run__agent_id", "reason", "tool_name", "policy_id")[:REASSIGN_CHUNK])
+        if not chunk:
+            return changed
+        moves: dict[int | None, list[int]] = {}
+        for pk, agent_id, reason, tool_name, current in chunk:
+            winner = next((p.pk for p in policies if _matches(p, agent_id, reason, tool_name)), None)
+            if winner != current:
+                moves.setdefault(winner, []).append(pk)
+        for winner, pks in moves.items():
+            changed += Interrupt.objects.filter(pk__in=pks).update(policy_id=winner)
+        last = chunk[-1][0]
+
+
+def policy_changed(sender, **kwargs) -> None:
+    """Signal receiver (apps.py): a policy was saved or deleted; the inbox's listing follows."""
+    if kwargs.get("raw"):
+        return
+    reassign_pending()
 
 
 def decidable_by(user) -> Q:
     """A filter on interrupts: those ``user`` may decide and has not yet decided ("waiting for me").
 
-    Built from the policies in Python, then applied in SQL: each policy owns
-    the interrupts it matches that no more specific policy matches, and the
-    site default owns the rest.
+    Reads each interrupt's stored governing policy (``Interrupt.policy``), so
+    the filter grows with the number of policies, not with its square.
     """
     if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
         return Q(pk__in=[])
-    policies = _policies()
-    mine = Q(pk__in=[])
-    claimed = Q(pk__in=[])  # matched by a policy seen so far (a more specific one)
-    for policy in policies:
-        scope = _scope(policy)
+    own_too, others_only = [], []
+    for policy in _policies():
         rule = _rule(policy)
         if rule.admits(user):
-            owned = scope & ~claimed
-            if not rule.allow_self_approval:
-                owned &= ~Q(run__requested_by=user)
-            mine |= owned
-        claimed |= scope
+            (own_too if rule.allow_self_approval else others_only).append(policy.pk)
+    not_mine = ~Q(run__requested_by=user)
+    mine = Q(policy_id__in=own_too) | (Q(policy_id__in=others_only) & not_mine)
     if SITE_DEFAULT.admits(user):
-        mine |= ~claimed & ~Q(run__requested_by=user)
+        mine |= Q(policy__isnull=True) & not_mine
     decided = Decision.objects.filter(interrupt=OuterRef("pk"), user=user, superseded_at__isnull=True)
     return mine & ~Exists(decided)

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import relay
+from . import policies, relay
 from .models import Event, Interrupt, Run, Thread
 from .protocol import storable
 from .protocol.contract import interrupt_problems, parse_expiry
@@ -130,6 +130,7 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
             raw=raw,
             problems=problems,
         ))
+    policies.assign(rows, run.agent_id)
     return rows
 
 

@@ -218,10 +218,18 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
     Written by Countersign alone (a reviewer's or client's ``countersign``
     key is refused), so an agent that verifies the request's signature can
     trust it: ``fingerprint`` binds the answer to its thread, interrupted
-    run, interrupt and tool call (``protocol.signing.fingerprint``).
+    run, interrupt and tool call (``protocol.signing.fingerprint``); for an
+    approved tool call, ``toolName`` and ``args`` say what was approved to run.
     """
     closing = live[-1]
+    bound = {}
+    if interrupt.tool_call_id and status == Decision.Status.RESOLVED and closing.action in ("approve", "edit"):
+        # What will run: the edited args, or the proposal as approved. Signed with
+        # the rest of the body, so an agent can run these rather than its own copy.
+        args = closing.edited_args if closing.edited_args is not None else interrupt.proposed_args
+        bound = {"toolCallId": interrupt.tool_call_id, "toolName": interrupt.tool_name or None, "args": args}
     return {
+        **bound,
         "decisions": [
             {"username": d.user.get_username(), "userId": d.user_id, "action": d.action or "",
              "at": d.created_at.isoformat(), "comment": d.comment}
@@ -369,11 +377,21 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 if not decisions.record_resume(parent, prepared, user):
                     return Accepted(verdict, None)
                 key = resume_key(parent.run_id, verdict.idempotency_key)
-                # What the agent receives is Countersign's record of the answers, attested.
-                wire_input = {**wire_input, "resume": resume_entries(parent)}
+                # What the agent receives is Countersign's record, not the client's: the
+                # answers, attested, and the thread's state and messages as the agent
+                # last sent them. A client's own state could otherwise change what an
+                # approval makes the agent do (an approval's payload names no args).
+                wire_input = {**wire_input, "resume": resume_entries(parent),
+                              "state": thread.state if thread.state is not None else {},
+                              "messages": list(thread.messages or [])}
             else:
                 _refuse_if_busy(thread)
-                Thread.objects.filter(pk=thread.pk).update(messages=wire_input.get("messages") or [])
+                # The client's conversation and state are the thread's record from now on
+                # (a resume sends the record, not whatever the client sends then).
+                recorded = {"messages": wire_input.get("messages") or []}
+                if wire_input.get("state") is not None:
+                    recorded["state"] = wire_input["state"]
+                Thread.objects.filter(pk=thread.pk).update(**recorded)
             run = _queue(thread, agent, wire_input, user=user, parent=parent, resume_key=key,
                          origin=Run.Origin.GATEWAY, claimed_by=worker)
             return Accepted(verdict, run)

@@ -71,6 +71,9 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         "approvals": approvals,
         "mine": next((d for d in approvals if d.user_id == user.pk), None),
         "remaining": max(rule.required_approvals - len(approvals), 0),
+        # What a plain approval would join: shown on the card, and posted back with it.
+        "standing": (standing := decisions.standing_answer(approvals)),
+        "seen": decisions.answer_digest(standing),
     }
 
 
@@ -131,7 +134,8 @@ def decide(request, pk: int):
             status, payload = decisions.answer_for(
                 interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
             )
-            decisions.decide(interrupt, request.user, status, payload, comment=data["comment"])
+            decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
+                             seen=data["seen"] if "seen" in request.POST else None)
         except ProtocolError as refused:
             problem = {"code": refused.code, "message": refused.message, "fields": refused.details.get("errors", [])}
     else:

@@ -5,6 +5,7 @@ import itertools
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from interrupts import policies
 from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 
 _counter = itertools.count(1)
@@ -46,7 +47,10 @@ def interrupt(run_obj=None, **fields) -> Interrupt:
     fields.setdefault("interrupt_id", f"int-{next(_counter)}")
     fields.setdefault("reason", "confirmation")
     fields.setdefault("raw", {"id": fields["interrupt_id"], "reason": fields["reason"]})
-    return Interrupt.objects.create(run=run_obj, **fields)
+    made = Interrupt(run=run_obj, **fields)
+    policies.assign([made], run_obj.agent_id)  # as recording does when an agent raises it
+    made.save()
+    return made
 
 
 def user(reviewer: bool = True, **fields):

@@ -165,8 +165,13 @@ def test_a_later_approval_applies_to_the_edited_args_and_editing_again_starts_ov
     decisions.decide(interrupt, bob, "resolved", {"approved": True, "editedArgs": {"to": "bob@y.z"}})
     assert [d.user for d in decisions.approvals(interrupt)] == [bob]
     assert status(interrupt) == "pending"
-    # Carol's plain approval approves Bob's final args.
-    decision = decisions.decide(interrupt, carol, "resolved", APPROVE)
+    # Carol's plain approval joins Bob's final args only if they are what she saw.
+    problem = pytest.raises(Refusal, decisions.decide, interrupt, carol, "resolved", APPROVE,
+                            seen=decisions.answer_digest(None)).value
+    assert (problem.code, problem.status) == ("ANSWER_CHANGED", 409)
+    assert refused_code(lambda: decisions.decide(interrupt, carol, "resolved", APPROVE)) == "ANSWER_CHANGED"
+    standing = decisions.standing_answer(decisions.approvals(interrupt))
+    decision = decisions.decide(interrupt, carol, "resolved", APPROVE, seen=decisions.answer_digest(standing))
     assert decision.edited_args == {"to": "bob@y.z"} and decision.action == "approve"
     [entry] = resume_of(interrupt).input["resume"]
     assert entry["payload"] == {"approved": True, "editedArgs": {"to": "bob@y.z"}}
@@ -174,6 +179,32 @@ def test_a_later_approval_applies_to_the_edited_args_and_editing_again_starts_ov
     assert entry["metadata"]["countersign"]["fingerprint"] == signing.fingerprint(
         thread_id=interrupt.run.thread.thread_id, run_id=interrupt.run.run_id, interrupt_id="int-1",
         tool_call_id="call-1", status="resolved", payload=entry["payload"])
+    # And what will run, named with it.
+    assert {k: entry["metadata"]["countersign"][k] for k in ("toolCallId", "toolName", "args")} == {
+        "toolCallId": "call-1", "toolName": "send_email", "args": {"to": "bob@y.z"}}
+
+
+def test_an_approval_stops_counting_when_its_author_loses_the_right_to_decide():
+    agent, finance = make.agent(), Group.objects.create(name="Finance")
+    make.policy(agent=agent, groups=[finance], required_approvals=2)
+    bob, carol, dave = make.user(), make.user(), make.user()
+    for person in (bob, carol, dave):
+        person.groups.add(finance)
+    interrupt = raised(agent)
+    decisions.decide(interrupt, bob, "resolved", APPROVE)
+    bob.groups.remove(finance)
+    decisions.decide(interrupt, carol, "resolved", APPROVE)
+    assert status(interrupt) == "pending"  # Bob's approval no longer counts
+    assert [d.user for d in decisions.approvals(interrupt)] == [carol]
+    decisions.decide(interrupt, dave, "resolved", APPROVE)
+    [entry] = resume_of(interrupt).input["resume"]
+    assert [d["username"] for d in entry["metadata"]["countersign"]["decisions"]] == [carol.username, dave.username]
+
+
+def test_a_tool_policy_beats_a_reason_policy_the_agent_could_pick():
+    make.policy(name="low risk", reason="countersign:lowrisk", allow_self_approval=True)
+    make.policy(name="money", tool_name="transferFunds", required_approvals=3)
+    assert policies.rule_for(raised(reason="countersign:lowrisk", tool_name="transferFunds")).name == "money"
 
 
 def test_under_a_quorum_a_closed_interrupt_cannot_be_revised():
@@ -369,3 +400,20 @@ def test_the_inbox_reads_policies_once_per_page(django_assert_max_num_queries):
     client = _browser(make.user())
     with django_assert_max_num_queries(25):
         assert client.get("/inbox/").status_code == 200
+
+
+def test_waiting_for_me_follows_policy_changes_and_stays_one_plain_filter():
+    agent, finance = make.agent(), Group.objects.create(name="Finance")
+    reviewer = make.user()
+    interrupt = raised(agent)
+    assert selectors.waiting_count(reviewer) == 1
+    policy = make.policy(agent=agent, groups=[finance])  # raised before the policy: resolved again
+    assert Interrupt.objects.get(pk=interrupt.pk).policy_id == policy.pk
+    assert selectors.waiting_count(reviewer) == 0
+    policy.delete()
+    assert selectors.waiting_count(reviewer) == 1
+    # A hundred policies make a filter a hundred terms long, not ten thousand.
+    for n in range(100):
+        make.policy(agent=make.agent(), reason=f"r-{n}")
+    sql = str(Interrupt.objects.filter(policies.decidable_by(reviewer)).query)
+    assert len(sql) < 5_000, len(sql)

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .. import policies
+from .. import decisions, policies
 from ..models import MAX_REQUIRED_APPROVALS, Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
 
@@ -265,9 +265,24 @@ class InterruptSerializer(serializers.ModelSerializer):
 class InterruptDetailSerializer(InterruptSerializer):
     decisions = DecisionSerializer(many=True, read_only=True)
     resumed_by = serializers.SerializerMethodField()
+    standing_answer = serializers.SerializerMethodField(
+        help_text="While pending: the answer a plain approval would join (send its digest as 'seen'), or null.")
 
     class Meta(InterruptSerializer.Meta):
-        fields = InterruptSerializer.Meta.fields + ["raw", "decisions", "resumed_by"]
+        fields = InterruptSerializer.Meta.fields + ["raw", "decisions", "resumed_by", "standing_answer"]
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "digest": {"type": "string"}, "status": {"type": "string"}, "payload": {},
+        "edited_args": {"type": "object", "nullable": True}, "by": {"type": "string"}}})
+    def get_standing_answer(self, interrupt) -> dict | None:
+        if interrupt.status != Interrupt.Status.PENDING:
+            return None
+        standing = decisions.standing_answer(
+            sorted((d for d in interrupt.decisions.all() if d.superseded_at is None), key=lambda d: d.pk))
+        if standing is None:
+            return None
+        return {"digest": decisions.answer_digest(standing), "status": standing.status, "payload": standing.payload,
+                "edited_args": standing.edited_args, "by": standing.user.get_username()}
 
     def get_resumed_by(self, interrupt) -> str | None:
         child = interrupt.run.resumed_by()
@@ -284,6 +299,11 @@ class DecideSerializer(serializers.Serializer):
     edited_args = serializers.JSONField(required=False, help_text="Full replacement of the tool args, for 'edit'.")
     metadata = serializers.JSONField(required=False, help_text="Envelope data about the answer (an object).")
     comment = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    seen = serializers.CharField(
+        required=False, allow_blank=True, max_length=64,
+        help_text="The interrupt's standing_answer.digest as you read it: a plain 'approve' joins another "
+                  "reviewer's standing answer (their edited args, their form answer) only when it is the one "
+                  "you saw, else 409 ANSWER_CHANGED.")
 
     def validate(self, attrs):
         action = attrs["action"]

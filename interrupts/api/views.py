@@ -242,6 +242,7 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             interrupt, data["action"], payload=data.get("payload"), edited_args=data.get("edited_args")
         )
         decision = decisions.decide(
-            interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", "")
+            interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", ""),
+            seen=data.get("seen"),
         )
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
