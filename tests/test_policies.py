@@ -1,5 +1,7 @@
 """Who may decide, in process: the permission, policies, self-approval, quorums and the attestation."""
 
+import json
+
 import pytest
 from django.contrib.auth.models import Group
 
@@ -417,3 +419,27 @@ def test_waiting_for_me_follows_policy_changes_and_stays_one_plain_filter():
         make.policy(agent=make.agent(), reason=f"r-{n}")
     sql = str(Interrupt.objects.filter(policies.decidable_by(reviewer)).query)
     assert len(sql) < 5_000, len(sql)
+
+
+def test_a_second_approver_approves_a_form_answer_with_one_click():
+    import html
+    import re
+
+    agent = make.agent()
+    make.policy(agent=agent, required_approvals=2)
+    form = {"type": "object", "properties": {"build": {"type": "integer"}}, "required": ["build"]}
+    run = make.run(make.thread(agent=agent), status="interrupted")
+    interrupt = make.interrupt(run, interrupt_id="ask", reason="input_required", response_schema=form,
+                               raw={"id": "ask", "reason": "input_required", "responseSchema": form})
+    alice, bob = make.user(), make.user()
+    decisions.decide(interrupt, alice, "resolved", {"build": 42})
+    page = _browser(bob).get("/inbox/").content.decode()
+    concur = re.search(r'<form[^>]*class="concur">(.*?)</form>', page, re.S).group(1)
+    fields = {name: html.unescape(value) for name, value in
+              re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', concur)}
+    assert fields["action"] == "respond" and json.loads(fields["payload"]) == {"build": 42}
+    _browser(bob).post(f"/interrupts/{interrupt.pk}/decide/", fields)
+    assert status(interrupt) == "resolved"
+    [entry] = resume_of(interrupt).input["resume"]
+    assert entry["payload"] == {"build": 42}
+    assert [d["username"] for d in entry["metadata"]["countersign"]["decisions"]] == [alice.username, bob.username]
