@@ -41,8 +41,20 @@ class InterruptsConfig(AppConfig):
         post_delete.connect(trail.agent_deleted, sender=Agent, dispatch_uid="countersign-trail-agent-deleted")
         post_save.connect(trail.policy_saved, sender=Policy, dispatch_uid="countersign-trail-policy-saved")
         post_delete.connect(trail.policy_deleted, sender=Policy, dispatch_uid="countersign-trail-policy-deleted")
-        for members in (Policy.groups.through, Policy.users.through):
-            m2m_changed.connect(trail.policy_members_changed, sender=members,
+        # Who holds the permission to decide: users' flags, groups and permissions, from either side.
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Group, Permission
+        from django.db.models.signals import pre_delete
+
+        user = get_user_model()
+        post_save.connect(trail.user_saved, sender=user, dispatch_uid="countersign-trail-user-saved")
+        post_save.connect(trail.group_saved, sender=Group, dispatch_uid="countersign-trail-group-saved")
+        for model in (user, Group, Permission):
+            uid = f"countersign-trail-{model.__name__}"
+            pre_delete.connect(trail.access_deleting, sender=model, dispatch_uid=f"{uid}-deleting")
+            post_delete.connect(trail.access_deleted, sender=model, dispatch_uid=f"{uid}-deleted")
+        for members in (user.groups.through, user.user_permissions.through, Group.permissions.through):
+            m2m_changed.connect(trail.access_members_changed, sender=members,
                                 dispatch_uid=f"countersign-trail-{members.__name__}")
         post_migrate.connect(_ensure_reviewers, sender=self, dispatch_uid="countersign-reviewers")
         # The inbox's "waiting for me" reads each pending interrupt's governing policy.
@@ -50,3 +62,8 @@ class InterruptsConfig(AppConfig):
 
         post_save.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-saved")
         post_delete.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-deleted")
+        # Last: after every other receiver of these signals (policies.members_changed
+        # sets Policy.restricted with an UPDATE), so the entry holds the row as it ends.
+        for members in (Policy.groups.through, Policy.users.through):
+            m2m_changed.connect(trail.policy_members_changed, sender=members,
+                                dispatch_uid=f"countersign-trail-{members.__name__}")

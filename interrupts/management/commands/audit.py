@@ -1,4 +1,8 @@
-"""The audit trail from the command line: ``audit verify`` recomputes the chain and cross-checks every row."""
+"""The audit trail from the command line: ``audit verify`` recomputes the chain and cross-checks every row.
+
+Rows: decisions (with their interrupts and runs), expiries, agents,
+policies, groups and users, each against its last entry (``trail.verify``).
+"""
 
 import sys
 
@@ -12,8 +16,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        sub.add_parser("verify", help="Recompute the chain from entry 1 and check every decision and expiry "
-                                      "against its entry.")
+        sub.add_parser("verify", help="Recompute the chain from entry 1 and check every decision, expiry, "
+                                      "agent, policy, group and user against its last entry.")
 
     def handle(self, *args, action, **options):
         getattr(self, f"do_{action}")(**options)
