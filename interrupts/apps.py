@@ -62,6 +62,9 @@ class InterruptsConfig(AppConfig):
 
         post_save.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-saved")
         post_delete.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-deleted")
+        for members in (Policy.groups.through, Policy.users.through):
+            m2m_changed.connect(policies.members_changed, sender=members,
+                                dispatch_uid=f"countersign-policy-restricted-{members.__name__}")
         # Last: after every other receiver of these signals (policies.members_changed
         # sets Policy.restricted with an UPDATE), so the entry holds the row as it ends.
         for members in (Policy.groups.through, Policy.users.through):

@@ -213,6 +213,12 @@ def answer_digest(decision: Decision | None) -> str:
     return hashlib.sha256(signing.canonical({"status": decision.status, "payload": decision.payload})).hexdigest()[:16]
 
 
+def _same_answer(decision: Decision, checked: _Checked) -> bool:
+    # By the bytes that are signed, not Python's ==, for which 1 == True and [0] == [False].
+    return signing.canonical({"status": decision.status, "payload": decision.payload}) == signing.canonical(
+        {"status": checked.status, "payload": checked.payload})
+
+
 def standing_answer(live: list[Decision]) -> Decision | None:
     """The answer a plain approval of this pending interrupt would join: the latest standing decision."""
     return live[-1] if live else None
@@ -287,7 +293,7 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     others = [d for d in approvals if d.user_id != user.pk]
     if checked.action == "approve" and others:
         joined = standing_answer(others)
-        if (joined.status, joined.payload) != (checked.status, checked.payload):
+        if not _same_answer(joined, checked):
             if checked.seen != answer_digest(joined):
                 who = joined.user.get_full_name() or joined.user.get_username()
                 raise Refusal(
@@ -301,8 +307,8 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     # No longer standing: approvals of another answer, this reviewer's own earlier
     # answer, and approvals by people who lost the right to decide since
     # (left the group, deactivated): none of them is counted or attested.
-    stale = [d for d in approvals if d.user_id == user.pk or d.payload != checked.payload
-             or d.status != checked.status or policies.refusal(d.user, checked.rule, interrupt) is not None]
+    stale = [d for d in approvals if d.user_id == user.pk or not _same_answer(d, checked)
+             or policies.refusal(d.user, checked.rule, interrupt) is not None]
     if stale:
         Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
     counted = len(approvals) - len(stale)
@@ -354,9 +360,38 @@ def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     return decision
 
 
+def _reopen_lapsed(run: Run, now) -> list[Interrupt]:
+    """Reopen each approved interrupt of the batch whose approvers no longer make its quorum.
+
+    An approval counts only while its author may still decide: someone who
+    left the policy's groups or was deactivated after approving one
+    interrupt of a batch must not be attested when the batch's last
+    interrupt is decided. Their decisions are superseded and the interrupt
+    waits again. Rejections and cancels stand: they only stop the agent.
+    """
+    closed = [i for i in Interrupt.objects.filter(run=run, status=Interrupt.Status.RESOLVED).select_related("run")]
+    rules = policies.rules_for(closed)
+    reopened = []
+    for interrupt in closed:
+        live = list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
+        if not live or ends_at_once(live[-1].action):
+            continue
+        lapsed = [d for d in live if policies.refusal(d.user, rules[interrupt.pk], interrupt) is not None]
+        if not lapsed or len(live) - len(lapsed) >= rules[interrupt.pk].required_approvals:
+            continue
+        Decision.objects.filter(pk__in=[d.pk for d in lapsed], superseded_at__isnull=True).update(superseded_at=now)
+        Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).update(
+            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        trail.record_supersessions(interrupt)
+        reopened.append(interrupt)
+    return reopened
+
+
 def _after_decision(interrupt: Interrupt, user, reason: str) -> None:
     run = interrupt.run
     open_left = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).exists()
+    if not open_left and _reopen_lapsed(run, timezone.now()):
+        open_left = True
     closed_without_answer = Interrupt.objects.filter(
         run=run, status=Interrupt.Status.EXPIRED
     ).exists()
@@ -426,6 +461,8 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
     for interrupt_id, checked in prepared.answers.items():
         _take(by_id[interrupt_id], user, checked, now)
     complete = not Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.PENDING).exists()
+    if complete and _reopen_lapsed(interrupted, now):
+        complete = False
     thread_pk = interrupted.thread_id
     transaction.on_commit(lambda: relay.inbox_changed(thread_pk, 0, "decided"))
     return complete

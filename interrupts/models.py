@@ -448,9 +448,10 @@ class Policy(models.Model):
     holder of the permission; naming some admits only them.
     """
 
-    # Named in URLs (/api/policies/<name>/): no slash.
+    # Named in URLs (/api/policies/<name>/): no slash, and not a path step ("." or "..") clients drop.
     name = models.CharField(max_length=100, unique=True,
-                            validators=[RegexValidator(r"^[^/]+$", "A policy name holds no slash.")])
+                            validators=[RegexValidator(r"^(?!\.{1,2}$)[^/]+$",
+                                                       "A policy name holds no slash and is not '.' or '..'.")])
     agent = models.ForeignKey(
         Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="policies",
         help_text="The agent whose interrupts this governs; empty for every agent.",
@@ -462,6 +463,10 @@ class Policy(models.Model):
                                               "everyone allowed to decide interrupts.")
     users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+",
                                    help_text="People who may decide, besides the groups' members.")
+    # Whether groups or users were named, kept apart from the names themselves:
+    # deleting the one group a policy names must leave it admitting nobody,
+    # not everyone (``policies.members_changed`` keeps it in step).
+    restricted = models.BooleanField(default=False, editable=False)
     required_approvals = models.PositiveSmallIntegerField(
         default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_REQUIRED_APPROVALS)],
         help_text="How many distinct eligible people must approve; one rejection or cancel ends it.",
@@ -500,14 +505,14 @@ class Policy(models.Model):
         return self.name
 
     @property
-    def specificity(self) -> tuple[int, bool, bool, bool]:
-        """How narrowly this policy applies: more narrowing fields first, then agent, tool, reason.
+    def specificity(self) -> tuple[bool, bool, bool]:
+        """How narrowly this policy applies, compared in order: names a tool, names the agent, names a reason.
 
-        A tool before a reason: the tool is what acts, and an agent choosing
-        its reason must not escape a policy on the tool it calls.
+        The tool first: it is what acts, and an agent, which chooses its own
+        reason (and could be given a lax policy on one), must never escape a
+        policy on the tool it calls.
         """
-        return (sum((self.agent_id is not None, bool(self.tool_name), bool(self.reason))),
-                self.agent_id is not None, bool(self.tool_name), bool(self.reason))
+        return (bool(self.tool_name), self.agent_id is not None, bool(self.reason))
 
 
 class APIToken(TokenProxy):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from .models import Decision, Interrupt, Policy
@@ -45,20 +46,27 @@ class Rule:
     usernames: tuple[str, ...] = ()
     target_minutes: int | None = None
     pk: int | None = None
+    # Names groups or users (even if they have since been deleted): admits only them.
+    restricted: bool = False
 
     @property
     def names_people(self) -> bool:
-        return bool(self.group_ids or self.user_ids)
+        return self.restricted or bool(self.group_ids or self.user_ids)
 
     @property
     def waiting_for(self) -> str:
         """Who may decide, as the card says it: "waiting for <this>"."""
         if not self.names_people:
             return REVIEWERS_GROUP
-        return ", ".join([*self.group_names, *self.usernames])
+        named = ", ".join([*self.group_names, *self.usernames])
+        return named or "nobody: the groups and users this policy named were deleted (staff must name others)"
 
     def admits(self, user) -> bool:
-        """Whether ``user`` may decide under this policy (rules 1-3; not self-approval)."""
+        """Whether ``user`` may decide under this policy (rules 1-3; not self-approval).
+
+        Fails closed: a policy whose named groups and users were all deleted
+        admits nobody, never every reviewer.
+        """
         if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
             return False
         if not self.names_people:
@@ -86,7 +94,7 @@ def _rule(policy: Policy) -> Rule:
         allow_self_approval=policy.allow_self_approval,
         group_ids=frozenset(g.pk for g in groups), user_ids=frozenset(u.pk for u in users),
         group_names=tuple(g.name for g in groups), usernames=tuple(u.get_username() for u in users),
-        target_minutes=policy.target_minutes, pk=policy.pk,
+        target_minutes=policy.target_minutes, pk=policy.pk, restricted=policy.restricted,
     )
 
 
@@ -187,10 +195,29 @@ def reassign_pending() -> int:
 
 
 def policy_changed(sender, **kwargs) -> None:
-    """Signal receiver (apps.py): a policy was saved or deleted; the inbox's listing follows."""
+    """Signal receiver (apps.py): a policy was saved or deleted; the inbox's listing follows.
+
+    After commit, so the change is what ``reassign_pending`` reads.
+    """
     if kwargs.get("raw"):
         return
-    reassign_pending()
+    transaction.on_commit(reassign_pending)
+
+
+def members_changed(sender, instance, action, reverse, **kwargs) -> None:
+    """Signal receiver (apps.py): staff named or removed a policy's groups or users; ``restricted`` follows.
+
+    Only explicit changes come here: deleting a group or user removes its
+    rows without this signal, so a policy whose names were all deleted stays
+    restricted, admitting nobody.
+    """
+    if action not in ("post_add", "post_remove", "post_clear"):
+        return
+    touched = [instance] if not reverse else list(Policy.objects.filter(pk__in=kwargs.get("pk_set") or ()))
+    for policy in touched:
+        restricted = policy.groups.exists() or policy.users.exists()
+        Policy.objects.filter(pk=policy.pk).update(restricted=restricted)
+        policy.restricted = restricted
 
 
 def decidable_by(user) -> Q:

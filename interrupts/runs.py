@@ -315,6 +315,10 @@ class Accepted:
     run: Run | None
 
 
+#: What a gateway client's resume may set in the input sent to the agent: its own
+#: runtime (tools, context, forwardedProps). The rest is Countersign's record.
+CLIENT_RESUME_FIELDS = ("tools", "context", "forwardedProps")
+
 # How often the gateway checks a resume again when the thread changed between
 # the check (outside the lock) and the record (under it): a busy thread, not a
 # retry loop that can spin.
@@ -381,7 +385,11 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 # answers, attested, and the thread's state and messages as the agent
                 # last sent them. A client's own state could otherwise change what an
                 # approval makes the agent do (an approval's payload names no args).
-                wire_input = {**wire_input, "resume": resume_entries(parent),
+                # Only the fields RunAgentInput defines, too: a client's extra keys would
+                # travel signed beside the attestation, as if Countersign said them.
+                wire_input = {**{k: wire_input[k] for k in CLIENT_RESUME_FIELDS if k in wire_input},
+                              "threadId": thread.thread_id, "runId": run_input.run_id,
+                              "parentRunId": parent.run_id, "resume": resume_entries(parent),
                               "state": thread.state if thread.state is not None else {},
                               "messages": list(thread.messages or [])}
             else:

@@ -105,9 +105,9 @@ def test_the_most_specific_policy_wins():
     assert rule(raised(other)) == "everyone's"
     assert rule(raised(agent, interrupt_id="a")) == "agent's"
     assert rule(raised(agent, tool_name="send_email", interrupt_id="b")) == "agent's mail"
-    # Two narrowing fields beat one, whichever they are.
+    # Naming the tool beats naming the agent...
     assert rule(raised(other, reason="payment", tool_name="send_email", interrupt_id="c")) == "any agent's payments"
-    # A tie on how many: the one naming the agent wins.
+    # ...and among those naming the tool, naming the agent beats naming a reason.
     assert rule(raised(agent, reason="payment", tool_name="send_email", interrupt_id="d")) == "agent's mail"
 
 
@@ -204,9 +204,64 @@ def test_an_approval_stops_counting_when_its_author_loses_the_right_to_decide():
 
 
 def test_a_tool_policy_beats_a_reason_policy_the_agent_could_pick():
+    agent = make.agent()
     make.policy(name="low risk", reason="countersign:lowrisk", allow_self_approval=True)
+    make.policy(name="chat", agent=agent, reason="chat", allow_self_approval=True)
     make.policy(name="money", tool_name="transferFunds", required_approvals=3)
     assert policies.rule_for(raised(reason="countersign:lowrisk", tool_name="transferFunds")).name == "money"
+    # Even a reason policy on the agent itself: the agent chooses its reason, not the tool it calls.
+    assert policies.rule_for(raised(agent, reason="chat", tool_name="transferFunds", interrupt_id="x")).name \
+        == "money"
+
+
+def test_a_policy_whose_named_groups_were_deleted_admits_nobody():
+    agent, finance = make.agent(), Group.objects.create(name="Finance")
+    make.policy(agent=agent, groups=[finance], name="finance only")
+    reviewer = make.user()
+    interrupt = raised(agent)
+    finance.delete()
+    rule = policies.rule_for(interrupt)
+    assert rule.restricted and not rule.admits(reviewer) and "nobody" in rule.waiting_for
+    assert refused_code(lambda: decisions.decide(interrupt, reviewer, "resolved", APPROVE)) == "NOT_ELIGIBLE"
+    assert selectors.waiting_count(reviewer) == 0
+    # Clearing the names on purpose, by staff, opens it again.
+    policy = policies.Policy.objects.get(name="finance only")
+    policy.groups.clear()
+    assert not policies.rule_for(interrupt).restricted
+    decisions.decide(interrupt, reviewer, "resolved", APPROVE)
+
+
+def test_answers_are_compared_as_signed_not_as_python_compares_them():
+    agent = make.agent()
+    make.policy(agent=agent, required_approvals=2)
+    bob, mallory = make.user(), make.user()
+    interrupt = raised(agent, tool_name="pay")
+    decisions.decide(interrupt, bob, "resolved", {"approved": True, "editedArgs": {"amount": 1, "cap": 0}})
+    decisions.decide(interrupt, mallory, "resolved", {"approved": True, "editedArgs": {"amount": True, "cap": False}})
+    assert status(interrupt) == "pending"  # 1 == True to Python, not to the agent
+    assert [d.user for d in decisions.approvals(interrupt)] == [mallory]
+
+
+def test_a_batch_waits_again_when_a_closed_interrupts_approver_lost_the_right_to_decide():
+    bob, carol, dave = make.user(), make.user(), make.user()
+    run = make.run(status="interrupted")
+    first, second = raised(run=run), raised(run=run, interrupt_id="int-2")
+    decisions.decide(first, bob, "resolved", APPROVE)
+    bob.is_active = False
+    bob.save()
+    decisions.decide(second, carol, "resolved", APPROVE)
+    assert status(first) == "pending" and resume_of(first) is None
+    decisions.decide(first, dave, "resolved", APPROVE)
+    entries = {e["interruptId"]: e for e in resume_of(first).input["resume"]}
+    assert [d["username"] for d in entries["int-1"]["metadata"]["countersign"]["decisions"]] == [dave.username]
+
+
+def test_a_policy_name_must_be_addressable():
+    from django.core.exceptions import ValidationError
+
+    for name in (".", "..", "a/b"):
+        with pytest.raises(ValidationError):
+            policies.Policy(name=name).full_clean()
 
 
 def test_under_a_quorum_a_closed_interrupt_cannot_be_revised():
@@ -404,15 +459,17 @@ def test_the_inbox_reads_policies_once_per_page(django_assert_max_num_queries):
         assert client.get("/inbox/").status_code == 200
 
 
-def test_waiting_for_me_follows_policy_changes_and_stays_one_plain_filter():
+def test_waiting_for_me_follows_policy_changes_and_stays_one_plain_filter(django_capture_on_commit_callbacks):
     agent, finance = make.agent(), Group.objects.create(name="Finance")
     reviewer = make.user()
     interrupt = raised(agent)
     assert selectors.waiting_count(reviewer) == 1
-    policy = make.policy(agent=agent, groups=[finance])  # raised before the policy: resolved again
+    with django_capture_on_commit_callbacks(execute=True):  # resolved again once the policy is committed
+        policy = make.policy(agent=agent, groups=[finance])
     assert Interrupt.objects.get(pk=interrupt.pk).policy_id == policy.pk
     assert selectors.waiting_count(reviewer) == 0
-    policy.delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        policy.delete()
     assert selectors.waiting_count(reviewer) == 1
     # A hundred policies make a filter a hundred terms long, not ten thousand.
     for n in range(100):

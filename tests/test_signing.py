@@ -46,6 +46,7 @@ def test_the_readme_verifier_agrees_with_ours():
         (secret, None, body, timestamp),
         (secret, "v1=" + header.split("v1=")[1], body, timestamp),  # no timestamp
         (secret, f"t={timestamp},t={timestamp},{header.split(',')[1]}", body, timestamp),  # two timestamps
+        (secret, "t=\u00b2,v1=00", body, timestamp),  # a digit to str.isdigit(), not to int()
     ]
     for case in cases:
         assert verify(*case[:3], now=case[3]) is False, case

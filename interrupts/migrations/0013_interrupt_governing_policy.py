@@ -12,8 +12,7 @@ def resolve_pending(apps, schema_editor):
     Interrupt = apps.get_model("interrupts", "Interrupt")
 
     def specificity(p):
-        narrowed = (p.agent_id is not None, bool(p.tool_name), bool(p.reason))
-        return (sum(narrowed), *narrowed)
+        return (bool(p.tool_name), p.agent_id is not None, bool(p.reason))
 
     policies = sorted(Policy.objects.all(), key=specificity, reverse=True)
     for pk, agent_id, reason, tool_name in Interrupt.objects.filter(status="pending").values_list(

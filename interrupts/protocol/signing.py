@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from typing import Any
 
 import rfc8785
@@ -29,6 +30,7 @@ SIGNATURE_HEADER = "Countersign-Signature"
 METADATA_KEY = "countersign"
 #: How old a signature may be before an agent refuses it (seconds).
 DEFAULT_TOLERANCE = 300
+_UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
 #: Cap on the header an agent parses: a few signatures during a secret rotation, no more.
 MAX_HEADER_CHARS = 1000
 
@@ -104,7 +106,8 @@ def verify(secret: str, header: str | None, body: bytes, now: float,
         elif key == "v1":
             signatures.append(value)
     # Exactly one timestamp: with two, sender and receiver could disagree on which one is signed.
-    timestamp = int(stamps[0]) if len(stamps) == 1 and stamps[0].isdigit() and len(stamps[0]) <= 12 else None
+    # ASCII digits only: str.isdigit() also takes "²", which int() then refuses.
+    timestamp = int(stamps[0]) if len(stamps) == 1 and _UNIX_SECONDS.fullmatch(stamps[0]) else None
     if timestamp is None or not signatures:
         raise SignatureError(f"The {SIGNATURE_HEADER} header is not 't=<unix seconds>,v1=<hex>'.")
     if abs(now - timestamp) > tolerance:

@@ -35,6 +35,7 @@ def test_a_forged_signature_is_refused(header):
 @pytest.mark.parametrize("header", [
     None, "", "v1=abc", f"t={NOW}", f"t=-{NOW},v1=abc", f"t={NOW}.5,v1=abc", "t=1234567890123,v1=abc",
     "garbage", "t=" + "9" * 2000,
+    "t=\u00b2,v1=00", "t=\u0661\u0662,v1=00",  # digits to str.isdigit(), not to a timestamp
     f"t={NOW},t={NOW}," + signing.sign(SECRET, BODY, NOW).split(",")[1],  # two timestamps: which is signed?
 ])
 def test_a_missing_or_malformed_header_is_refused(header):
