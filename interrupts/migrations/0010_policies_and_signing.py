@@ -75,9 +75,14 @@ def reviewers_group(apps, schema_editor):
 def fill_in(apps, schema_editor):
     Agent = apps.get_model("interrupts", "Agent")
     Run = apps.get_model("interrupts", "Run")
+    Policy = apps.get_model("interrupts", "Policy")
     for agent in Agent.objects.all():
         agent.signing_secret = interrupts.models.new_signing_secret()
         agent.save(update_fields=["signing_secret"])
+        if agent.builtin:
+            # As register_demo_agents gives a new demo agent: the README's tour is one person.
+            Policy.objects.get_or_create(agent=agent, reason="", tool_name="", defaults={
+                "name": f"demo: {agent.name} (self-approval allowed)", "allow_self_approval": True})
     # A resume carries its parent's requester; parents come first by pk.
     requested = {}
     for run in Run.objects.order_by("pk").only("pk", "parent_id", "created_by_id", "resume_key"):
