@@ -116,6 +116,15 @@ class TestDecisions:
         decision.refresh_from_db()
         assert decision.payload == {"approved": True}
 
+    @pytest.mark.parametrize("change", [{"action": "approve"}, {"policy": "lax"}, {"required_approvals": 1}])
+    def test_who_approved_under_which_policy_cannot_be_changed_through_sql(self, change):
+        # The columns added with approval policies (migration 0010) are held like the rest.
+        decision = make.decision(make.interrupt(), make.user(), payload={"approved": True}, action="edit",
+                                 policy="two keys", required_approvals=2)
+        with refused() as caught, transaction.atomic():
+            Decision.objects.filter(pk=decision.pk).update(**change)
+        assert "immutable" in str(caught.value)
+
     def test_superseding_cannot_smuggle_in_another_change(self):
         decision = make.decision(make.interrupt(), make.user(), payload={"approved": True})
         with refused(), transaction.atomic():

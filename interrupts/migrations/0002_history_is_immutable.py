@@ -15,18 +15,42 @@ DECISION_COLUMNS = [
     "metadata", "comment", "created_at",
 ]
 
+def sqlite_decision_trigger(columns: list[str]) -> str:
+    """SQLite's trigger: a decision row may only have superseded_at set, once, every other column unchanged."""
+    return """
+    CREATE TRIGGER interrupts_decision_immutable
+    BEFORE UPDATE ON interrupts_decision
+    WHEN NOT (OLD.superseded_at IS NULL AND NEW.superseded_at IS NOT NULL AND {same})
+    BEGIN SELECT RAISE(ABORT, 'interrupts_decision is immutable: only superseded_at may be set, once'); END;
+    """.format(same=" AND ".join(f"NEW.{c} IS OLD.{c}" for c in columns))
+
+
+def postgres_decision_function(columns: list[str], *, replace: bool) -> str:
+    """PostgreSQL's trigger function for the same rule (``replace``: redefine it for more columns)."""
+    return """
+    CREATE {replace}FUNCTION interrupts_decision_immutable() RETURNS trigger AS $$
+    BEGIN
+        IF OLD.superseded_at IS NULL AND NEW.superseded_at IS NOT NULL
+           AND ({new}) IS NOT DISTINCT FROM ({old}) THEN
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'interrupts_decision is immutable: only superseded_at may be set, once';
+    END;
+    $$ LANGUAGE plpgsql;
+    """.format(
+        replace="OR REPLACE " if replace else "",
+        new=", ".join(f"NEW.{c}" for c in columns),
+        old=", ".join(f"OLD.{c}" for c in columns),
+    )
+
+
 SQLITE_FORWARD = [
     """
     CREATE TRIGGER interrupts_event_append_only
     BEFORE UPDATE ON interrupts_event
     BEGIN SELECT RAISE(ABORT, 'interrupts_event is append-only: events are never changed'); END;
     """,
-    """
-    CREATE TRIGGER interrupts_decision_immutable
-    BEFORE UPDATE ON interrupts_decision
-    WHEN NOT (OLD.superseded_at IS NULL AND NEW.superseded_at IS NOT NULL AND {same})
-    BEGIN SELECT RAISE(ABORT, 'interrupts_decision is immutable: only superseded_at may be set, once'); END;
-    """.format(same=" AND ".join(f"NEW.{c} IS OLD.{c}" for c in DECISION_COLUMNS)),
+    sqlite_decision_trigger(DECISION_COLUMNS),
 ]
 SQLITE_REVERSE = [
     "DROP TRIGGER IF EXISTS interrupts_event_append_only;",
@@ -46,20 +70,7 @@ POSTGRES_FORWARD = [
     BEFORE UPDATE ON interrupts_event
     FOR EACH ROW EXECUTE FUNCTION interrupts_event_append_only();
     """,
-    """
-    CREATE FUNCTION interrupts_decision_immutable() RETURNS trigger AS $$
-    BEGIN
-        IF OLD.superseded_at IS NULL AND NEW.superseded_at IS NOT NULL
-           AND ({new}) IS NOT DISTINCT FROM ({old}) THEN
-            RETURN NEW;
-        END IF;
-        RAISE EXCEPTION 'interrupts_decision is immutable: only superseded_at may be set, once';
-    END;
-    $$ LANGUAGE plpgsql;
-    """.format(
-        new=", ".join(f"NEW.{c}" for c in DECISION_COLUMNS),
-        old=", ".join(f"OLD.{c}" for c in DECISION_COLUMNS),
-    ),
+    postgres_decision_function(DECISION_COLUMNS, replace=False),
     """
     CREATE TRIGGER interrupts_decision_immutable
     BEFORE UPDATE ON interrupts_decision

@@ -15,7 +15,11 @@ import django.core.validators
 import django.db.models.deletion
 import interrupts.models
 from django.conf import settings
+from importlib import import_module
+
 from django.db import migrations, models
+
+history = import_module("interrupts.migrations.0002_history_is_immutable")
 
 # Every column of a decision but superseded_at: none of them may change.
 DECISION_COLUMNS = [
@@ -25,29 +29,9 @@ DECISION_COLUMNS = [
 
 SQLITE_FORWARD = [
     "DROP TRIGGER IF EXISTS interrupts_decision_immutable;",
-    """
-    CREATE TRIGGER interrupts_decision_immutable
-    BEFORE UPDATE ON interrupts_decision
-    WHEN NOT (OLD.superseded_at IS NULL AND NEW.superseded_at IS NOT NULL AND {same})
-    BEGIN SELECT RAISE(ABORT, 'interrupts_decision is immutable: only superseded_at may be set, once'); END;
-    """.format(same=" AND ".join(f"NEW.{c} IS OLD.{c}" for c in DECISION_COLUMNS)),
+    history.sqlite_decision_trigger(DECISION_COLUMNS),
 ]
-POSTGRES_FORWARD = [
-    """
-    CREATE OR REPLACE FUNCTION interrupts_decision_immutable() RETURNS trigger AS $$
-    BEGIN
-        IF OLD.superseded_at IS NULL AND NEW.superseded_at IS NOT NULL
-           AND ({new}) IS NOT DISTINCT FROM ({old}) THEN
-            RETURN NEW;
-        END IF;
-        RAISE EXCEPTION 'interrupts_decision is immutable: only superseded_at may be set, once';
-    END;
-    $$ LANGUAGE plpgsql;
-    """.format(
-        new=", ".join(f"NEW.{c}" for c in DECISION_COLUMNS),
-        old=", ".join(f"OLD.{c}" for c in DECISION_COLUMNS),
-    ),
-]
+POSTGRES_FORWARD = [history.postgres_decision_function(DECISION_COLUMNS, replace=True)]
 
 
 def decision_trigger(apps, schema_editor):
