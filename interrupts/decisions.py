@@ -27,7 +27,7 @@ version, and writes.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
 from django.db import IntegrityError, transaction
@@ -192,8 +192,7 @@ class _Checked:
 
     def joining(self, approved: Decision) -> _Checked:
         """This plain approval, applied to the answer ``approved`` already carries (edited args included)."""
-        return _Checked(self.status, approved.payload, self.metadata, approved.edited_args, self.comment,
-                        self.action, self.rule, self.seen)
+        return replace(self, payload=approved.payload, edited_args=approved.edited_args)
 
 
 def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
@@ -210,13 +209,17 @@ def answer_digest(decision: Decision | None) -> str:
     """A short digest of the answer a standing decision carries ("" for none): what a page shows and posts back."""
     if decision is None:
         return ""
-    return hashlib.sha256(signing.canonical({"status": decision.status, "payload": decision.payload})).hexdigest()[:16]
+    return hashlib.sha256(_answer_bytes(decision.status, decision.payload)).hexdigest()[:16]
+
+
+def _answer_bytes(status: str, payload) -> bytes:
+    # An answer as it is signed: compared this way, 1 and true differ, as they do to the agent.
+    return signing.canonical({"status": status, "payload": payload})
 
 
 def _same_answer(decision: Decision, checked: _Checked) -> bool:
     # By the bytes that are signed, not Python's ==, for which 1 == True and [0] == [False].
-    return signing.canonical({"status": decision.status, "payload": decision.payload}) == signing.canonical(
-        {"status": checked.status, "payload": checked.payload})
+    return _answer_bytes(decision.status, decision.payload) == _answer_bytes(checked.status, checked.payload)
 
 
 def standing_answer(live: list[Decision]) -> Decision | None:
@@ -289,8 +292,8 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
 
 def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     """Add ``user``'s answer to a pending interrupt under its batch's lock; close it if this completes it."""
-    approvals = list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
-    others = [d for d in approvals if d.user_id != user.pk]
+    standing = approvals(interrupt)
+    others = [d for d in standing if d.user_id != user.pk]
     if checked.action == "approve" and others:
         joined = standing_answer(others)
         if not _same_answer(joined, checked):
@@ -307,11 +310,11 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     # No longer standing: approvals of another answer, this reviewer's own earlier
     # answer, and approvals by people who lost the right to decide since
     # (left the group, deactivated): none of them is counted or attested.
-    stale = [d for d in approvals if d.user_id == user.pk or not _same_answer(d, checked)
+    stale = [d for d in standing if d.user_id == user.pk or not _same_answer(d, checked)
              or policies.refusal(d.user, checked.rule, interrupt) is not None]
     if stale:
         Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
-    counted = len(approvals) - len(stale)
+    counted = len(standing) - len(stale)
     closes = ends_at_once(checked.action) or counted + 1 >= checked.rule.required_approvals
     change = {"status": checked.status, "closed_at": now} if closes else {}
     won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
@@ -329,7 +332,7 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
 
 
 def approvals(interrupt: Interrupt) -> list[Decision]:
-    """The live decisions of a pending interrupt: the approvals gathered so far (in order)."""
+    """The standing (live) decisions of an interrupt, in order: under a quorum, the approvals so far."""
     return list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
 
 
@@ -373,7 +376,7 @@ def _reopen_lapsed(run: Run, now) -> list[Interrupt]:
     rules = policies.rules_for(closed)
     reopened = []
     for interrupt in closed:
-        live = list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
+        live = approvals(interrupt)
         if not live or ends_at_once(live[-1].action):
             continue
         lapsed = [d for d in live if policies.refusal(d.user, rules[interrupt.pk], interrupt) is not None]

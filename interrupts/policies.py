@@ -110,9 +110,9 @@ def _matches(policy: Policy, agent_id: int, reason: str, tool_name: str) -> bool
             and (not policy.tool_name or policy.tool_name == tool_name))
 
 
-def _winner(policies: list[Policy], interrupt: Interrupt) -> Policy | None:
-    return next((p for p in policies if _matches(p, interrupt.run.agent_id, interrupt.reason, interrupt.tool_name)),
-                None)
+def _winner(policies: list[Policy], agent_id: int, reason: str, tool_name: str) -> Policy | None:
+    """The most specific of ``policies`` (sorted by ``_policies``) matching an interrupt, or None."""
+    return next((p for p in policies if _matches(p, agent_id, reason, tool_name)), None)
 
 
 def rule_for(interrupt: Interrupt) -> Rule:
@@ -126,7 +126,7 @@ def rules_for(interrupts: Iterable[Interrupt]) -> dict[int, Rule]:
     rules = {p.pk: _rule(p) for p in policies}
     found = {}
     for interrupt in interrupts:
-        winner = _winner(policies, interrupt)
+        winner = _winner(policies, interrupt.run.agent_id, interrupt.reason, interrupt.tool_name)
         found[interrupt.pk] = rules[winner.pk] if winner is not None else SITE_DEFAULT
     return found
 
@@ -161,7 +161,7 @@ def assign(interrupts: list[Interrupt], agent_id: int) -> None:
     """Set each (unsaved) interrupt's governing policy, as ``rules_for`` would resolve it now."""
     policies = _policies()
     for interrupt in interrupts:
-        winner = next((p for p in policies if _matches(p, agent_id, interrupt.reason, interrupt.tool_name)), None)
+        winner = _winner(policies, agent_id, interrupt.reason, interrupt.tool_name)
         interrupt.policy_id = winner.pk if winner is not None else None
 
 
@@ -186,7 +186,8 @@ def reassign_pending() -> int:
             return changed
         moves: dict[int | None, list[int]] = {}
         for pk, agent_id, reason, tool_name, current in chunk:
-            winner = next((p.pk for p in policies if _matches(p, agent_id, reason, tool_name)), None)
+            found = _winner(policies, agent_id, reason, tool_name)
+            winner = found.pk if found is not None else None
             if winner != current:
                 moves.setdefault(winner, []).append(pk)
         for winner, pks in moves.items():
