@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from rest_framework.authtoken.admin import TokenAdmin as DRFTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
-from .forms import AgentForm
+from .web.forms import AgentForm
 from .models import Agent, APIToken, Decision, Event, Interrupt, Policy, Run, Thread
 
 

@@ -34,7 +34,7 @@ class InterruptsConfig(AppConfig):
         # they carry, is a link of the audit trail, whichever door made it.
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
-        from . import trail
+        from .hub import trail
         from .models import Agent, Policy
 
         post_save.connect(trail.agent_saved, sender=Agent, dispatch_uid="countersign-trail-agent-saved")
@@ -58,7 +58,7 @@ class InterruptsConfig(AppConfig):
                                 dispatch_uid=f"countersign-trail-{members.__name__}")
         post_migrate.connect(_ensure_reviewers, sender=self, dispatch_uid="countersign-reviewers")
         # The inbox's "waiting for me" reads each pending interrupt's governing policy.
-        from . import policies
+        from .hub import policies
 
         post_save.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-saved")
         post_delete.connect(policies.policy_changed, sender=Policy, dispatch_uid="countersign-policy-deleted")

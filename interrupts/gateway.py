@@ -11,7 +11,7 @@ hub's (a new run never takes a slot kept for resumes), and against the
 agent's COUNTERSIGN_MAX_AGENT_STREAMS. Refusals answered that way, besides
 the contract's: ``AT_CAPACITY`` (this process streams all it may),
 ``AGENT_AT_CAPACITY`` (the agent streams all it may), every code of
-``runs.accept_input`` (a resume is a decision by the caller: ``NOT_ELIGIBLE``,
+``accept.accept_input`` (a resume is a decision by the caller: ``NOT_ELIGIBLE``,
 ``SELF_APPROVAL``, ``RESERVED_METADATA_KEY``, as in the inbox); the agent is
 not called. ``AWAITING_APPROVALS`` is not a refusal: the caller's approvals
 were recorded, and the policy wants more before the resume is sent.
@@ -34,15 +34,15 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.authtoken.models import Token
 
-from . import runs, supervisor
+from .hub import accept, supervisor
 from .api.authentication import FailedTokenThrottle
-from .middleware import BUSY_MESSAGE, database_busy
+from .web.middleware import BUSY_MESSAGE, database_busy
 from .models import Agent, Event, Run
 from .protocol import storable
 from .protocol.errors import MalformedMessage, ProtocolError
 from .protocol.sse import CONTENT_TYPE, encode_event, format_frame
 from .protocol.wire import dump, parse_run_input
-from .refusals import Refusal
+from .hub.refusals import Refusal
 from .sdk.views import refusal
 
 # How often a replay of a run still streaming elsewhere looks for new events.
@@ -169,7 +169,7 @@ async def agui(request: HttpRequest, agent: str):
             "AT_CAPACITY", f"This Countersign process already streams {settings.COUNTERSIGN_MAX_STREAMS} runs "
                            "(COUNTERSIGN_MAX_STREAMS, some kept for resumes): try again shortly.")))
     try:
-        accepted = await sync_to_async(runs.accept_input)(registered, run_input, user, background.worker)
+        accepted = await sync_to_async(accept.accept_input)(registered, run_input, user, background.worker)
     except ProtocolError as problem:
         background.release(slot)
         return _sse(_refused(run_input.thread_id, run_input.run_id, problem))

@@ -72,9 +72,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Sets the Content-Security-Policy header and each request's nonce.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
-    "interrupts.middleware.RefuseNulCharacters",
+    "interrupts.web.middleware.RefuseNulCharacters",
     # A view failing on a busy database gets 503 with Retry-After, not a 500.
-    "interrupts.middleware.BusyDatabase",
+    "interrupts.web.middleware.BusyDatabase",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -101,8 +101,10 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "interrupts.context_processors.header",
+                "interrupts.web.context_processors.header",
             ],
+            # The tags live with the web layer (interrupts/web/), not at the app's top.
+            "libraries": {"countersign": "interrupts.web.templatetags.countersign"},
         },
     },
 ]
@@ -196,7 +198,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = int(os.environ.get("COUNTERSIGN_LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("COUNTERSIGN_LOGIN_COOLOFF", "900")))
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "interrupts.middleware.login_lockout"
+AXES_LOCKOUT_CALLABLE = "interrupts.web.middleware.login_lockout"
 # The address is REMOTE_ADDR, which `serve --proxy-headers` fills from the
 # proxy's X-Forwarded-For; never a header the client writes itself, or each
 # guess could claim a fresh address (this matters if django-ipware is installed).

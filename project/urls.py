@@ -21,5 +21,5 @@ urlpatterns = [
     re_path(r"^agui/", gateway.no_such_endpoint),
     path("api/", include("interrupts.api.urls")),
     re_path(r"^api/", NoSuchEndpoint.as_view()),
-    path("", include("interrupts.urls")),
+    path("", include("interrupts.web.urls")),
 ]

@@ -5,7 +5,7 @@ import itertools
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from interrupts import policies
+from interrupts.hub import policies
 from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 
 _counter = itertools.count(1)

@@ -1,4 +1,4 @@
-"""The protocol layer, and the SDK but for its Django view, stay usable without Django."""
+"""The protocol layer, and the SDK but for its Django view, stay usable without Django; every layer imports only downward."""
 
 import ast
 import json
@@ -65,3 +65,138 @@ def test_no_module_source_names_a_forbidden_package(package):
                 continue
             offenders += [f"{path.name}:{node.lineno} {r}" for r in roots if r in FORBIDDEN]
     assert offenders == []
+
+
+# --- The layers: each module imports only its own layer and the ones below -----------------
+#
+# Bottom first, as ../shared/DESIGN.md ("Layout") draws the tree. A module
+# belongs to the layer of the longest prefix that names it. Imports inside
+# functions count (they are how a cycle hides), and so do type-only ones.
+
+LAYERS = [
+    ("protocol", ["interrupts.protocol"]),
+    ("sdk", ["interrupts.sdk"]),
+    ("conf", ["interrupts.conf"]),
+    ("models", ["interrupts.models"]),
+    # Leaves every service may use: refusals, waking the supervisor, the agent
+    # HTTP client, and broadcasting after commit.
+    ("leaves", ["interrupts.hub.refusals", "interrupts.hub.wakeup", "interrupts.hub.egress", "interrupts.live.relay"]),
+    ("hub", ["interrupts.hub"]),
+    ("reads", ["interrupts.reads"]),
+    ("live", ["interrupts.live"]),
+    ("surfaces", ["interrupts.web", "interrupts.api", "interrupts.gateway", "interrupts.sdk.views", "interrupts.demo"]),
+    ("app", ["interrupts.admin", "interrupts.apps", "interrupts.management", "interrupts.migrations", "interrupts"]),
+]
+
+APP = ROOT / "interrupts"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _type_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:``: never run, so never part of a cycle."""
+    hidden = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return hidden
+
+
+def app_imports(runtime_only: bool = False) -> dict[str, set[str]]:
+    """Every interrupts module, and the interrupts modules it imports (anywhere in its source)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(APP.rglob("*.py")):
+        name = _module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        hidden = _type_only(tree) if runtime_only else set()
+        for node in ast.walk(tree):
+            if id(node) in hidden:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module
+                # `from pkg import mod` imports pkg.mod; `from mod import name` imports mod.
+                targets = [f"{source}.{a.name}" if _is_module(f"{source}.{a.name}") else source for a in node.names]
+            else:
+                continue
+            found |= {t for t in targets if t == "interrupts" or t.startswith("interrupts.")}
+        graph[name] = found - {name}
+    return graph
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, None
+    for index, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), index
+    assert rank is not None, f"{module} is in no layer: add it to LAYERS"
+    return rank
+
+
+def test_the_layer_map_knows_the_rooms_of_the_design():
+    graph = app_imports()
+    for module in ("interrupts.hub.outbox", "interrupts.hub.accept", "interrupts.hub.wakeup", "interrupts.hub.log",
+                   "interrupts.hub.refusals", "interrupts.reads.selectors", "interrupts.live.relay",
+                   "interrupts.live.consumers", "interrupts.web.views", "interrupts.conf"):
+        assert module in graph, module
+    assert layer_of("interrupts.hub.wakeup") < layer_of("interrupts.hub.runs") < layer_of("interrupts.reads.selectors")
+    assert layer_of("interrupts.sdk.views") > layer_of("interrupts.sdk.driver")
+
+
+def test_every_import_points_down_or_across():
+    upward = [
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for module, targets in app_imports().items()
+        for target in sorted(targets)
+        if layer_of(target) > layer_of(module)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycle():
+    graph = app_imports(runtime_only=True)
+    # Only the app's own modules: a package's __init__ is a node like any other.
+    cycles, state = [], {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(trail[trail.index(target):] + [module, target]) if target in trail
+                              else f"{module} -> {target}")
+            elif target not in state:
+                visit(target, trail + [module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert cycles == []
+
+
+def test_the_layer_test_sees_an_upward_import(tmp_path, monkeypatch):
+    # The check itself, on a module that reaches up: a selector imported by a service.
+    fake = APP / "hub" / "_upward_probe.py"
+    fake.write_text("from ..reads import selectors\n")
+    try:
+        graph = app_imports()
+    finally:
+        fake.unlink()
+    assert "interrupts.reads.selectors" in graph["interrupts.hub._upward_probe"]
+    assert layer_of("interrupts.reads.selectors") > layer_of("interrupts.hub._upward_probe")

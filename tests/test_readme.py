@@ -72,7 +72,7 @@ def test_the_readme_script_verifies_a_real_chain_export_and_catches_an_edit(tmp_
     import subprocess
     import sys
 
-    from interrupts import trail
+    from interrupts.hub import trail
     from interrupts.models import AuditEntry
 
     from . import factories

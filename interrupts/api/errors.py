@@ -11,9 +11,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..middleware import BUSY_MESSAGE, BUSY_RETRY_AFTER, database_busy
+from ..web.middleware import BUSY_MESSAGE, BUSY_RETRY_AFTER, database_busy
 from ..protocol.errors import ProtocolError
-from ..refusals import http_status
+from ..hub.refusals import http_status
 
 
 def exception_handler(exc, context):

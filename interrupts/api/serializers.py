@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .. import decisions, policies
+from ..hub import decisions, policies
 from ..models import MAX_REQUIRED_APPROVALS, Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
 

@@ -13,9 +13,9 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from .. import decisions, policies, runs
+from ..hub import decisions, outbox, policies, runs
 from ..models import Agent, Event, Interrupt, Policy, Run, Thread
-from ..refusals import Refusal
+from ..hub.refusals import Refusal
 from . import serializers as s
 
 MAX_EVENTS_PAGE = 1000
@@ -165,7 +165,7 @@ class RetryRun(RunLookup, generics.GenericAPIView):
     @extend_schema(request=None, responses={202: s.RunSerializer})
     def post(self, request, run_id):
         run = self.get_object()
-        if not runs.retry_now(run, request.user):
+        if not outbox.retry_now(run, request.user):
             raise Refusal("NOT_WAITING", f"Run {run.run_id} is {run.status}, not waiting for its agent: "
                           "there is nothing to retry.", status=409)
         run.refresh_from_db()

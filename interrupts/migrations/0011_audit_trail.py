@@ -111,7 +111,7 @@ def no_triggers(apps, schema_editor):
 def backfill(apps, schema_editor):
     # trail's content functions take historical instances: the entries an
     # upgraded database gets are those a new one writes.
-    from interrupts import trail
+    from interrupts.hub import trail
 
     trail.backfill(apps)
 

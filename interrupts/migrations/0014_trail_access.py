@@ -13,7 +13,7 @@ from django.db import migrations
 
 
 def backfill(apps, schema_editor):
-    from interrupts import trail
+    from interrupts.hub import trail
 
     trail.backfill_access(apps)
 

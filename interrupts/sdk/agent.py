@@ -15,18 +15,11 @@ from ag_ui.core import Interrupt, ResumeEntry
 
 from ..protocol.errors import ContractViolation
 from ..protocol.schema import check_schema, payload_errors
+from .errors import AgentError
+from .verify import conversation_tool_call_ids
 
 if TYPE_CHECKING:
     from .context import RunContext
-
-
-class AgentError(Exception):
-    """Raise from ``Agent.run`` to fail the run with RUN_ERROR and this code."""
-
-    def __init__(self, message: str, code: str = "AGENT_ERROR") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class InvalidOutcome(AgentError):
@@ -75,8 +68,6 @@ class Agent:
         agent keeps nothing between runs; override it when the interrupt id
         or the state says exactly which call an interrupt was about.
         """
-        from .verify import conversation_tool_call_ids
-
         return conversation_tool_call_ids(run_input, interrupt_id)
 
     async def run(self, ctx: RunContext) -> RunOutcome:  # pragma: no cover - abstract

@@ -26,7 +26,7 @@ from typing import Any
 from ag_ui.core import RunAgentInput
 
 from ..protocol import signing
-from .agent import AgentError
+from .errors import AgentError
 
 #: Given the input and an interrupt id, the tool call ids its fingerprint may name.
 ToolCallIds = Callable[[RunAgentInput, str], Iterable[str | None]]

@@ -16,7 +16,7 @@ from django.http import Http404
 from interrupts.api.errors import exception_handler
 from interrupts.protocol.sse import SSEReader
 
-from ..hub.conftest import events, finished_run, pending, start, wait_for
+from ..e2e.conftest import events, finished_run, pending, start, wait_for
 from .agents import MAX_EVENT_BYTES, MAX_RUN_BYTES, MAX_RUN_EVENTS
 from .conftest import MAX_REQUEST_BYTES
 

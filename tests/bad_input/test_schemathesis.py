@@ -17,7 +17,7 @@ from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from ..hub.conftest import pending, start, wait_for
+from ..e2e.conftest import pending, start, wait_for
 
 # Per operation and mode: about 16 operations x 2 modes x 15 requests, some 30 s on a quiet machine.
 EXAMPLES = 15

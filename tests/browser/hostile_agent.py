@@ -1,6 +1,6 @@
 """A real AG-UI agent whose every field tries to run script in a reviewer's browser.
 
-A ThreadingHTTPServer on a free loopback port, like tests/hub/scripted_agent.py.
+A ThreadingHTTPServer on a free loopback port, like tests/e2e/scripted_agent.py.
 Path ``/hostile/`` streams text, a tool call, its result, state, messages, a
 custom event, and ends with interrupts whose ids, reasons, messages, metadata
 and responseSchemas carry payloads; ``/failing/`` ends its run with a RUN_ERROR

@@ -125,7 +125,7 @@ def audit_verify(deployment) -> subprocess.CompletedProcess:
 
 
 # Raw SQL as someone with the database's keys would run it: the guarding trigger
-# dropped (SQLite) or disabled (PostgreSQL) first, as tests/hub/test_trail.py does.
+# dropped (SQLite) or disabled (PostgreSQL) first, as tests/e2e/test_trail.py does.
 TAMPER = """
 from django.db import connection, transaction
 

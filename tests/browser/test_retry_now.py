@@ -3,7 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from ..hub.scripted_agent import AgentProcess
+from ..e2e.scripted_agent import AgentProcess
 from ..servers import free_port
 from .test_review import TIMEOUT, inbox_for, start
 

@@ -6,7 +6,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from ..hub.scripted_agent import ScriptedAgent
+from ..e2e.scripted_agent import ScriptedAgent
 
 TIMEOUT = 15_000
 
@@ -178,7 +178,7 @@ def evil_agent(site):
 
 
 def test_agent_supplied_markup_is_shown_as_text_everywhere(reviewer, site, evil_agent):
-    from ..hub.scripted_agent import EVIL
+    from ..e2e.scripted_agent import EVIL
 
     thread = start(site, "evil")
     for path in (f"/inbox/?thread={thread}", f"/threads/{thread}/", "/threads/"):

@@ -8,7 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from interrupts import trail
+from interrupts.hub import trail
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ import getpass
 
 from django.core.management.base import BaseCommand, CommandError
 
-from interrupts import runs
+from interrupts.hub import runs
 from interrupts.models import Run
 
 

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from interrupts.demo import register_demo_agents
-from interrupts.supervisor import Supervisor
+from interrupts.hub.supervisor import Supervisor
 
 logger = logging.getLogger("interrupts.serve")
 

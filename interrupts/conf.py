@@ -1,0 +1,1 @@
+"""Every COUNTERSIGN_* default and every limit, defined once (filled in below)."""

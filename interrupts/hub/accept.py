@@ -1,0 +1,122 @@
+"""The gateway's use case: hold a client's RunAgentInput to the contract, record it, or replay it.
+
+Above ``runs`` (the thread gate, queueing) and ``decisions`` (a resume's
+answers are decisions): the gateway calls ``accept_input`` and streams the run
+it returns; neither module below knows the gateway exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ag_ui.core import RunAgentInput
+from django.db import transaction
+from django.utils import timezone
+
+from ..models import Agent, Interrupt, Run, Thread
+from ..protocol.contract import Verdict, check_input
+from ..protocol.wire import dump
+from . import decisions, outbox, runs
+from .refusals import Refusal
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What the gateway does with an input: stream ``run`` (new or resume), or replay it.
+
+    ``run`` is None for a resume whose approvals were recorded but do not
+    yet complete the batch (a quorum): nothing is sent to the agent yet.
+    """
+
+    verdict: Verdict
+    run: Run | None
+
+
+#: What a gateway client's resume may set in the input sent to the agent: its own
+#: runtime (tools, context, forwardedProps). The rest is Countersign's record.
+CLIENT_RESUME_FIELDS = ("tools", "context", "forwardedProps")
+
+# How often the gateway checks a resume again when the thread changed between
+# the check (outside the lock) and the record (under it): a busy thread, not a
+# retry loop that can spin.
+ACCEPT_ATTEMPTS = 3
+
+
+def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> Accepted:
+    """Hold a client's RunAgentInput to the contract and record it as a run of this process.
+
+    New input and resumes become a run claimed by ``worker`` (the gateway
+    streams it at once); a resume's answers are recorded as decisions by
+    ``user``, racing the inbox fairly: whoever answers first wins, the other
+    gets ``ALREADY_RESOLVED``. A replay of the last accepted resume returns
+    the run it started, and nothing is sent to the agent again.
+
+    Every contract rule, the answers' schemas included, is checked before
+    the transaction, against the thread as read then; under the lock only
+    ``gate_fingerprint`` confirms the thread is unchanged. If it changed
+    (interrupts raised or answered meanwhile), the check runs again, at most
+    ``ACCEPT_ATTEMPTS`` times, then ``THREAD_BUSY`` (409). Other refusals:
+    the contract's codes, ``INVALID_ID``, ``AGENT_MISMATCH``,
+    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``, and ``AGENT_AT_CAPACITY``
+    when the agent already streams COUNTERSIGN_MAX_AGENT_STREAMS runs
+    (counted over every process, under the agent's row lock as in
+    ``claim_due``; a resume counts like a new run, a replay calls nobody and
+    is never refused). A refused input leaves nothing behind, not even a
+    resume's decisions: the client may send it again.
+    """
+    runs.check_id("threadId", run_input.thread_id)
+    runs.check_id("runId", run_input.run_id)
+    for _attempt in range(ACCEPT_ATTEMPTS):
+        existing = Thread.objects.filter(thread_id=run_input.thread_id).select_related("agent").first()
+        if existing is not None and existing.agent_id != agent.pk:
+            runs.thread_for(agent, run_input.thread_id)  # refuses with AGENT_MISMATCH
+        seen = runs.gate_fingerprint(existing)
+        verdict = check_input(runs.thread_gate(existing, run_input.thread_id), run_input, timezone.now())
+        prepared = None
+        if verdict.kind == "resume":
+            by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
+                run__thread=existing, run__run_id=verdict.interrupted_run_id).select_related("run")}
+            prepared = decisions.prepare_resume(by_id, list(run_input.resume), user)
+        wire_input = dump(run_input)
+        with transaction.atomic():
+            thread = runs.thread_for(agent, run_input.thread_id)
+            if runs.gate_fingerprint(thread) != seen:
+                continue  # raised or answered meanwhile: check again against what is there now
+            if verdict.kind == "replay":
+                return Accepted(verdict, Run.objects.get(thread=thread, run_id=verdict.replay_of_run_id))
+            outbox.refuse_if_agent_full(agent)
+            if Run.objects.filter(thread=thread, run_id=run_input.run_id).exists():
+                raise Refusal(
+                    "DUPLICATE_RUN_ID",
+                    f"Thread {thread.thread_id} already has a run {run_input.run_id}: use a fresh runId.",
+                )
+            parent = key = None
+            if verdict.kind == "resume":
+                parent = Run.objects.select_related("thread").get(thread=thread, run_id=verdict.interrupted_run_id)
+                if not decisions.record_resume(parent, prepared, user):
+                    return Accepted(verdict, None)
+                key = runs.resume_key(parent.run_id, verdict.idempotency_key)
+                # What the agent receives is Countersign's record, not the client's: the
+                # answers, attested, and the thread's state and messages as the agent
+                # last sent them. A client's own state could otherwise change what an
+                # approval makes the agent do (an approval's payload names no args).
+                # Only the fields RunAgentInput defines, too: a client's extra keys would
+                # travel signed beside the attestation, as if Countersign said them.
+                wire_input = {**{k: wire_input[k] for k in CLIENT_RESUME_FIELDS if k in wire_input},
+                              "threadId": thread.thread_id, "runId": run_input.run_id,
+                              "parentRunId": parent.run_id, "resume": runs.resume_entries(parent),
+                              "state": thread.state if thread.state is not None else {},
+                              "messages": list(thread.messages or [])}
+            else:
+                runs.refuse_if_busy(thread)
+                # The client's conversation and state are the thread's record from now on
+                # (a resume sends the record, not whatever the client sends then).
+                recorded = {"messages": wire_input.get("messages") or []}
+                if wire_input.get("state") is not None:
+                    recorded["state"] = wire_input["state"]
+                Thread.objects.filter(pk=thread.pk).update(**recorded)
+            run = runs.enqueue(thread, agent, wire_input, user=user, parent=parent, resume_key=key,
+                         origin=Run.Origin.GATEWAY, claimed_by=worker)
+            return Accepted(verdict, run)
+    raise Refusal("THREAD_BUSY", f"Thread {run_input.thread_id} kept changing while this input was checked "
+                                 "(interrupts raised or answered meanwhile); send it again.")

@@ -1,0 +1,521 @@
+"""Decide, revise and expire interrupts; the batch's last decision queues the resume.
+
+Who may decide is ``policies``' answer, asked before anything else: the
+permission, the policy's groups and users, no self-approval, and how many
+distinct people must approve. Under a quorum of N an interrupt stays
+pending until N eligible people approve the same answer; one eligible
+rejection or cancel ends it at once (fail closed). A plain approval joins
+the answer already approved (edited args included); an answer that differs
+(edited again, another form answer) supersedes the approvals so far.
+
+The database decides every race: an interrupt moves out of ``pending`` by a
+conditional UPDATE on (pk, status, version), so two reviewers deciding at once
+store exactly one decision, whatever the database, and the loser is told who
+won. The decision, the interrupt's new status and the queued resume commit in
+one transaction.
+
+Everything that looks at agent-supplied data (the responseSchema, the
+proposed args, the interrupt as sent) happens *before* that transaction: on
+SQLite every transaction holds the whole database's write lock, and on
+PostgreSQL the batch's row lock, so a hostile schema checked inside either
+would make every other reviewer wait. An interrupt's raw form, schema and
+proposal never change once raised, so what was checked outside is still
+what the locked part writes; the locked part only re-reads status and
+version, and writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import policies, log, runs, trail
+from ..live import relay
+from ..models import Decision, Interrupt, Run
+from ..protocol import signing
+from ..protocol.contract import check_entry
+from ..protocol.errors import ContractViolation
+from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
+from .refusals import Refusal
+
+MAX_COMMENT_CHARS = 10_000
+
+
+def lock_batch(run_pk: int) -> None:
+    """Serialise every change to one run's batch (PostgreSQL: a row lock on the run).
+
+    Deciding the last two open interrupts at once, or revising one while
+    another completes the batch, must see each other: otherwise the resume
+    is never queued, or carries an answer the audit trail does not show.
+    SQLite's IMMEDIATE transactions already run one at a time.
+    """
+    Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
+
+
+def _already_decided(interrupt: Interrupt) -> Refusal:
+    live = interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("-pk").first()
+    if live is not None and interrupt.status != Interrupt.Status.PENDING:
+        who = live.user.get_full_name() or live.user.get_username()
+        return Refusal(
+            "ALREADY_DECIDED",
+            f"Interrupt {interrupt.interrupt_id} was already decided by {who} "
+            f"({live.status}, {live.created_at:%Y-%m-%d %H:%M:%S} UTC).",
+            decided_by=live.user.get_username(),
+            interrupt_id=interrupt.interrupt_id,
+        )
+    if interrupt.status == Interrupt.Status.EXPIRED:
+        return Refusal("EXPIRED", f"Interrupt {interrupt.interrupt_id} expired: {interrupt.closed_reason}",
+                       interrupt_id=interrupt.interrupt_id)
+    return Refusal(
+        "CLOSED",
+        f"Interrupt {interrupt.interrupt_id} is closed: {interrupt.closed_reason or interrupt.status}.",
+        interrupt_id=interrupt.interrupt_id,
+    )
+
+
+def _batch_sent(interrupt: Interrupt) -> bool:
+    return interrupt.run.resumed_by() is not None
+
+
+def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> ResumeEntry:
+    if status not in (Decision.Status.RESOLVED, Decision.Status.CANCELLED):
+        raise Refusal("INVALID_STATUS", f"A decision is 'resolved' or 'cancelled', not {status!r}.", status=400)
+    entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
+    check_entry(WireInterrupt.model_validate(interrupt.raw), entry, now)
+    refuse_reserved_metadata(metadata, interrupt.interrupt_id)
+    signing.canonical(payload)  # UNSIGNABLE_PAYLOAD now, not when the resume is built
+    return entry
+
+
+def refuse_reserved_metadata(metadata, interrupt_id: str) -> None:
+    """Refuse an answer whose metadata claims Countersign's own key (``RESERVED_METADATA_KEY``).
+
+    ``metadata.countersign`` is the attestation Countersign writes on every
+    entry it sends (who approved, under which policy, the fingerprint): a
+    reviewer or client who could write it could name someone else.
+    """
+    if isinstance(metadata, dict) and signing.METADATA_KEY in metadata:
+        raise ContractViolation(
+            "RESERVED_METADATA_KEY",
+            f"Metadata key {signing.METADATA_KEY!r} of interrupt {interrupt_id}'s answer is written by "
+            "Countersign itself (who approved, the policy, the fingerprint); leave it out.",
+            interrupt_id=interrupt_id,
+        )
+
+
+def _edited_args(interrupt: Interrupt, payload):
+    if not isinstance(payload, dict) or EDITED_ARGS not in payload:
+        return None
+    return apply_edits(interrupt.proposed_args or {}, payload, interrupt_id=interrupt.interrupt_id)
+
+
+ACTIONS = ("approve", "reject", "edit", "respond", "cancel")
+
+
+def action_of(interrupt: Interrupt, status: str, payload) -> str:
+    """Which of ``ACTIONS`` an answer is, read from the answer itself (the same on every surface)."""
+    if status == Decision.Status.CANCELLED:
+        return "cancel"
+    if isinstance(payload, dict) and EDITED_ARGS in payload:
+        return "edit"
+    if isinstance(payload, dict) and payload.get("approved") is False:
+        return "reject"
+    if payload is not None and payload == approval_payload(interrupt.response_schema, True):
+        return "approve"
+    return "respond"
+
+
+def ends_at_once(action: str) -> bool:
+    """A rejection or cancel by one eligible person ends the interrupt, whatever the quorum."""
+    return action in ("reject", "cancel")
+
+
+def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=None) -> tuple[str, object]:
+    """What a reviewer's action means on the wire: the (status, payload) of the resume entry.
+
+    ``approve``/``reject`` use the schema's yes/no field (``{approved: false}``
+    for a rejection: denials live in the payload); ``edit`` approves with
+    ``editedArgs``, offered only when the schema declares it; ``respond``
+    sends ``payload`` as given; ``cancel`` declines without an answer.
+    """
+    if action == "cancel":
+        return Decision.Status.CANCELLED, None
+    if action == "respond":
+        return Decision.Status.RESOLVED, payload
+    if action == "edit":
+        if not supports_edits(interrupt.response_schema):
+            raise Refusal(
+                "EDITS_NOT_OFFERED",
+                f"Interrupt {interrupt.interrupt_id}'s responseSchema has no editedArgs: approve or reject it.",
+                status=400,
+            )
+        return Decision.Status.RESOLVED, {"approved": True, EDITED_ARGS: edited_args}
+    if action not in ("approve", "reject"):
+        raise Refusal("INVALID_ACTION", f"Unknown action {action!r}: use one of {', '.join(ACTIONS)}.", status=400)
+    answer = approval_payload(interrupt.response_schema, action == "approve")
+    if answer is None:
+        raise Refusal(
+            "NEEDS_PAYLOAD",
+            f"Interrupt {interrupt.interrupt_id} asks for more than yes or no: answer with action "
+            "'respond' and a payload that fits its responseSchema.",
+            status=400,
+        )
+    return Decision.Status.RESOLVED, answer
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """An answer that passed every check of agent-supplied data, ready to be written under the lock."""
+
+    status: str
+    payload: object
+    metadata: object
+    edited_args: object
+    comment: str
+    action: str
+    rule: policies.Rule
+    # The standing answer the reviewer saw (``answer_digest``), or None: a plain
+    # approval joins another person's answer only if it is the one they saw.
+    seen: str | None = None
+
+    def record(self, interrupt: Interrupt, user) -> Decision:
+        return Decision.objects.create(
+            interrupt=interrupt, user=user, status=self.status,
+            payload=self.payload if self.status == Decision.Status.RESOLVED else None,
+            edited_args=self.edited_args, metadata=self.metadata, comment=self.comment,
+            action=self.action, policy=self.rule.name[:100], required_approvals=self.rule.required_approvals,
+        )
+
+    def joining(self, approved: Decision) -> _Checked:
+        """This plain approval, applied to the answer ``approved`` already carries (edited args included)."""
+        return replace(self, payload=approved.payload, edited_args=approved.edited_args)
+
+
+def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
+           rule: policies.Rule, seen: str | None) -> _Checked:
+    """Every check of the answer against what the agent sent, done outside any transaction."""
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
+    _checked(interrupt, status, payload, metadata, now)
+    edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
+    return _Checked(status, payload, metadata, edited, comment, action_of(interrupt, status, payload), rule, seen)
+
+
+def answer_digest(decision: Decision | None) -> str:
+    """A short digest of the answer a standing decision carries ("" for none): what a page shows and posts back."""
+    if decision is None:
+        return ""
+    return hashlib.sha256(_answer_bytes(decision.status, decision.payload)).hexdigest()[:16]
+
+
+def _answer_bytes(status: str, payload) -> bytes:
+    # An answer as it is signed: compared this way, 1 and true differ, as they do to the agent.
+    return signing.canonical({"status": status, "payload": payload})
+
+
+def _same_answer(decision: Decision, checked: _Checked) -> bool:
+    # By the bytes that are signed, not Python's ==, for which 1 == True and [0] == [False].
+    return _answer_bytes(decision.status, decision.payload) == _answer_bytes(checked.status, checked.payload)
+
+
+def standing_answer(live: list[Decision]) -> Decision | None:
+    """The answer a plain approval of this pending interrupt would join: the latest standing decision."""
+    return live[-1] if live else None
+
+
+def _refuse_if_expired(interrupt: Interrupt) -> None:
+    # The answer was checked against the clock before the lock was taken; the
+    # expiry sweep may not have run yet, so look again at the stored time.
+    if interrupt.expires_at is not None and timezone.now() >= interrupt.expires_at:
+        raise Refusal("EXPIRED", f"Interrupt {interrupt.interrupt_id} expired while the answer was being checked.",
+                      interrupt_id=interrupt.interrupt_id)
+
+
+def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
+           seen: str | None = None) -> Decision:
+    """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
+
+    Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
+    (no ``decide_interrupt`` permission, or outside the policy's groups and
+    users), then ``SELF_APPROVAL`` (they requested the run and the policy does
+    not allow it). Refused (``ContractViolation``) when the payload fails the
+    responseSchema (``INVALID_PAYLOAD``, or the schema's own refusal:
+    ``INVALID_SCHEMA``, ``REMOTE_REF``, ``UNSAFE_PATTERN``,
+    ``SCHEMA_TOO_LARGE``, ``SCHEMA_TOO_COSTLY``), a cancellation carries a
+    payload (``PAYLOAD_ON_CANCEL``), metadata is not an object or uses a
+    reserved key (``ag-ui``, ``countersign``: ``RESERVED_METADATA_KEY``), the
+    payload cannot be canonicalised for its fingerprint
+    (``UNSIGNABLE_PAYLOAD``), or ``expiresAt`` has passed (``EXPIRED``);
+    refused (``Refusal``) with ``ALREADY_DECIDED`` (409) when the interrupt
+    was decided first, ``CLOSED`` when it closed without a decision,
+    ``TOO_LARGE`` for a comment over ``MAX_COMMENT_CHARS``.
+
+    Under a quorum (``required_approvals`` > 1) the interrupt stays pending
+    until that many distinct eligible people approve the same answer; each
+    approver may change their own answer meanwhile. A plain approval joins
+    another person's standing answer (their edited args, their form answer)
+    only when ``seen`` is that answer's ``answer_digest``, as the page showed
+    it: otherwise ``ANSWER_CHANGED`` (409), so nobody approves args they never
+    saw. An approver who lost their eligibility meanwhile no longer counts.
+    With one approval, the author may change their answer (``revise``) until
+    the batch is sent.
+
+    The race: policy and answer are checked first, with no lock held (see
+    the module docstring); then the batch is locked, the interrupt re-read,
+    and it changes only by an UPDATE conditional on the version read, so of
+    two reviewers racing for its last approval exactly one closes it and the
+    other is told who.
+    """
+    now = timezone.now()
+    current = Interrupt.objects.select_related("run").get(pk=interrupt.pk)
+    rule = policies.rule_for(current)
+    policies.refuse_unless_eligible(user, rule, current)
+    if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
+        raise _already_decided(current)  # no point checking an answer that cannot be taken
+    checked = _check(current, status, payload, metadata, comment, now, rule, seen)
+    with transaction.atomic():
+        lock_batch(current.run_id)
+        interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
+        if interrupt.status != Interrupt.Status.PENDING:
+            if (live := _revisable(interrupt, user, rule)) is not None:
+                return _revise(interrupt, live, user, checked, now)
+            raise _already_decided(interrupt)
+        _refuse_if_expired(interrupt)
+        decision = _take(interrupt, user, checked, now)
+        _after_decision(interrupt, user, relay.Reason.DECIDED)
+        return decision
+
+
+def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
+    """Add ``user``'s answer to a pending interrupt under its batch's lock; close it if this completes it."""
+    standing = approvals(interrupt)
+    others = [d for d in standing if d.user_id != user.pk]
+    if checked.action == "approve" and others:
+        joined = standing_answer(others)
+        if not _same_answer(joined, checked):
+            if checked.seen != answer_digest(joined):
+                who = joined.user.get_full_name() or joined.user.get_username()
+                raise Refusal(
+                    "ANSWER_CHANGED",
+                    f"Interrupt {interrupt.interrupt_id}'s standing answer is now {who}'s "
+                    f"({joined.action or joined.status}), not the one you saw: look at it again, then approve "
+                    "it, or answer with your own edits.",
+                    interrupt_id=interrupt.interrupt_id, standing=answer_digest(joined),
+                )
+            checked = checked.joining(joined)
+    # No longer standing: approvals of another answer, this reviewer's own earlier
+    # answer, and approvals by people who lost the right to decide since
+    # (left the group, deactivated): none of them is counted or attested.
+    stale = [d for d in standing if d.user_id == user.pk or not _same_answer(d, checked)
+             or policies.refusal(d.user, checked.rule, interrupt) is not None]
+    if stale:
+        Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
+    counted = len(standing) - len(stale)
+    closes = ends_at_once(checked.action) or counted + 1 >= checked.rule.required_approvals
+    change = {"status": checked.status, "closed_at": now} if closes else {}
+    won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
+        version=F("version") + 1, **change
+    )
+    if not won:
+        raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
+    try:
+        with transaction.atomic():
+            decision = checked.record(interrupt, user)
+    except IntegrityError:
+        raise _already_decided(interrupt) from None
+    trail.record_decision(decision)
+    return decision
+
+
+def approvals(interrupt: Interrupt) -> list[Decision]:
+    """The standing (live) decisions of an interrupt, in order: under a quorum, the approvals so far."""
+    return list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
+
+
+def _revisable(interrupt: Interrupt, user, rule: policies.Rule) -> Decision | None:
+    """``user``'s live decision on a decided interrupt, if they may still replace it.
+
+    Only a decision taken alone (one approval required) that closed the
+    interrupt, and only until the batch is sent: under a quorum the
+    approvers' answers were counted together, and one of them changing
+    theirs afterwards would leave the others approving what they never saw.
+    """
+    if rule.required_approvals != 1:
+        return None
+    live = list(interrupt.decisions.filter(superseded_at__isnull=True))
+    mine = live[0] if len(live) == 1 else None
+    return mine if mine is not None and mine.user_id == user.pk and not _batch_sent(interrupt) else None
+
+
+def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
+    # Superseding is the one change a decision row accepts (a database trigger
+    # refuses any other), and only once: a racing revision loses here.
+    if not Decision.objects.filter(pk=live.pk, superseded_at__isnull=True).update(superseded_at=now):
+        raise _already_decided(interrupt)
+    Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
+    decision = checked.record(interrupt, user)
+    trail.record_decision(decision)
+    _after_decision(interrupt, user, relay.Reason.REVISED)
+    return decision
+
+
+def _reopen_lapsed(run: Run, now) -> list[Interrupt]:
+    """Reopen each approved interrupt of the batch whose approvers no longer make its quorum.
+
+    An approval counts only while its author may still decide: someone who
+    left the policy's groups or was deactivated after approving one
+    interrupt of a batch must not be attested when the batch's last
+    interrupt is decided. Their decisions are superseded and the interrupt
+    waits again. Rejections and cancels stand: they only stop the agent.
+    """
+    closed = [i for i in Interrupt.objects.filter(run=run, status=Interrupt.Status.RESOLVED).select_related("run")]
+    rules = policies.rules_for(closed)
+    reopened = []
+    for interrupt in closed:
+        live = approvals(interrupt)
+        if not live or ends_at_once(live[-1].action):
+            continue
+        lapsed = [d for d in live if policies.refusal(d.user, rules[interrupt.pk], interrupt) is not None]
+        if not lapsed or len(live) - len(lapsed) >= rules[interrupt.pk].required_approvals:
+            continue
+        Decision.objects.filter(pk__in=[d.pk for d in lapsed], superseded_at__isnull=True).update(superseded_at=now)
+        Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).update(
+            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        trail.record_supersessions(interrupt)
+        reopened.append(interrupt)
+    return reopened
+
+
+def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
+    run = interrupt.run
+    open_left = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).exists()
+    if not open_left and _reopen_lapsed(run, timezone.now()):
+        open_left = True
+    closed_without_answer = Interrupt.objects.filter(
+        run=run, status=Interrupt.Status.EXPIRED
+    ).exists()
+    if not open_left and not closed_without_answer:
+        runs.queue_resume(run, user=user)
+    thread_pk, seq = run.thread_id, run.thread.last_seq
+    relay.inbox_changed(thread_pk, seq, reason)
+
+
+@dataclass(frozen=True)
+class PreparedResume:
+    """A gateway resume checked against policy and agent data, ready for ``record_resume``."""
+
+    answers: dict[str, _Checked]
+
+
+def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry], user) -> PreparedResume:
+    """Check a gateway client's resume as decisions by ``user``, outside any transaction.
+
+    The contract checks already passed (``check_input``); this applies the
+    inbox's other rules to every entry, all before anything is recorded:
+    ``NOT_ELIGIBLE`` / ``SELF_APPROVAL`` (403 in the API, RUN_ERROR here),
+    ``RESERVED_METADATA_KEY``, ``UNSIGNABLE_PAYLOAD``; and copies the tool
+    args each approval will run, which may be large.
+    """
+    rules = policies.rules_for(interrupts.values())
+    answers = {}
+    for entry in entries:
+        interrupt = interrupts[entry.interrupt_id]
+        rule = rules[interrupt.pk]
+        policies.refuse_unless_eligible(user, rule, interrupt)
+        refuse_reserved_metadata(entry.metadata, entry.interrupt_id)
+        signing.canonical(entry.payload)
+        resolved = entry.status == Decision.Status.RESOLVED
+        answers[entry.interrupt_id] = _Checked(
+            entry.status, entry.payload if resolved else None, entry.metadata,
+            _edited_args(interrupt, entry.payload) if resolved else None,
+            "Answered through the AG-UI gateway.", action_of(interrupt, entry.status, entry.payload), rule,
+        )
+    return PreparedResume(answers)
+
+
+def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
+    """Record a gateway client's resume as decisions by ``user``, all or none; True if the batch is complete.
+
+    ``prepared`` is ``prepare_resume`` of the same entries. If the inbox
+    closed one of the batch's interrupts first, the whole resume is refused
+    with ``ALREADY_RESOLVED`` (nothing is recorded, nothing is sent). Each
+    answer counts like an inbox decision by ``user``: under a quorum an
+    approval may leave its interrupt pending, and then no resume is sent
+    (False): the rest of the approvals are given in the inbox, which sends
+    it. Must be called inside the transaction that queues the resume run.
+    """
+    now = timezone.now()
+    lock_batch(interrupted.pk)
+    by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(run=interrupted).select_related("run__thread")}
+    answered = [i for i in by_id.values() if i.status != Interrupt.Status.PENDING]
+    if answered:
+        # The inbox answered part of this batch: a resume from here would drop
+        # those answers (partial resumes are not allowed), so neither is sent.
+        raise ContractViolation(
+            "ALREADY_RESOLVED",
+            f"Interrupt(s) {', '.join(i.interrupt_id for i in answered)} of this run were answered elsewhere "
+            "first; answer the rest there.",
+            interrupt_ids=[i.interrupt_id for i in answered],
+        )
+    for interrupt_id, checked in prepared.answers.items():
+        _take(by_id[interrupt_id], user, checked, now)
+    complete = not Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.PENDING).exists()
+    if complete and _reopen_lapsed(interrupted, now):
+        complete = False
+    thread_pk = interrupted.thread_id
+    relay.inbox_changed(thread_pk, 0, relay.Reason.DECIDED)
+    return complete
+
+
+def expire_due(now=None) -> int:
+    """Close every pending interrupt whose ``expiresAt`` has passed (or cannot be read).
+
+    A batch with an expired interrupt can never be sent whole (partial
+    resumes are not allowed), so its other open interrupts close with it and
+    the thread accepts fresh input again. Each closing is noted in the
+    thread's log for the audit trail. Returns how many interrupts closed.
+    """
+    now = now or timezone.now()
+    # An unreadable expiresAt was recorded as due at once (see recording).
+    due = Interrupt.objects.filter(status=Interrupt.Status.PENDING, expires_at__lte=now)
+    closed = 0
+    for run_pk in set(due.values_list("run_id", flat=True)):
+        with transaction.atomic():
+            lock_batch(run_pk)
+            run = Run.objects.select_related("thread").get(pk=run_pk)
+            batch = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING))
+            expired = [i for i in batch if i.expires_at and i.expires_at <= now]
+            if not expired:
+                continue
+            names = ", ".join(i.interrupt_id for i in expired)
+            for interrupt in batch:
+                if interrupt in expired:
+                    reason = (
+                        f"expiresAt {interrupt.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
+                        if _unreadable_expiry(interrupt)
+                        else f"expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+                    )
+                else:
+                    reason = f"closed with its batch: {names} expired"
+                if Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
+                    status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300],
+                    version=F("version") + 1,
+                ):
+                    closed += 1
+                    trail.record_expiry(interrupt)
+            event = log.note(run, relay.Note.INTERRUPTS_EXPIRED, {
+                "runId": run.run_id,
+                "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in batch],
+            })
+            thread_pk, seq = run.thread_id, event.seq
+            relay.inbox_changed(thread_pk, seq, relay.Reason.EXPIRED)
+    return closed
+
+
+def _unreadable_expiry(interrupt: Interrupt) -> bool:
+    return any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or [])

@@ -1,0 +1,206 @@
+"""The outbox: queued runs, and who streams each one.
+
+A queued ``Run`` row is the outbox entry. It is written in the same transaction
+as the change that caused it (``runs.start_run``, ``runs.queue_resume``,
+``accept.accept_input``), so committed work is never lost. This module owns
+what happens to it next: ``claim_due`` hands due runs to one process each
+(row locks), ``renew`` keeps the claim alive while it streams, ``lapsed`` and
+``take_over`` settle runs whose process died, ``defer`` queues a run again
+with backoff (``retry_delay``) when its agent could not be reached, and
+``retry_now`` makes a waiting run due at once.
+
+The idempotency contract: a run is streamed by exactly one process at a time
+(conditional UPDATEs on ``claimed_by``), and it is retried only when the agent
+never accepted the request (nothing of it reached the agent); every resume
+carries a ``resume_key``, so a resume sent twice is the same run, and the
+agent sees the same ``runId`` (harmless to receive twice).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from ..live import relay
+from ..models import Agent, Run
+from . import log, wakeup
+from .refusals import Refusal
+
+
+def refuse_if_agent_full(agent: Agent) -> None:
+    # The agent's row lock, as in ``claim_due``: every streaming run of an
+    # agent starts under it and is counted after taking it.
+    list(Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk", flat=True))
+    if Run.objects.filter(agent=agent, status=Run.Status.STREAMING).count() >= settings.COUNTERSIGN_MAX_AGENT_STREAMS:
+        raise Refusal(
+            "AGENT_AT_CAPACITY",
+            f"Agent {agent.name} already streams {settings.COUNTERSIGN_MAX_AGENT_STREAMS} runs "
+            "(COUNTERSIGN_MAX_AGENT_STREAMS): send the input again once one of them has ended.",
+        )
+
+
+def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tuple[int, bool]]:
+    """Take up to ``limit`` due queued runs for ``worker``; returns (pk, is it a resume) pairs.
+
+    Resumes (runs with a ``resume_key``) are claimed before new runs, oldest
+    first, so decisions already made go back to their agents before anything
+    new starts; at most ``new_limit`` (default ``limit``) new runs are taken,
+    so the caller keeps a share of its slots that only resumes may use
+    (``supervisor.resume_slots``). Runs of an agent that already streams
+    COUNTERSIGN_MAX_AGENT_STREAMS runs, in any process, are skipped and wait.
+
+    Several processes poll at once. On PostgreSQL the rows are locked with
+    ``FOR UPDATE SKIP LOCKED``, so each process takes different runs without
+    waiting for the others; SQLite ignores the lock clause, but its IMMEDIATE
+    transactions already run one writer at a time. The UPDATE is conditional
+    on the run still being queued either way, so a run is never taken twice.
+
+    The per-agent bound is exact, on both databases: a claim locks the agent's
+    row (SKIP LOCKED too: an agent another claim, or a gateway request, holds
+    is skipped until the next poll instead of waited for) and only then counts
+    its streaming runs, which at READ COMMITTED include every claim committed
+    before the lock was free; the gateway's ``accept_input`` takes the same
+    lock. Runs that stop streaming only lower the count.
+    """
+    new_limit = limit if new_limit is None else min(new_limit, limit)
+    now = timezone.now()
+    taken: list[tuple[int, bool]] = []
+    skipped: set[int] = set()  # agents at their limit, or locked by a concurrent claim
+    room: dict[int, int] = {}  # agents this claim has locked: how many more runs each may stream
+    with transaction.atomic():
+        for resumes in (True, False):
+            while True:
+                new_taken = sum(1 for _pk, is_resume in taken if not is_resume)
+                wanted = limit - len(taken) if resumes else min(limit - len(taken), new_limit - new_taken)
+                if wanted <= 0:
+                    break
+                rows = list(
+                    Run.objects.select_for_update(skip_locked=True)
+                    .filter(status=Run.Status.QUEUED, resume_key__isnull=not resumes)
+                    .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+                    .exclude(agent_id__in=skipped)
+                    .exclude(pk__in=[pk for pk, _ in taken])
+                    .order_by("created_at", "pk")
+                    .values_list("pk", "agent_id")[:wanted]
+                )
+                if not rows:
+                    break
+                _lock_agents({agent for _pk, agent in rows} - room.keys() - skipped, room, skipped)
+                # Each pass takes a run or rules an agent out, so the loop ends.
+                for pk, agent in rows:
+                    if agent in skipped:
+                        continue
+                    taken.append((pk, resumes))
+                    room[agent] -= 1
+                    if room[agent] <= 0:
+                        skipped.add(agent)
+        if not taken:
+            return []
+        due = [pk for pk, _ in taken]
+        Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
+            status=Run.Status.STREAMING,
+            claimed_by=worker,
+            started_at=now,
+            retry_at=None,
+            lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
+        )
+        claimed = {pk: (attempts, thread_pk, seq) for pk, attempts, thread_pk, seq in
+                   Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
+                   .values_list("pk", "attempts", "thread_id", "thread__last_seq")}
+        for attempts, thread_pk, seq in claimed.values():
+            if attempts:  # it was listed as waiting for its agent: the inbox drops it now
+                relay.inbox_changed(thread_pk, seq, relay.Reason.DELIVERY)
+        return [(pk, is_resume) for pk, is_resume in taken if pk in claimed]
+
+
+def _lock_agents(agents: set[int], room: dict[int, int], skipped: set[int]) -> None:
+    """Lock these agents' rows (skipping those locked elsewhere) and note how many more runs each may stream."""
+    if not agents:
+        return
+    locked = set(Agent.objects.select_for_update(skip_locked=True).filter(pk__in=agents)
+                 .values_list("pk", flat=True))
+    skipped |= agents - locked
+    streaming = dict(Run.objects.filter(agent_id__in=locked, status=Run.Status.STREAMING)
+                     .values("agent_id").annotate(n=Count("pk")).values_list("agent_id", "n"))
+    for agent in locked:
+        room[agent] = settings.COUNTERSIGN_MAX_AGENT_STREAMS - streaming.get(agent, 0)
+        if room[agent] <= 0:
+            skipped.add(agent)
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...): doubling, capped."""
+    return min(settings.COUNTERSIGN_RETRY_BASE * 2 ** (attempt - 1), settings.COUNTERSIGN_RETRY_MAX_DELAY)
+
+
+def defer(run: Run, worker: str, code: str, message: str) -> int | None:
+    """Queue ``run`` again because its agent could not be reached; the attempt number, or None.
+
+    Only for a failure before the agent accepted the request (nothing of the
+    run reached it), so trying again cannot make it act twice. None when
+    ``worker`` no longer holds the run (another process settled it).
+    """
+    attempt = run.attempts + 1
+    retry_at = timezone.now() + timedelta(seconds=retry_delay(attempt))
+    last_error = f"{code}: {message}"[:2000]
+    with transaction.atomic():
+        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None,
+            attempts=attempt, retry_at=retry_at, last_error=last_error,
+        )
+        if not taken:
+            return None
+        # In the thread's log too, so its page and the audit trail show each try.
+        event = log.note(run, relay.Note.DELIVERY_FAILED, {
+            "runId": run.run_id, "attempt": attempt, "code": code, "message": message,
+            "retryAt": retry_at.isoformat(),
+        })
+        relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
+    run.status, run.attempts, run.retry_at, run.last_error = Run.Status.QUEUED, attempt, retry_at, last_error
+    return attempt
+
+
+def retry_now(run: Run, user=None) -> bool:
+    """Make a run waiting for its agent due at once (the Retry-now action); False if it is not waiting."""
+    with transaction.atomic():
+        moved = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED, attempts__gt=0).update(
+            retry_at=timezone.now())
+        if not moved:
+            return False
+        event = log.note(run, relay.Note.RETRY_REQUESTED, {
+            "runId": run.run_id, "by": user.get_username() if user is not None else None})
+        relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
+        transaction.on_commit(wakeup.wake)
+    return True
+
+
+def renew(run_pk: int, worker: str) -> bool:
+    """Extend ``worker``'s claim on a streaming run; False if the claim was lost."""
+    return bool(
+        Run.objects.filter(pk=run_pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+            lease_until=timezone.now() + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
+        )
+    )
+
+
+def lapsed(now: datetime) -> list[Run]:
+    """Streaming runs whose process stopped renewing its claim (it died mid-stream)."""
+    return list(
+        Run.objects.filter(status=Run.Status.STREAMING)
+        .filter(Q(lease_until__lt=now) | Q(lease_until__isnull=True))
+        .select_related("thread")
+    )
+
+
+def take_over(run: Run, worker: str) -> bool:
+    """Claim a lapsed run to settle it; with several processes exactly one wins."""
+    return bool(
+        Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=run.claimed_by,
+                           lease_until=run.lease_until).update(
+            claimed_by=worker, lease_until=timezone.now() + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
+        )
+    )

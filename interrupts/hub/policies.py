@@ -1,0 +1,242 @@
+"""Who may decide an interrupt: the permission, the policy in force, self-approval, the quorum.
+
+One set of rules for the inbox, the REST API and the gateway, applied by
+``decisions`` before any lock is taken (they read users, groups and
+policies, never agent data):
+
+1. Deciding at all takes the ``interrupts.decide_interrupt`` permission (the
+   ``Reviewers`` group holds it; superusers have every permission).
+2. The interrupt's policy is the most specific ``Policy`` matching its agent,
+   reason and tool name (``Policy.specificity``); with none, the site
+   default: every permission holder, one approval, no self-approval.
+3. A policy naming groups and/or users admits only them.
+4. Unless the policy allows it, the run's requester (who started the
+   conversation; for a gateway run, the token's user) may not decide it.
+
+When several rules refuse, ``NOT_ELIGIBLE`` (rules 1-3) is reported before
+``SELF_APPROVAL`` (rule 4): the first says who may, the second only who may not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+
+from ..models import Decision, Interrupt, Policy
+from .refusals import Refusal
+
+DECIDE_PERMISSION = "interrupts.decide_interrupt"
+#: The group a migration creates holding DECIDE_PERMISSION.
+REVIEWERS_GROUP = "Reviewers"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The policy in force for one interrupt, as plain values (a site default has no row)."""
+
+    name: str
+    required_approvals: int = 1
+    allow_self_approval: bool = False
+    group_ids: frozenset[int] = frozenset()
+    user_ids: frozenset[int] = frozenset()
+    group_names: tuple[str, ...] = ()
+    usernames: tuple[str, ...] = ()
+    target_minutes: int | None = None
+    pk: int | None = None
+    # Names groups or users (even if they have since been deleted): admits only them.
+    restricted: bool = False
+
+    @property
+    def names_people(self) -> bool:
+        return self.restricted or bool(self.group_ids or self.user_ids)
+
+    @property
+    def waiting_for(self) -> str:
+        """Who may decide, as the card says it: "waiting for <this>"."""
+        if not self.names_people:
+            return REVIEWERS_GROUP
+        named = ", ".join([*self.group_names, *self.usernames])
+        return named or "nobody: the groups and users this policy named were deleted (staff must name others)"
+
+    def admits(self, user) -> bool:
+        """Whether ``user`` may decide under this policy (rules 1-3; not self-approval).
+
+        Fails closed: a policy whose named groups and users were all deleted
+        admits nobody, never every reviewer.
+        """
+        if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
+            return False
+        if not self.names_people:
+            return True
+        return user.pk in self.user_ids or bool(self.group_ids & _group_ids(user))
+
+
+SITE_DEFAULT = Rule(name="site default")
+
+
+def _group_ids(user) -> frozenset[int]:
+    # Read once per user object: a page asks for every card it shows.
+    cached = getattr(user, "_countersign_group_ids", None)
+    if cached is None:
+        cached = frozenset(user.groups.values_list("pk", flat=True))
+        user._countersign_group_ids = cached
+    return cached
+
+
+def _rule(policy: Policy) -> Rule:
+    groups = sorted(policy.groups.all(), key=lambda g: g.name)
+    users = sorted(policy.users.all(), key=lambda u: u.get_username())
+    return Rule(
+        name=policy.name, required_approvals=policy.required_approvals,
+        allow_self_approval=policy.allow_self_approval,
+        group_ids=frozenset(g.pk for g in groups), user_ids=frozenset(u.pk for u in users),
+        group_names=tuple(g.name for g in groups), usernames=tuple(u.get_username() for u in users),
+        target_minutes=policy.target_minutes, pk=policy.pk, restricted=policy.restricted,
+    )
+
+
+def _policies() -> list[Policy]:
+    """Every policy, most specific first (3 queries: a team has tens of policies, not thousands)."""
+    found = list(Policy.objects.prefetch_related("groups", "users"))
+    return sorted(found, key=lambda p: p.specificity, reverse=True)
+
+
+def _matches(policy: Policy, agent_id: int, reason: str, tool_name: str) -> bool:
+    return ((policy.agent_id is None or policy.agent_id == agent_id)
+            and (not policy.reason or policy.reason == reason)
+            and (not policy.tool_name or policy.tool_name == tool_name))
+
+
+def _winner(policies: list[Policy], agent_id: int, reason: str, tool_name: str) -> Policy | None:
+    """The most specific of ``policies`` (sorted by ``_policies``) matching an interrupt, or None."""
+    return next((p for p in policies if _matches(p, agent_id, reason, tool_name)), None)
+
+
+def rule_for(interrupt: Interrupt) -> Rule:
+    """The policy in force for ``interrupt`` (its run must be loaded or loadable)."""
+    return rules_for([interrupt])[interrupt.pk]
+
+
+def rules_for(interrupts: Iterable[Interrupt]) -> dict[int, Rule]:
+    """The policy in force for each interrupt, by pk, in a fixed number of queries."""
+    policies = _policies()
+    rules = {p.pk: _rule(p) for p in policies}
+    found = {}
+    for interrupt in interrupts:
+        winner = _winner(policies, interrupt.run.agent_id, interrupt.reason, interrupt.tool_name)
+        found[interrupt.pk] = rules[winner.pk] if winner is not None else SITE_DEFAULT
+    return found
+
+
+def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
+    """Why ``user`` may not decide ``interrupt`` under ``rule``, or None when they may."""
+    if not rule.admits(user):
+        if not (user.is_authenticated and user.has_perm(DECIDE_PERMISSION)):
+            why = "you do not hold the permission to decide interrupts (ask an admin to add you to Reviewers)"
+        else:
+            why = f"policy {rule.name!r} admits only {rule.waiting_for}"
+        return Refusal("NOT_ELIGIBLE", f"You may not decide interrupt {interrupt.interrupt_id}: {why}.",
+                       status=403, interrupt_id=interrupt.interrupt_id, policy=rule.name)
+    if not rule.allow_self_approval and interrupt.run.requested_by_id == user.pk:
+        return Refusal(
+            "SELF_APPROVAL",
+            f"You started the run that raised interrupt {interrupt.interrupt_id}, and policy {rule.name!r} "
+            "does not let a requester approve their own request: another reviewer must decide it.",
+            status=403, interrupt_id=interrupt.interrupt_id, policy=rule.name,
+        )
+    return None
+
+
+def refuse_unless_eligible(user, rule: Rule, interrupt: Interrupt) -> None:
+    """Raise ``refusal``'s answer, if any."""
+    problem = refusal(user, rule, interrupt)
+    if problem is not None:
+        raise problem
+
+
+def assign(interrupts: list[Interrupt], agent_id: int) -> None:
+    """Set each (unsaved) interrupt's governing policy, as ``rules_for`` would resolve it now."""
+    policies = _policies()
+    for interrupt in interrupts:
+        winner = _winner(policies, agent_id, interrupt.reason, interrupt.tool_name)
+        interrupt.policy_id = winner.pk if winner is not None else None
+
+
+#: Pending interrupts re-resolved per query when policies change.
+REASSIGN_CHUNK = 2000
+
+
+def reassign_pending() -> int:
+    """Resolve every pending interrupt's governing policy again (after a policy was added, changed or removed).
+
+    Runs when a policy changes, which is rare and done by staff; memory stays
+    flat (chunks of ``REASSIGN_CHUNK``), and only rows whose policy changed
+    are written. Returns how many changed.
+    """
+    policies = _policies()
+    changed = 0
+    last = 0
+    while True:
+        chunk = list(Interrupt.objects.filter(status=Interrupt.Status.PENDING, pk__gt=last).order_by("pk")
+                     .values_list("pk", "run__agent_id", "reason", "tool_name", "policy_id")[:REASSIGN_CHUNK])
+        if not chunk:
+            return changed
+        moves: dict[int | None, list[int]] = {}
+        for pk, agent_id, reason, tool_name, current in chunk:
+            found = _winner(policies, agent_id, reason, tool_name)
+            winner = found.pk if found is not None else None
+            if winner != current:
+                moves.setdefault(winner, []).append(pk)
+        for winner, pks in moves.items():
+            changed += Interrupt.objects.filter(pk__in=pks).update(policy_id=winner)
+        last = chunk[-1][0]
+
+
+def policy_changed(sender, **kwargs) -> None:
+    """Signal receiver (apps.py): a policy was saved or deleted; the inbox's listing follows.
+
+    After commit, so the change is what ``reassign_pending`` reads.
+    """
+    if kwargs.get("raw"):
+        return
+    transaction.on_commit(reassign_pending)
+
+
+def members_changed(sender, instance, action, reverse, **kwargs) -> None:
+    """Signal receiver (apps.py): staff named or removed a policy's groups or users; ``restricted`` follows.
+
+    Only explicit changes come here: deleting a group or user removes its
+    rows without this signal, so a policy whose names were all deleted stays
+    restricted, admitting nobody.
+    """
+    if action not in ("post_add", "post_remove", "post_clear"):
+        return
+    touched = [instance] if not reverse else list(Policy.objects.filter(pk__in=kwargs.get("pk_set") or ()))
+    for policy in touched:
+        restricted = policy.groups.exists() or policy.users.exists()
+        Policy.objects.filter(pk=policy.pk).update(restricted=restricted)
+        policy.restricted = restricted
+
+
+def decidable_by(user) -> Q:
+    """A filter on interrupts: those ``user`` may decide and has not yet decided ("waiting for me").
+
+    Reads each interrupt's stored governing policy (``Interrupt.policy``), so
+    the filter grows with the number of policies, not with its square.
+    """
+    if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
+        return Q(pk__in=[])
+    own_too, others_only = [], []
+    for policy in _policies():
+        rule = _rule(policy)
+        if rule.admits(user):
+            (own_too if rule.allow_self_approval else others_only).append(policy.pk)
+    not_mine = ~Q(run__requested_by=user)
+    mine = Q(policy_id__in=own_too) | (Q(policy_id__in=others_only) & not_mine)
+    if SITE_DEFAULT.admits(user):
+        mine |= Q(policy__isnull=True) & not_mine
+    decided = Decision.objects.filter(interrupt=OuterRef("pk"), user=user, superseded_at__isnull=True)
+    return mine & ~Exists(decided)

@@ -1,0 +1,330 @@
+"""Start and resume runs: the thread gate and building RunAgentInput.
+
+Every run Countersign sends is created here, queued in the same transaction as
+the change that caused it (a new message, the last decision of a batch, a
+gateway request), so what is committed is never lost. What happens to a queued
+run next (claims, leases, retries) is the ``outbox``'s; streaming it is
+``streaming``'s, driven by the ``supervisor``; a request only commits the
+queued run and wakes the supervisor after commit (``wakeup``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from ..live import relay
+from . import log, wakeup
+from ..models import Agent, Decision, Interrupt, Run, Thread
+from ..protocol import signing
+from ..protocol.contract import ThreadGate, Verdict, check_input, idempotency_key
+from ..protocol.wire import dump
+from .refusals import Refusal
+
+MAX_MESSAGE_CHARS = 100_000
+
+
+def new_run_id() -> str:
+    """A fresh runId: random, so two processes never pick the same one."""
+    return f"run-{uuid.uuid4().hex}"
+
+
+def thread_gate(thread: Thread | None, thread_id: str = "") -> ThreadGate:
+    """The thread as the contract sees it: its open interrupts and its last accepted resume.
+
+    ``None`` (a thread not yet created) is a thread with nothing open. This
+    parses what the agent sent (every open interrupt, schemas included):
+    call it outside any transaction, and confirm under the lock with
+    ``gate_fingerprint`` that the thread is still as it was read.
+    """
+    if thread is None:
+        return ThreadGate(thread_id=thread_id)
+    pending = _pending(thread)
+    last_resume = None if pending else _last_resume(thread)
+    entries = ()
+    if last_resume is not None:
+        entries = tuple(ResumeEntry.model_validate(e) for e in last_resume.input.get("resume") or [])
+    return ThreadGate(
+        thread_id=thread.thread_id,
+        open_run_id=pending[0].run.run_id if pending else None,
+        open_interrupts=tuple(WireInterrupt.model_validate(i.raw) for i in pending),
+        last_resume=entries,
+        last_resume_run_id=last_resume.run_id if last_resume else None,
+    )
+
+
+def _pending(thread: Thread) -> list[Interrupt]:
+    return list(
+        Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+        .select_related("run")
+        .order_by("pk")
+    )
+
+
+def _last_resume(thread: Thread) -> Run | None:
+    # With interrupts open, the same answers are meant for them, not a replay
+    # of an earlier batch that happened to use the same ids: callers only ask
+    # when nothing is pending.
+    return Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
+
+
+def _new_input_gate(thread: Thread) -> ThreadGate:
+    """The gate for input without a resume: only the open interrupts' ids matter (rule 4).
+
+    Built from columns, not by parsing each interrupt as the agent sent it,
+    so it is cheap enough to read inside the transaction that queues the run.
+    """
+    pending = list(Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+                   .order_by("pk").values_list("interrupt_id", "reason", "run__run_id"))
+    return ThreadGate(
+        thread_id=thread.thread_id,
+        open_run_id=pending[0][2] if pending else None,
+        open_interrupts=tuple(WireInterrupt.model_construct(id=iid, reason=reason) for iid, reason, _ in pending),
+    )
+
+
+def gate_fingerprint(thread: Thread | None) -> tuple:
+    """What ``thread_gate`` depends on, cheaply: the open interrupts' (pk, version) and the last resume.
+
+    Two equal fingerprints mean the gate read from them is the same (an
+    interrupt's raw form never changes; its version moves with its status).
+    """
+    if thread is None:
+        return ((), None)
+    pending = tuple(Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+                    .order_by("pk").values_list("pk", "version"))
+    last = None if pending else Run.objects.filter(thread=thread, resume_key__isnull=False).order_by(
+        "-created_at", "-pk").values_list("pk", flat=True).first()
+    return (pending, last)
+
+
+def resume_key(interrupted_run_id: str, contract_key: str) -> str:
+    """The unique key of the resume of one interrupted run.
+
+    The contract's key is (thread, answers); the run is added so that a later
+    batch reusing the same interrupt ids and answers still gets its own resume.
+    """
+    return hashlib.sha256(f"{interrupted_run_id}\n{contract_key}".encode()).hexdigest()
+
+
+def check_id(kind: str, value: str) -> None:
+    # Ids travel in URLs and 200-character columns: refuse what cannot be stored or linked.
+    if not value or len(value) > 200 or "/" in value or any(ch.isspace() or ord(ch) < 32 for ch in value):
+        raise Refusal("INVALID_ID", f"{kind} must be 1 to 200 characters without '/', spaces or control characters.",
+                      status=400)
+
+
+def refuse_if_busy(thread: Thread) -> None:
+    busy = Run.objects.filter(thread=thread, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).first()
+    if busy is not None:
+        raise Refusal(
+            "RUN_IN_PROGRESS",
+            f"Run {busy.run_id} of thread {thread.thread_id} is still {busy.status}: wait for it to end, "
+            "so the next run starts from its messages and state.",
+        )
+
+
+def thread_for(agent: Agent, thread_id: str | None, title: str = "") -> Thread:
+    if not thread_id:
+        return Thread.objects.create(thread_id=f"thread-{uuid.uuid4().hex}", agent=agent, title=title[:200])
+    thread, _ = Thread.objects.get_or_create(thread_id=thread_id, defaults={"agent": agent, "title": title[:200]})
+    if thread.agent_id != agent.pk:
+        raise Refusal(
+            "AGENT_MISMATCH",
+            f"Thread {thread_id} belongs to agent {thread.agent.name}, not {agent.name}: "
+            "start a new thread to talk to another agent.",
+        )
+    return thread
+
+
+def enqueue(thread: Thread, agent: Agent, run_input: dict, *, user=None, parent=None, resume_key=None,
+           origin=Run.Origin.HUB, claimed_by: str = "") -> Run:
+    now = timezone.now()
+    # A resume continues its parent's request: whoever decided it did not ask for it.
+    requested_by_id = parent.requested_by_id if resume_key and parent is not None else (user.pk if user else None)
+    run = Run.objects.create(
+        requested_by_id=requested_by_id,
+        thread=thread,
+        agent=agent,
+        run_id=run_input["runId"],
+        parent=parent,
+        input=run_input,
+        resume_key=resume_key,
+        created_by=user,
+        origin=origin,
+        status=Run.Status.STREAMING if claimed_by else Run.Status.QUEUED,
+        claimed_by=claimed_by,
+        lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS) if claimed_by else None,
+        started_at=now if claimed_by else None,
+    )
+    if not claimed_by:
+        transaction.on_commit(wakeup.wake)
+    return run
+
+
+def start_run(
+    agent: Agent,
+    *,
+    user=None,
+    thread_id: str | None = None,
+    message: str | None = None,
+    forwarded_props: object = None,
+    title: str = "",
+) -> Run:
+    """Queue a new (non-resume) run on a thread, creating the thread if needed.
+
+    The input carries the thread's latest MESSAGES_SNAPSHOT plus ``message``
+    as a new user message, and its latest STATE_SNAPSHOT. Refused with
+    ``PENDING_INTERRUPTS`` while the thread waits for decisions.
+    """
+    if message is not None and len(message) > MAX_MESSAGE_CHARS:
+        raise Refusal("TOO_LARGE", f"A message holds at most {MAX_MESSAGE_CHARS:,} characters.", status=400)
+    with transaction.atomic():
+        thread = thread_for(agent, thread_id, title or (message or "")[:80])
+        messages = list(thread.messages or [])
+        if message:
+            messages.append({"id": f"msg-{uuid.uuid4().hex}", "role": "user", "content": message})
+        run_input = {
+            "threadId": thread.thread_id,
+            "runId": new_run_id(),
+            "state": thread.state if thread.state is not None else {},
+            "messages": messages,
+            "tools": [],
+            "context": [],
+            "forwardedProps": forwarded_props if forwarded_props is not None else {},
+        }
+        # Only the ids and the (absent) resume matter to the gate: the
+        # conversation, which the agent wrote and may be large, is not parsed
+        # again inside the transaction.
+        check_input(_new_input_gate(thread), RunAgentInput.model_construct(
+            thread_id=thread.thread_id, run_id=run_input["runId"], resume=None), timezone.now())
+        refuse_if_busy(thread)
+        # The user's message is part of the conversation from now on, even if
+        # the agent never sends a MESSAGES_SNAPSHOT.
+        Thread.objects.filter(pk=thread.pk).update(messages=messages)
+        return enqueue(thread, agent, run_input, user=user)
+
+
+def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live: list[Decision]) -> dict:
+    """``metadata.countersign`` of one resume entry: who decided, under which policy, and what exactly.
+
+    Written by Countersign alone (a reviewer's or client's ``countersign``
+    key is refused), so an agent that verifies the request's signature can
+    trust it: ``fingerprint`` binds the answer to its thread, interrupted
+    run, interrupt and tool call (``protocol.signing.fingerprint``); for an
+    approved tool call, ``toolName`` and ``args`` say what was approved to run.
+    """
+    closing = live[-1]
+    bound = {}
+    if interrupt.tool_call_id and status == Decision.Status.RESOLVED and closing.action in ("approve", "edit"):
+        # What will run: the edited args, or the proposal as approved. Signed with
+        # the rest of the body, so an agent can run these rather than its own copy.
+        args = closing.edited_args if closing.edited_args is not None else interrupt.proposed_args
+        bound = {"toolCallId": interrupt.tool_call_id, "toolName": interrupt.tool_name or None, "args": args}
+    return {
+        **bound,
+        "decisions": [
+            {"username": d.user.get_username(), "userId": d.user_id, "action": d.action or "",
+             "at": d.created_at.isoformat(), "comment": d.comment}
+            for d in live
+        ],
+        "policy": {"name": closing.policy, "requiredApprovals": closing.required_approvals},
+        "fingerprint": signing.fingerprint(
+            thread_id=thread_id, run_id=interrupt.run.run_id, interrupt_id=interrupt.interrupt_id,
+            tool_call_id=interrupt.tool_call_id or None, status=status, payload=payload,
+        ),
+    }
+
+
+def resume_entries(interrupted: Run) -> list[dict]:
+    """One resume entry per interrupt of ``interrupted``, from its live decisions (wire form).
+
+    The answer is the one that closed the interrupt (its last live
+    decision: under a quorum every live approval carries the same answer);
+    its metadata is the reviewer's, plus Countersign's ``attestation``.
+    """
+    live: dict[int, list[Decision]] = {}
+    decisions = Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).select_related(
+        "interrupt__run", "user"
+    ).order_by("pk")
+    for decision in decisions:
+        live.setdefault(decision.interrupt_id, []).append(decision)
+    thread_id = interrupted.thread.thread_id
+    entries = []
+    for interrupt_pk in sorted(live):
+        closing = live[interrupt_pk][-1]
+        interrupt = closing.interrupt
+        payload = closing.payload if closing.status == Decision.Status.RESOLVED else None
+        metadata = {**(closing.metadata or {}),
+                    signing.METADATA_KEY: attestation(interrupt, thread_id, closing.status, payload,
+                                                      live[interrupt_pk])}
+        entry = ResumeEntry(interrupt_id=interrupt.interrupt_id, status=closing.status, payload=payload,
+                            metadata=metadata)
+        entries.append(dump(entry))
+    return entries
+
+
+def queue_resume(interrupted: Run, user=None) -> Run:
+    """Queue the run that sends every decision of ``interrupted`` back to its agent.
+
+    Called by ``decisions`` in the transaction that records the batch's last
+    decision. The resume's idempotency key is unique: the same answers can
+    start at most one run, so a second dispatch returns the first.
+    """
+    thread = interrupted.thread
+    entries = resume_entries(interrupted)
+    key = resume_key(interrupted.run_id,
+                     idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries]))
+    existing = Run.objects.filter(resume_key=key).first()
+    if existing is not None:
+        return existing
+    run_input = {
+        "threadId": thread.thread_id,
+        "runId": new_run_id(),
+        "parentRunId": interrupted.run_id,
+        "state": thread.state if thread.state is not None else {},
+        "messages": list(thread.messages or []),
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "resume": entries,
+    }
+    try:
+        with transaction.atomic():
+            return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key)
+    except IntegrityError:
+        return Run.objects.get(resume_key=key)
+
+
+def cancel(run: Run, user=None, *, by: str = "") -> bool:
+    """Stop a run as an operator: streaming, or queued (waiting for its agent); False if it already ended.
+
+    The run fails with a RUN_ERROR ``CANCELLED_BY_OPERATOR`` naming who
+    stopped it, recorded through ``log.fail`` (which closes any pending
+    interrupt of the run), so the thread takes input again. The stream stops
+    without writing anything after it: at once when this process streams it
+    (``wakeup.stop_stream``), otherwise at that process's next batch
+    (``append_many`` refuses it) or heartbeat. ``user`` None is the command
+    line, named by ``by``. Refused with ``STAFF_ONLY`` (403) for anyone not
+    staff; callers answer False with ``NOT_RUNNING``.
+    """
+    if user is not None and not user.is_staff:
+        raise Refusal("STAFF_ONLY", "Only staff can stop a run.", status=403)
+    who = user.get_username() if user is not None else (by or "an operator")
+    with transaction.atomic():
+        event = log.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
+        if event is None:
+            return False
+        # It may have been listed as waiting for its agent: the inbox drops it.
+        relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
+        transaction.on_commit(functools.partial(wakeup.stop_stream, run.pk))
+    return True

@@ -1,0 +1,446 @@
+"""Call an agent, read its SSE stream as it arrives, record every event.
+
+One coroutine, ``stream_run``, per run: it POSTs the run's RunAgentInput,
+feeds the response through the incremental SSE reader, parses each frame into
+the official models, checks the run's lifecycle (RUN_STARTED first, nothing
+after the terminal event) and appends each event as it arrives. Every fault
+ends the run as failed with a hub-generated RUN_ERROR carrying a code: a run
+is never left "streaming". Every run ends: one streaming longer than
+COUNTERSIGN_MAX_RUN_SECONDS fails with RUN_TOO_LONG, however chatty its agent.
+
+A run can also be ended by someone else (an operator's CANCELLED_BY_OPERATOR,
+another process settling a lost claim). The streamer then stops reading and
+writes nothing more, told three ways, fastest first: ``stop`` (an operator
+in this process), ``append_many`` refusing a batch, a failed heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from . import egress, log, outbox
+from ..models import Event, Interrupt, Run, Thread
+from ..protocol import signing, storable
+from ..protocol.contract import duplicate_ids
+from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
+from ..protocol.lifecycle import RunLifecycle, StreamFault
+from ..protocol.sse import SSEReader
+from ..protocol.wire import parse_event, parse_frame
+
+logger = logging.getLogger(__name__)
+
+# How much of an error response's body to keep in the run's RUN_ERROR.
+MAX_ERROR_BODY = 8192
+
+
+class Stopped(Exception):
+    """The run was ended by someone else (an operator, another process): stop, write nothing more."""
+
+
+class Fault(Exception):
+    """A stream fault found by the hub, with the code of the RUN_ERROR it records."""
+
+    def __init__(self, code: str, message: str, raw: object = None, *, unreached: bool = False) -> None:
+        super().__init__(message)
+        self.code, self.message, self.raw = code, message, raw
+        # True when the agent provably did not take the run (nothing was
+        # accepted): trying again later cannot make it act twice.
+        self.unreached = unreached
+
+
+# Answers that mean "not now" rather than "no": the request was not processed.
+RETRY_STATUSES = {429, 502, 503}
+
+
+def _error_body_message(body: bytes, content_type: str) -> str:
+    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace").strip()
+    if "json" in content_type:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return text
+        if isinstance(data, dict):
+            for key in ("message", "detail", "error"):
+                if data.get(key):
+                    value = data[key]
+                    return value if isinstance(value, str) else json.dumps(value)[:MAX_ERROR_BODY]
+    return text
+
+
+async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIterator[bytes]:
+    """The body's bytes; after the terminal event, only what arrives within the grace period."""
+    iterator = response.aiter_bytes()
+    while True:
+        try:
+            if lifecycle.finished:
+                chunk = await asyncio.wait_for(anext(iterator), settings.COUNTERSIGN_AFTER_TERMINAL_GRACE)
+            else:
+                chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            return  # finished and quiet: the agent just kept the connection open
+        yield chunk
+
+
+def proposals(lifecycle: RunLifecycle, thread: Thread):
+    """What the agent proposed for a toolCallId: this run's TOOL_CALL_* events, else the thread's messages."""
+
+    def lookup(tool_call_id: str):
+        found = lifecycle.proposed_args(tool_call_id)
+        if found.name is not None:
+            return found.name, found.args
+        for message in thread.messages or []:
+            for call in message.get("toolCalls") or []:
+                if call.get("id") == tool_call_id:
+                    function = call.get("function") or {}
+                    try:
+                        return function.get("name"), json.loads(function.get("arguments") or "null")
+                    except ValueError:
+                        return function.get("name"), function.get("arguments")
+        return None, None
+
+    return lookup
+
+
+# Most interrupts one outcome may raise: each is checked (its schema scanned,
+# its patterns compiled) when it is recorded, so this bounds that work too.
+MAX_INTERRUPTS = 100
+
+
+def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:
+    """Why an interrupt outcome cannot be recorded, as (code, message), or None.
+
+    ``TOO_MANY_INTERRUPTS``: more than ``MAX_INTERRUPTS``.
+    ``DUPLICATE_INTERRUPT_ID``: an id used twice. ``ID_TOO_LONG``: an
+    interrupt id or toolCallId longer than its column; a resume must echo the
+    id exactly, so it can be neither cut nor stored.
+    """
+    # Ids only: this runs on the event loop, and checking the interrupts'
+    # schemas (log.finish does that, on a worker thread) is work the
+    # agent can make long.
+    interrupts = list(lifecycle.interrupts)
+    if len(interrupts) > MAX_INTERRUPTS:
+        return "TOO_MANY_INTERRUPTS", (f"The run ended with {len(interrupts)} interrupts; Countersign takes at most "
+                                       f"{MAX_INTERRUPTS} at once, for a team to answer together.")
+    if twice := duplicate_ids(interrupts):
+        return "DUPLICATE_INTERRUPT_ID", " ".join(problem.message for problem in twice)
+    for interrupt in interrupts:
+        for field, value in (("interrupt_id", interrupt.id), ("tool_call_id", interrupt.tool_call_id or "")):
+            limit = Interrupt._meta.get_field(field).max_length
+            if len(value) > limit:
+                name = "id" if field == "interrupt_id" else "toolCallId"
+                return "ID_TOO_LONG", (f"An interrupt's {name} is {len(value)} characters long; Countersign keeps "
+                                       f"ids of at most {limit}, and a resume must echo it exactly.")
+    return None
+
+
+def recover(run: Run) -> None:
+    """Settle a run whose streaming process died (its claim lapsed).
+
+    If the agent's terminal event was already recorded, the run ends as that
+    event says, with its proposals rebuilt from the recorded events. Otherwise
+    it fails with WORKER_LOST; it is not sent again, since the agent may
+    already have acted on it.
+    """
+    lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
+    terminal = None
+    for payload in run.events.filter(from_agent=True).order_by("seq").values_list("payload", flat=True):
+        try:
+            lifecycle.accept(parse_event(payload))
+        except ProtocolError:
+            break
+        if lifecycle.finished:
+            terminal = payload
+    refused = unrecordable(lifecycle) if terminal is not None else None
+    if refused is not None:
+        log.fail(run, *refused)
+    elif terminal is not None:
+        log.finish(run, terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)))
+    else:
+        log.fail(
+            run, "WORKER_LOST",
+            f"The process streaming this run ({run.claimed_by or 'unknown'}) stopped before the run ended; "
+            "it was not sent again, since the agent may already have acted on it.",
+        )
+
+
+class RunStreamer:
+    """Streams one claimed run; ``listener`` (an asyncio.Queue) gets each recorded event."""
+
+    def __init__(self, run: Run, worker: str, listener: asyncio.Queue | None = None,
+                 stop: asyncio.Event | None = None) -> None:
+        self.run = run
+        self.worker = worker
+        self.listener = listener
+        # Set by this process's supervisor when an operator stops the run here.
+        self.stop = stop if stop is not None else asyncio.Event()
+        # True once the run is known to be ended by someone else: a cancellation
+        # then means "stop reading", not "the process is shutting down".
+        self.settled_elsewhere = False
+        # The last sequence number the listener was given.
+        self.told = 0
+        self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
+        self.terminal: dict | None = None
+        # Events checked but not yet recorded: written per network read, so a
+        # fast agent's events share transactions and a slow one's are not delayed.
+        self.batch: list[dict] = []
+        # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
+        self.events_read = 0
+        self.bytes_read = 0
+
+    async def _flush(self) -> None:
+        """Record the events taken since the last flush, in one transaction."""
+        if not self.batch:
+            return
+        batch, self.batch = self.batch, []
+        seqs = await sync_to_async(log.append_many)(self.run, batch, self.worker)
+        if seqs is None:
+            self.settled_elsewhere = True
+            raise Stopped()
+        for seq, payload in zip(seqs, batch):
+            self._tell(seq, payload)
+
+    def _tell(self, seq: int, payload: dict) -> None:
+        self.told = max(self.told, seq)
+        if self.listener is not None:
+            self.listener.put_nowait((seq, payload))
+
+    async def _tell_settled(self) -> None:
+        """Give the listener how the run was ended elsewhere (the operator's RUN_ERROR), before its end."""
+        if self.listener is None:
+            return
+        rows = await sync_to_async(list)(
+            Event.objects.filter(run_id=self.run.pk, seq__gt=self.told).order_by("seq").values_list("seq", "payload"))
+        for seq, payload in rows:
+            self._tell(seq, payload)
+
+    async def _fail(self, code: str, message: str, raw=None) -> None:
+        event = await sync_to_async(log.fail)(self.run, code, message, raw)
+        if event is not None:
+            self._tell(event.seq, event.payload)
+        else:  # ended elsewhere first (an operator, another process): theirs is the ending
+            self.settled_elsewhere = True
+
+    def _take(self, frame) -> None:
+        """Check one frame and queue its event for the next flush; a Fault if it is wrong."""
+        self.events_read += 1
+        if self.events_read > settings.COUNTERSIGN_MAX_RUN_EVENTS:
+            raise Fault("TOO_MANY_EVENTS", f"The agent sent more than {settings.COUNTERSIGN_MAX_RUN_EVENTS} events in "
+                                           "one run (COUNTERSIGN_MAX_RUN_EVENTS); the rest were not read.")
+        try:
+            event = parse_frame(frame, max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+        except MalformedMessage as problem:
+            raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {problem.message}", frame.data) from None
+        payload = json.loads(frame.data)
+        # Valid AG-UI Countersign cannot hold (a NUL, a lone surrogate) is refused like any invalid
+        # event; JSON text can only spell either as an escape, so most events skip the walk.
+        if storable.needs_check(frame.data) and (refused := storable.problem(payload, "The event")) is not None:
+            raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {refused.message}", frame.data)
+        try:
+            self.lifecycle.accept(event)
+        except StreamFault as fault:
+            raise Fault(fault.code, fault.message, frame.data) from None
+        self.batch.append(payload)
+        if self.lifecycle.finished:
+            self.terminal = payload  # as received: interrupts keep every field the agent sent
+
+    async def _read(self) -> None:
+        agent = self.run.agent
+        headers = {"Accept": "text/event-stream"}
+        if agent.auth_header and agent.auth_value:
+            headers[agent.auth_header] = agent.auth_value
+        timeout = httpx.Timeout(
+            connect=settings.COUNTERSIGN_CONNECT_TIMEOUT,
+            read=settings.COUNTERSIGN_IDLE_TIMEOUT,
+            write=settings.COUNTERSIGN_CONNECT_TIMEOUT,
+            pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
+        )
+        # Serialized once: the signature covers these exact bytes, and an agent
+        # verifies against the raw body it reads, before parsing it.
+        body = json.dumps(self.run.input, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        headers["Content-Type"] = "application/json"
+        headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
+        # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
+        # and follows no redirect: the agent cannot send Countersign anywhere else.
+        async with egress.agent_client(timeout) as client:
+            async with client.stream("POST", agent.endpoint, content=body, headers=headers) as response:
+                content_type = response.headers.get("content-type", "")
+                if response.status_code >= 400:
+                    body = b""
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_ERROR_BODY:
+                            break
+                    detail = _error_body_message(body, content_type) or response.reason_phrase
+                    raise Fault("HTTP_ERROR", f"The agent answered HTTP {response.status_code}: {detail}", body,
+                                unreached=response.status_code in RETRY_STATUSES)
+                if not content_type.startswith("text/event-stream"):
+                    raise Fault(
+                        "BAD_CONTENT_TYPE",
+                        f"The agent answered {content_type or 'no content type'} (HTTP {response.status_code}), "
+                        "not text/event-stream.",
+                    )
+                reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+                try:
+                    async for chunk in _chunks(response, self.lifecycle):
+                        self.bytes_read += len(chunk)
+                        if self.bytes_read > settings.COUNTERSIGN_MAX_RUN_BYTES:
+                            raise Fault("STREAM_TOO_LARGE",
+                                        f"The agent's stream for this run passed {settings.COUNTERSIGN_MAX_RUN_BYTES} "
+                                        "bytes (COUNTERSIGN_MAX_RUN_BYTES); the rest was not read.")
+                        for frame in reader.feed(chunk):
+                            self._take(frame)
+                        await self._flush()
+                    for frame in reader.close():
+                        self._take(frame)
+                except Exception:
+                    # What came before a fault is recorded before the fault is
+                    # (not on cancellation: then the run is no longer ours).
+                    await self._flush()
+                    raise
+                await self._flush()
+        try:
+            self.lifecycle.end_of_stream()
+        except StreamFault as fault:
+            raise Fault(fault.code, fault.message) from None
+        refused = unrecordable(self.lifecycle)
+        if refused is not None:
+            raise Fault(*refused)
+        # Only now, with nothing after the terminal event, does the run end as it said.
+        await sync_to_async(log.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
+
+    async def _heartbeat(self, stream: asyncio.Task) -> None:
+        interval = max(settings.COUNTERSIGN_LEASE_SECONDS / 3, 0.1)
+        while True:
+            try:
+                await asyncio.wait_for(self.stop.wait(), interval)
+            except TimeoutError:
+                pass
+            else:
+                # An operator in this process ended the run: it is recorded already.
+                logger.warning("run %s: stopped by an operator, closing its stream", self.run.run_id)
+                self.settled_elsewhere = True
+                stream.cancel()
+                return
+            try:
+                kept = await sync_to_async(outbox.renew)(self.run.pk, self.worker)
+            except Exception:  # a missed beat is retried; the lease has room for two more
+                logger.exception("could not renew the claim on run %s", self.run.run_id)
+                continue
+            if not kept:
+                # Another process settled this run: stop recording into it.
+                logger.warning("run %s: claim lost, stopping its stream", self.run.run_id)
+                self.settled_elsewhere = True
+                stream.cancel()
+                return
+
+    async def _unreached(self, fault: Fault) -> None:
+        """The agent did not take the run: queue it again with backoff, or fail once tries run out.
+
+        Runs a client streams through the gateway fail at once instead: that
+        client is waiting on this very connection and decides itself.
+        """
+        if self.run.origin == Run.Origin.HUB:
+            tries = self.run.attempts + 1
+            if tries >= settings.COUNTERSIGN_RETRY_ATTEMPTS:
+                await self._fail("AGENT_UNREACHABLE", f"Gave up after {tries} attempts; the last one: {fault.message}",
+                                 fault.raw)
+                return
+            attempt = await sync_to_async(outbox.defer)(self.run, self.worker, fault.code, fault.message)
+            if attempt is not None:
+                logger.warning("run %s: agent unreachable (attempt %d): %s", self.run.run_id, attempt, fault.message)
+            return  # None: another process settled the run meanwhile
+        await self._fail(fault.code, fault.message, fault.raw)
+
+    async def _hub_error(self, problem: Exception) -> None:
+        logger.error("streaming run %s failed", self.run.run_id, exc_info=problem)
+        await self._fail("HUB_ERROR", f"Countersign failed while streaming: {type(problem).__name__}: {problem}")
+
+    async def stream(self) -> None:
+        """Stream the run to its end; every outcome, fault included, ends up recorded.
+
+        Ends with RUN_TOO_LONG after COUNTERSIGN_MAX_RUN_SECONDS. A run ended
+        by someone else meanwhile stops at once, and the listener gets that
+        ending (recorded by them) before the end of its stream.
+        """
+        heartbeat = asyncio.ensure_future(self._heartbeat(asyncio.current_task()))
+        try:
+            try:
+                try:
+                    async with asyncio.timeout(settings.COUNTERSIGN_MAX_RUN_SECONDS) as clock:
+                        await self._read()
+                except Stopped:
+                    logger.warning("run %s: ended elsewhere, its stream stopped", self.run.run_id)
+                except TimeoutError as problem:
+                    if clock.expired():
+                        await self._fail("RUN_TOO_LONG", f"The run went on for more than "
+                                                         f"{settings.COUNTERSIGN_MAX_RUN_SECONDS:g} s "
+                                                         "(COUNTERSIGN_MAX_RUN_SECONDS); it was ended.")
+                    else:  # not our deadline: some other timer inside, a bug of ours
+                        await self._hub_error(problem)
+                except Fault as fault:
+                    if fault.unreached:
+                        await self._unreached(fault)
+                    else:
+                        await self._fail(fault.code, fault.message, fault.raw)
+                except MalformedStream as problem:
+                    if problem.code == "FRAME_TOO_LARGE":
+                        await self._fail("EVENT_TOO_LARGE",
+                                         f"The agent sent an event too large to take: {problem.message}")
+                    else:
+                        await self._fail("MALFORMED_STREAM",
+                                         f"The agent's stream is not valid SSE: {problem.message}")
+                except httpx.ConnectTimeout:
+                    await self._unreached(Fault(
+                        "TIMEOUT", f"The agent at {self.run.agent.endpoint} did not accept a connection within "
+                                   f"{settings.COUNTERSIGN_CONNECT_TIMEOUT:g} s."))
+                except httpx.ReadTimeout:
+                    await self._fail("TIMEOUT", f"The agent sent nothing for "
+                                                f"{settings.COUNTERSIGN_IDLE_TIMEOUT:g} s; the run was abandoned.")
+                except httpx.ConnectError as problem:
+                    await self._unreached(Fault("CONNECT_ERROR", f"Could not connect to the agent at "
+                                                                 f"{self.run.agent.endpoint}: {problem}"))
+                except egress.AgentAddressRefused as refused:
+                    # A policy refusal, not an outage: trying again would be refused again.
+                    await self._fail(refused.code, refused.message)
+                except httpx.HTTPError as problem:
+                    await self._fail("TRANSPORT_ERROR",
+                                     f"The connection to the agent broke: {type(problem).__name__}: {problem}")
+                except Exception as problem:  # a bug of ours must not leave the run streaming
+                    await self._hub_error(problem)
+            except asyncio.CancelledError:
+                if not self.settled_elsewhere:
+                    # The process is shutting down: leave the claim to lapse, so the
+                    # run is reported as lost rather than silently abandoned.
+                    raise
+                # Cancelled by our own heartbeat because the run was ended elsewhere:
+                # not a shutdown, so this task goes on to tell its listener.
+                asyncio.current_task().uncancel()
+            finally:
+                heartbeat.cancel()
+            if self.settled_elsewhere:
+                await self._tell_settled()
+        finally:
+            if self.listener is not None:
+                self.listener.put_nowait(None)
+
+
+async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = None,
+                     stop: asyncio.Event | None = None) -> None:
+    """Stream the run ``run_pk``, which ``worker`` has claimed, to its end (or until ``stop`` is set)."""
+    try:
+        run = await Run.objects.select_related("thread", "agent").aget(pk=run_pk)
+    except BaseException:
+        if listener is not None:
+            listener.put_nowait(None)  # a waiting client is told the stream is over
+        raise
+    await RunStreamer(run, worker, listener, stop).stream()

@@ -1,0 +1,212 @@
+"""The per-process owner of background work: streams, queued resumes, expiry.
+
+``manage.py serve`` starts one ``Supervisor`` on daphne's event loop. It
+claims queued runs that are due (row locks: with several processes each run
+goes to exactly one) and streams them, closes interrupts whose expiry passed, and
+fails runs whose streaming process died (their claim lapsed). Requests never
+do this work: they commit a row and call ``wakeup.wake()``, which this
+supervisor registered with when it started; other processes find the row on
+their next poll.
+
+Slots: a process streams at most COUNTERSIGN_MAX_STREAMS runs at once, hub and
+gateway runs alike. ``resume_slots()`` of them are kept for resumes (runs
+sending decisions back): new runs never take those, so a queued resume is
+never starved by endless new runs; it may still use any free slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from . import decisions, outbox, streaming, wakeup
+
+logger = logging.getLogger(__name__)
+
+# Identifies this process in run claims; unique even across restarts.
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+def resume_slots() -> int:
+    """How many of a process's stream slots only resumes may use: a fifth, at least one."""
+    return max(1, settings.COUNTERSIGN_MAX_STREAMS // 5)
+
+
+@dataclass(eq=False)
+class Slot:
+    """One of this process's COUNTERSIGN_MAX_STREAMS, held from reservation until its stream ends."""
+
+    resume: bool
+
+
+def ensure() -> Supervisor:
+    """This process's supervisor, started on the running loop if none runs yet.
+
+    ``manage.py serve`` starts one at boot; a server without that hook (for
+    instance ``runserver``) gets one at the first request that needs it.
+    """
+    current = wakeup.registered()
+    return current.supervisor if isinstance(current, _Listener) else Supervisor().start_and_return()
+
+
+class Supervisor:
+    def __init__(self, worker: str = WORKER_ID) -> None:
+        self.worker = worker
+        self.loop = asyncio.get_running_loop()
+        self.wakeup = asyncio.Event()
+        # Strong references: the event loop keeps only weak ones to tasks.
+        self.tasks: set[asyncio.Task] = set()
+        # Stream slots held (by a stream, or by a gateway request about to start one).
+        self.slots: set[Slot] = set()
+        # While a claim is in flight, the room it may fill counts as taken, and
+        # a gateway request that finds no room waits for the claim to finish.
+        self.claiming: tuple[int, int] = (0, 0)
+        self.claimed = asyncio.Event()
+        self.claimed.set()
+        # Per streaming run: set to make it stop now (an operator ended it).
+        self.stops: dict[int, asyncio.Event] = {}
+
+    def start_and_return(self) -> Supervisor:
+        self.start()
+        return self
+
+    def start(self) -> asyncio.Task:
+        """Start the supervisor's loop on the running event loop and make it this process's."""
+        wakeup.register(_Listener(self))
+        return self._spawn(self.run_forever(), "countersign-supervisor")
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad tick must not stop background work for good
+                logger.exception("supervisor tick failed")
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), settings.COUNTERSIGN_POLL_INTERVAL)
+            except TimeoutError:
+                pass
+            self.wakeup.clear()
+
+    async def tick(self) -> None:
+        """One round: expire due interrupts, fail lost runs, claim and stream queued runs."""
+        await sync_to_async(close_old_connections)()
+        await sync_to_async(decisions.expire_due)()
+        for run in await sync_to_async(outbox.lapsed)(timezone.now()):
+            if await sync_to_async(outbox.take_over)(run, self.worker):
+                await sync_to_async(streaming.recover)(run)
+        room, new_room = self.room()
+        if room <= 0:
+            return
+        self.claiming, self.claimed = (room, new_room), asyncio.Event()
+        try:
+            claimed = await sync_to_async(outbox.claim_due)(room, self.worker, new_limit=new_room)
+        finally:
+            self.claiming = (0, 0)
+            self.claimed.set()
+        for run_pk, is_resume in claimed:
+            slot = Slot(resume=is_resume)
+            self.slots.add(slot)
+            self.stream(run_pk, slot=slot)
+
+    def room(self) -> tuple[int, int]:
+        """Free slots: (for a resume, for a new run). New runs never take the resume_slots()."""
+        claiming, claiming_new = self.claiming
+        total = settings.COUNTERSIGN_MAX_STREAMS - len(self.slots) - claiming
+        new = (settings.COUNTERSIGN_MAX_STREAMS - resume_slots()
+               - sum(1 for slot in self.slots if not slot.resume) - claiming_new)
+        return max(total, 0), max(min(total, new), 0)
+
+    async def reserve(self, resume: bool) -> Slot | None:
+        """Hold a slot for a stream about to start (the gateway's); None when this process is full.
+
+        The check and the taking are one synchronous step on the loop, so two
+        requests can never take the last slot together. Full only because a
+        claim is in flight: wait for it, then look again.
+        """
+        while True:
+            total, new = self.room()
+            if (total if resume else new) > 0:
+                slot = Slot(resume=resume)
+                self.slots.add(slot)
+                return slot
+            if self.claimed.is_set():
+                return None
+            await self.claimed.wait()
+
+    def release(self, slot: Slot) -> None:
+        """Give back a slot whose stream did not start (a refused or replayed gateway request)."""
+        self.slots.discard(slot)
+        self.wakeup.set()
+
+    def streaming(self) -> int:
+        """Stream slots held now (streams, and gateway requests about to start one)."""
+        return len(self.slots)
+
+    def stream(self, run_pk: int, listener: asyncio.Queue | None = None, slot: Slot | None = None) -> asyncio.Task:
+        """Stream a run this process has claimed, in the background (it survives the caller).
+
+        ``slot`` (from ``reserve`` or a claim) is released when the stream ends.
+        """
+        if slot is None:  # a caller that reserved nothing still holds a slot while it streams
+            slot = Slot(resume=True)
+            self.slots.add(slot)
+        stop = self.stops[run_pk] = asyncio.Event()
+        task = self._spawn(streaming.stream_run(run_pk, self.worker, listener, stop), f"stream-{run_pk}")
+        task.add_done_callback(functools.partial(self._done, run_pk, slot))
+        return task
+
+    def stop_stream(self, run_pk: int) -> None:
+        """Make this process's stream of ``run_pk`` stop at once, if it has one (on the loop)."""
+        stop = self.stops.get(run_pk)
+        if stop is not None:
+            stop.set()
+
+    def _spawn(self, coroutine, name: str) -> asyncio.Task:
+        # A fresh context: a task started from a request must not inherit the
+        # request's asgiref executor, which quits when the response is done.
+        task = self.loop.create_task(coroutine, name=name, context=contextvars.Context())
+        self.tasks.add(task)
+        return task
+
+    def _done(self, run_pk: int, slot: Slot | None, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        self.stops.pop(run_pk, None)
+        if slot is not None:
+            self.slots.discard(slot)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("stream task %s failed", task.get_name(), exc_info=task.exception())
+        # A slot is free: there may be queued runs waiting for it.
+        self.wakeup.set()
+
+    async def stop(self) -> None:
+        current = wakeup.registered()
+        if isinstance(current, _Listener) and current.supervisor is self:
+            wakeup.register(None)
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class _Listener:
+    """What ``wakeup`` calls: hands each call to the supervisor's loop, from whatever thread it comes."""
+
+    supervisor: Supervisor
+
+    def wake(self) -> None:
+        self.supervisor.loop.call_soon_threadsafe(self.supervisor.wakeup.set)
+
+    def stop_stream(self, run_pk: int) -> None:
+        self.supervisor.loop.call_soon_threadsafe(self.supervisor.stop_stream, run_pk)

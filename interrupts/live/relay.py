@@ -1,0 +1,81 @@
+"""Every broadcast that keeps open pages current, sent after the transaction that caused it commits.
+
+A broadcast is a hint, not the record: the channel layer drops messages for a
+full channel, so every message carries the thread's sequence number and a
+subscriber that sees a gap reads the missing events from the database.
+
+Services never write ``transaction.on_commit`` for a broadcast themselves:
+they call ``event_appended`` or ``inbox_changed`` inside their transaction,
+and the message leaves only if it commits (a rolled-back change announces
+nothing). The reasons an inbox changes, and the names of the CUSTOM events
+Countersign itself writes into a thread's log, are defined here once.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from ..models import Interrupt
+
+logger = logging.getLogger(__name__)
+
+INBOX_GROUP = "inbox"
+
+
+class Reason(enum.StrEnum):
+    """Why the inbox changed: the ``reason`` of every ``changed`` message on ws/inbox/."""
+
+    RAISED = "raised"  # a run ended with interrupts
+    CLOSED = "closed"  # a run failed or was stopped: its pending interrupts closed
+    DECIDED = "decided"  # a decision was taken (inbox, API or gateway)
+    REVISED = "revised"  # a decision was replaced by its author
+    EXPIRED = "expired"  # interrupts passed their expiresAt
+    DELIVERY = "delivery"  # a run started, or stopped, waiting for its agent
+
+
+class Note(enum.StrEnum):
+    """Names of the CUSTOM events Countersign writes into a thread's log (``from_agent`` false)."""
+
+    DELIVERY_FAILED = "countersign.delivery_failed"
+    RETRY_REQUESTED = "countersign.retry_requested"
+    INTERRUPTS_EXPIRED = "countersign.interrupts_expired"
+
+
+def thread_group(thread_pk: int) -> str:
+    """The group of everyone watching one thread (names: [A-Za-z0-9._-], < 100 chars)."""
+    return f"thread.{thread_pk}"
+
+
+def _send(group: str, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, message)
+    except Exception:  # a broadcast must never undo or fail a committed write
+        logger.exception("broadcast to %s failed", group)
+
+
+def event_appended(thread_pk: int, seq: int, event_type: str) -> None:
+    """After commit, tell the thread's watchers that events up to ``seq`` were recorded (they read the log)."""
+    transaction.on_commit(lambda: _send(thread_group(thread_pk), {
+        "type": "thread.event", "seq": seq, "event_type": event_type}))
+
+
+def inbox_changed(thread_pk: int, seq: int, reason: Reason) -> None:
+    """After commit, tell inbox watchers that pending interrupts changed, with the new count.
+
+    Counted once per change here, not by each watcher: with a thousand open
+    inboxes a count per socket took seconds of database time for one change.
+    """
+    def send() -> None:
+        pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING).count()
+        _send(INBOX_GROUP, {"type": "inbox.changed", "thread": thread_pk, "seq": seq,
+                            "reason": str(Reason(reason)), "pending": pending})
+
+    transaction.on_commit(send)

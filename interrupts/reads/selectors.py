@@ -1,0 +1,345 @@
+"""The reads that pages and the API share: the inbox, batches, threads, the audit trail.
+
+Every function here issues a fixed number of queries whatever the page size:
+pages stay fast with 100,000 pending interrupts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from ..hub import policies
+from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
+
+SORTS = {
+    "oldest": ("created_at", "pk"),
+    "newest": ("-created_at", "-pk"),
+    "expiry": ("expires_at", "created_at", "pk"),
+}
+AGES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
+EXPIRING_SOON = timedelta(hours=1)
+
+
+def pending_count() -> int:
+    return Interrupt.objects.filter(status=Interrupt.Status.PENDING).count()
+
+
+def waiting_count(user) -> int:
+    """How many pending interrupts wait for ``user``: they may decide them and have not yet (the badge)."""
+    return Interrupt.objects.filter(status=Interrupt.Status.PENDING).filter(policies.decidable_by(user)).count()
+
+
+@dataclass(frozen=True)
+class InboxFilters:
+    agent: str = ""
+    reason: str = ""
+    thread: str = ""
+    q: str = ""
+    age: str = ""  # waiting longer than: 1h, 1d, 7d
+    expiring: bool = False
+    sort: str = "oldest"
+    # "mine": what the reader may decide and has not yet (the default); "all": every pending interrupt.
+    scope: str = "mine"
+
+    @property
+    def unfiltered(self) -> bool:
+        """Whether every interrupt of the scope matches (the order aside)."""
+        return not (self.agent or self.reason or self.thread or self.q or self.age or self.expiring)
+
+    @classmethod
+    def from_query(cls, params) -> InboxFilters:
+        sort = params.get("sort", "oldest")
+        age = params.get("age", "")
+        return cls(
+            agent=params.get("agent", "")[:64],
+            reason=params.get("reason", "")[:200],
+            thread=params.get("thread", "")[:200],
+            q=params.get("q", "").strip()[:200],
+            age=age if age in AGES else "",
+            expiring=params.get("expiring") in ("1", "on", "true"),
+            sort=sort if sort in SORTS else "oldest",
+            scope="all" if params.get("scope") == "all" else "mine",
+        )
+
+
+def inbox(filters: InboxFilters, now: datetime | None = None, user=None):
+    """Pending interrupts matching ``filters``, in the chosen order (a queryset to paginate).
+
+    With the "mine" scope and a ``user``, only those waiting for that user.
+    """
+    now = now or timezone.now()
+    queryset = Interrupt.objects.filter(status=Interrupt.Status.PENDING).select_related("run__agent", "run__thread")
+    if filters.scope == "mine" and user is not None:
+        queryset = queryset.filter(policies.decidable_by(user))
+    if filters.agent:
+        queryset = queryset.filter(run__agent__name=filters.agent)
+    if filters.reason:
+        queryset = queryset.filter(reason=filters.reason)
+    if filters.thread:
+        queryset = queryset.filter(run__thread__thread_id=filters.thread)
+    if filters.age:
+        queryset = queryset.filter(created_at__lte=now - AGES[filters.age])
+    if filters.expiring:
+        queryset = queryset.filter(expires_at__isnull=False, expires_at__lte=now + EXPIRING_SOON)
+    if filters.q:
+        queryset = queryset.filter(
+            Q(message__icontains=filters.q) | Q(interrupt_id__icontains=filters.q) | Q(tool_name__icontains=filters.q)
+            | Q(run__thread__title__icontains=filters.q) | Q(run__thread__thread_id__icontains=filters.q)
+        )
+    return queryset.order_by(*SORTS[filters.sort])
+
+
+@dataclass
+class Batch:
+    """The interrupts one run raised, with how far the team has got."""
+
+    run: Run
+    pending: list[Interrupt] = field(default_factory=list)  # the ones on this page
+    members: list[Interrupt] = field(default_factory=list)  # every interrupt of the run
+
+    @property
+    def decided(self) -> list[Interrupt]:
+        return [i for i in self.members if i.status in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED)]
+
+    @property
+    def total(self) -> int:
+        return len(self.members)
+
+
+def batches(interrupts) -> list[Batch]:
+    """Group a page of interrupts by the run that raised them, with every member's live decision."""
+    grouped: dict[int, Batch] = {}
+    for interrupt in interrupts:
+        grouped.setdefault(interrupt.run_id, Batch(run=interrupt.run)).pending.append(interrupt)
+    live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
+    members = (
+        Interrupt.objects.filter(run_id__in=grouped)
+        .prefetch_related(_live_decisions(live))
+        .order_by("pk")
+    )
+    for member in members:
+        grouped[member.run_id].members.append(member)
+    return list(grouped.values())
+
+
+def batch(run: Run) -> Batch:
+    """One run's whole batch: its pending interrupts and every member's live decision."""
+    live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
+    members = list(Interrupt.objects.filter(run=run).select_related("run__agent", "run__thread")
+                   .prefetch_related(_live_decisions(live)).order_by("pk"))
+    return Batch(run=run, pending=[m for m in members if m.status == Interrupt.Status.PENDING], members=members)
+
+
+def _live_decisions(queryset):
+    from django.db.models import Prefetch
+
+    return Prefetch("decisions", queryset=queryset, to_attr="live_decisions")
+
+
+def resumed_by(run_pks) -> dict[int, Run]:
+    """The resume run of each interrupted run that has one."""
+    return {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)}
+
+
+def awaiting_agent(limit: int = 50) -> list[Run]:
+    """Runs queued again because their agent could not be reached, next try first."""
+    return list(Run.objects.filter(status=Run.Status.QUEUED, attempts__gt=0).select_related("thread", "agent")
+                .order_by("retry_at", "pk")[:limit])
+
+
+def threads(agent: str = "", q: str = ""):
+    """Threads, busiest first, with their pending count and latest run's status."""
+    latest = Run.objects.filter(thread=OuterRef("pk")).order_by("-created_at", "-pk")
+    queryset = Thread.objects.select_related("agent").annotate(
+        pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING)),
+        latest_status=Subquery(latest.values("status")[:1]),
+    )
+    if agent:
+        queryset = queryset.filter(agent__name=agent)
+    if q:
+        queryset = queryset.filter(Q(title__icontains=q) | Q(thread_id__icontains=q))
+    return queryset.order_by("-updated_at")
+
+
+def thread_events(thread: Thread, after: int = 0, limit: int | None = None) -> list[tuple]:
+    """The thread's log after ``after``, as (seq, type, payload, run_id, from_agent), for history.fold."""
+    queryset = Event.objects.filter(thread=thread, seq__gt=after).order_by("seq").values_list(
+        "seq", "type", "payload", "run__run_id", "from_agent"
+    )
+    return list(queryset[:limit] if limit else queryset)
+
+
+def user_messages(thread: Thread) -> dict[str, str]:
+    """For each run of the thread that carried a new user message, its text."""
+    said = {}
+    for run_id, run_input in Run.objects.filter(thread=thread).values_list("run_id", "input"):
+        messages = (run_input or {}).get("messages") or []
+        last = messages[-1] if messages else None
+        if last and last.get("role") == "user" and not run_input.get("resume") and isinstance(last.get("content"), str):
+            said[run_id] = last["content"]
+    return said
+
+
+def agents_overview():
+    """Agents with their last run and pending count."""
+    return Agent.objects.annotate(
+        pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING)),
+        last_run=Max("runs__created_at"),
+    ).order_by("name")
+
+
+def policies_overview() -> list:
+    """Every policy with its agent, groups and users (3 queries), by agent (every agent first)."""
+    found = Policy.objects.select_related("agent").prefetch_related("groups", "users")
+    return sorted(found, key=lambda p: (p.agent.name if p.agent else "", p.specificity), reverse=False)
+
+
+# --- the audit trail -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditFilters:
+    user: str = ""
+    agent: str = ""
+    thread: str = ""
+    outcome: str = ""  # resolved, cancelled, expired
+    since: str = ""  # YYYY-MM-DD
+    until: str = ""
+
+    @classmethod
+    def from_query(cls, params) -> AuditFilters:
+        outcome = params.get("outcome", "")
+        return cls(
+            user=params.get("user", "")[:150], agent=params.get("agent", "")[:64],
+            thread=params.get("thread", "")[:200],
+            outcome=outcome if outcome in ("resolved", "cancelled", "expired") else "",
+            since=_date(params.get("since", "")), until=_date(params.get("until", "")),
+        )
+
+
+def _date(value: str) -> str:
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").strftime("%Y-%m-%d")
+    except ValueError:
+        return ""
+
+
+@dataclass
+class AuditRow:
+    interrupt: Interrupt
+    decisions: list[Decision]
+    resume: Run | None
+    results: list[dict]
+    # (seq, kind, hash) of each trail entry about this interrupt: its decisions, supersessions, expiry.
+    trail: list[tuple] = field(default_factory=list)
+
+    @property
+    def live(self) -> list[Decision]:
+        """The decisions that stood when the interrupt closed: its approvers, or the one who ended it."""
+        return [d for d in self.decisions if d.superseded_at is None]
+
+    @property
+    def decision(self) -> Decision | None:
+        """The answer sent: the last standing decision (under a quorum they all carry the same answer)."""
+        live = self.live
+        return live[-1] if live else None
+
+    @property
+    def attestation(self) -> dict:
+        """What Countersign told the agent about this answer (``metadata.countersign`` of its resume entry)."""
+        for entry in (self.resume.input.get("resume") or []) if self.resume else []:
+            if entry.get("interruptId") == self.interrupt.interrupt_id:
+                return (entry.get("metadata") or {}).get("countersign") or {}
+        return {}
+
+    @property
+    def accepted(self) -> str:
+        """Whether the resumed run took the answer: "accepted", "refused", "pending", or "" (never sent)."""
+        if self.resume is None:
+            return ""
+        if self.resume.status in (Run.Status.SUCCEEDED, Run.Status.INTERRUPTED):
+            return "accepted"
+        if self.resume.status in (Run.Status.FAILED, Run.Status.CANCELLED):
+            return "refused"
+        return "pending"
+
+    def as_dict(self) -> dict:
+        i, d = self.interrupt, self.decision
+        return {
+            "thread": i.run.thread.thread_id,
+            "agent": i.run.agent.name,
+            "interruptedRun": i.run.run_id,
+            "interruptId": i.interrupt_id,
+            "reason": i.reason,
+            "message": i.message,
+            "toolCallId": i.tool_call_id or None,
+            "toolName": i.tool_name or None,
+            "proposedArgs": i.proposed_args,
+            "status": i.status,
+            "closedReason": i.closed_reason or None,
+            "decidedBy": d.user.get_username() if d else None,
+            "approvers": [{"username": a.user.get_username(), "action": a.action or None,
+                           "at": a.created_at.isoformat(), "comment": a.comment} for a in self.live],
+            "policy": (d.policy or None) if d else None,
+            "requiredApprovals": d.required_approvals if d else None,
+            "fingerprint": self.attestation.get("fingerprint"),
+            "accepted": self.accepted or None,
+            "resumedRunError": (self.resume.error_code or None) if self.resume else None,
+            "decidedAt": d.created_at.isoformat() if d else None,
+            "payload": d.payload if d else None,
+            "editedArgs": d.edited_args if d else None,
+            "revisions": len(self.decisions) - 1 if self.decisions else 0,
+            "resumedRun": self.resume.run_id if self.resume else None,
+            "resumedRunStatus": self.resume.status if self.resume else None,
+            "results": [r.get("content") for r in self.results],
+            "trail": [{"seq": seq, "kind": kind, "hash": entry} for seq, kind, entry in self.trail],
+        }
+
+
+def audit(filters: AuditFilters):
+    """Decided (or expired) interrupts matching ``filters``, newest first (a queryset to paginate)."""
+    queryset = Interrupt.objects.exclude(status=Interrupt.Status.PENDING).select_related(
+        "run__agent", "run__thread"
+    )
+    if filters.agent:
+        queryset = queryset.filter(run__agent__name=filters.agent)
+    if filters.thread:
+        queryset = queryset.filter(run__thread__thread_id=filters.thread)
+    if filters.outcome:
+        queryset = queryset.filter(status=filters.outcome)
+    if filters.user:
+        queryset = queryset.filter(decisions__user__username=filters.user).distinct()
+    if filters.since:
+        queryset = queryset.filter(closed_at__date__gte=filters.since)
+    if filters.until:
+        queryset = queryset.filter(closed_at__date__lte=filters.until)
+    return queryset.order_by("-closed_at", "-pk")
+
+
+def audit_rows(interrupts) -> list[AuditRow]:
+    """For a page of interrupts: every decision, the resume run, its TOOL_CALL_RESULTs, the trail entries (5 queries)."""
+    interrupts = list(interrupts)
+    decisions: dict[int, list[Decision]] = {}
+    for decision in Decision.objects.filter(interrupt__in=interrupts).select_related("user").order_by("pk"):
+        decisions.setdefault(decision.interrupt_id, []).append(decision)
+    resumes = resumed_by({i.run_id for i in interrupts})
+    results: dict[tuple[int, str], list[dict]] = {}
+    for run_pk, payload in Event.objects.filter(
+        run__in=list(resumes.values()), type="TOOL_CALL_RESULT"
+    ).values_list("run_id", "payload"):
+        results.setdefault((run_pk, payload.get("toolCallId", "")), []).append(payload)
+    entries: dict[int, list[tuple]] = {}
+    for interrupt_pk, *entry in AuditEntry.objects.filter(interrupt_id__in=[i.pk for i in interrupts]).order_by(
+        "seq"
+    ).values_list("interrupt_id", "seq", "kind", "hash"):
+        entries.setdefault(interrupt_pk, []).append(tuple(entry))
+    rows = []
+    for interrupt in interrupts:
+        resume = resumes.get(interrupt.run_id)
+        found = results.get((resume.pk, interrupt.tool_call_id), []) if resume and interrupt.tool_call_id else []
+        rows.append(AuditRow(interrupt, decisions.get(interrupt.pk, []), resume, found, entries.get(interrupt.pk, [])))
+    return rows

@@ -1,0 +1,413 @@
+"""The review pages. They read through ``selectors`` and change state only through
+``runs`` and ``decisions``, exactly like the REST API.
+
+Actions answer htmx requests with the fragment to swap in (a batch, a preview,
+new thread events); without JavaScript the same forms post normally and
+redirect back with a message.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.paginator import Paginator
+from django.http import StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from ..hub import decisions, outbox, policies, runs, trail
+from ..reads import history, selectors
+from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
+from ..models import Agent, Interrupt, Policy, Run, Thread
+from ..protocol.errors import ProtocolError
+from ..protocol.schema import (
+    EDITED_ARGS,
+    approval_payload,
+    edited_args_schema,
+    payload_errors,
+    supports_edits,
+)
+
+INBOX_PAGE_SIZE = 25
+AUDIT_PAGE_SIZE = 50
+THREAD_EVENTS_LIMIT = 5000
+
+
+def _without(params, *names: str) -> str:
+    params = params.copy()
+    for name in names:
+        params.pop(name, None)
+    return params.urlencode()
+
+
+def _without_page(params) -> str:
+    return _without(params, "page", "format")
+
+
+def _safe_next(request, target: str | None, fallback: str) -> str:
+    """``target`` if it points back into this site, else ``fallback``: never an open redirect."""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return target
+    return fallback
+
+
+def home(request):
+    return redirect("inbox")
+
+
+# --- the inbox ------------------------------------------------------------------
+
+
+def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: list) -> dict:
+    schema = interrupt.response_schema
+    refused = policies.refusal(user, rule, interrupt)
+    return {
+        "approval": approval_payload(schema, True) is not None,
+        "edits": supports_edits(schema),
+        "edit_schema": edited_args_schema(schema),
+        "rule": rule,
+        # Read-only for anyone the policy does not admit: the card says who may decide.
+        "refused": refused,
+        "approvals": approvals,
+        "mine": next((d for d in approvals if d.user_id == user.pk), None),
+        "remaining": max(rule.required_approvals - len(approvals), 0),
+        # What a plain approval would join: shown on the card, and posted back with it.
+        "standing": (standing := decisions.standing_answer(approvals)),
+        "seen": decisions.answer_digest(standing),
+    }
+
+
+def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
+                   rules: dict | None = None) -> dict:
+    rules = rules if rules is not None else policies.rules_for(batch.pending)
+    live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
+    cards = [{"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, [])),
+              "errors": (errors or {}).get(i.pk)} for i in batch.pending]
+    return {"batch": batch, "cards": cards, "resume": resumed.get(batch.run.pk)}
+
+
+def inbox(request):
+    filters = selectors.InboxFilters.from_query(request.GET)
+    page = Paginator(selectors.inbox(filters, user=request.user), INBOX_PAGE_SIZE).get_page(request.GET.get("page"))
+    if filters.unfiltered and filters.scope == "mine":
+        # The page's count is the header's count: one COUNT, not two
+        # (each ~40 ms on PostgreSQL with 100,000 pending).
+        request.pending_count = page.paginator.count
+    groups = selectors.batches(page.object_list)
+    resumed = selectors.resumed_by(b.run.pk for b in groups)
+    rules = policies.rules_for(page.object_list)  # the page's policies, read once
+    context = {
+        "filters": filters,
+        "page": page,
+        "batches": [_batch_context(b, resumed, request.user, rules=rules) for b in groups],
+        "agents": Agent.objects.order_by("name").values_list("name", flat=True),
+        "reasons": Interrupt.objects.filter(status=Interrupt.Status.PENDING).order_by("reason")
+        .values_list("reason", flat=True).distinct()[:50],
+        "query": _without_page(request.GET),
+        "scope_query": _without(request.GET, "page", "format", "scope"),
+        "now": timezone.now(),
+        "awaiting": selectors.awaiting_agent(),
+    }
+    if request.htmx and request.htmx.target == "inbox-list":
+        return render(request, "interrupts/_inbox_list.html", context)
+    return render(request, "interrupts/inbox.html", context)
+
+
+def _render_batch(request, interrupt: Interrupt, errors: dict | None = None):
+    whole = selectors.batch(interrupt.run)
+    context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), request.user, errors),
+               "now": timezone.now()}
+    if errors and interrupt not in whole.pending:
+        # Its card is gone (decided by someone else, or expired): say why at the batch.
+        context["batch_error"] = errors[interrupt.pk]
+    return render(request, "interrupts/_batch.html", context)
+
+
+@require_POST
+def decide(request, pk: int):
+    interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
+    form = DecideForm(request.POST)
+    problem = None
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            status, payload = decisions.answer_for(
+                interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
+            )
+            decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
+                             seen=data["seen"] if "seen" in request.POST else None)
+        except ProtocolError as refused:
+            problem = {"code": refused.code, "message": refused.message, "fields": refused.details.get("errors", [])}
+    else:
+        problem = {"code": "INVALID_FORM", "message": " ".join(
+            f"{field}: {' '.join(errs)}" for field, errs in form.errors.items()), "fields": []}
+    if request.htmx:
+        return _render_batch(request, interrupt, errors={interrupt.pk: problem} if problem else None)
+    if problem:
+        messages.error(request, problem["message"])
+    else:
+        messages.success(request, f"Decision recorded for {interrupt.interrupt_id}.")
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
+
+
+@require_POST
+def retry_run(request, pk: int):
+    """Retry-now: try a run waiting for its unreachable agent at once, not at its backoff time."""
+    run = get_object_or_404(Run, pk=pk)
+    retried = outbox.retry_now(run, request.user)
+    said = (f"Trying {run.run_id} again now." if retried else
+            f"Run {run.run_id} is no longer waiting for its agent ({run.get_status_display().lower()}).")
+    if request.htmx:
+        return render(request, "interrupts/_awaiting.html", {"awaiting": selectors.awaiting_agent(),
+                                                             "said": said, "now": timezone.now()})
+    (messages.success if retried else messages.error)(request, said)
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
+
+
+@require_POST
+def cancel_run(request, pk: int):
+    """Stop run (staff): end a streaming or waiting run with CANCELLED_BY_OPERATOR; back to its thread."""
+    run = get_object_or_404(Run.objects.select_related("thread"), pk=pk)
+    try:
+        stopped = runs.cancel(run, request.user)
+    except ProtocolError as refused:  # STAFF_ONLY
+        messages.error(request, refused.message)
+        return redirect("thread", run.thread.thread_id)
+    if stopped:
+        messages.success(request, f"Stopped run {run.run_id}.")
+    else:
+        messages.error(request, f"Run {run.run_id} already ended; there was nothing to stop.")
+    return redirect("thread", run.thread.thread_id)
+
+
+@require_POST
+def edit_preview(request, pk: int):
+    """Check edited args and show them side by side with the proposal before the final click."""
+    interrupt = get_object_or_404(Interrupt, pk=pk)
+    form = DecideForm({"action": "edit", "edited_args": request.POST.get("edited_args", "")})
+    errors, edited = [], None
+    if not form.is_valid():
+        errors = [{"path": "", "message": " ".join(form.errors.get("edited_args", ["Invalid edits."]))}]
+    else:
+        edited = form.cleaned_data["edited_args"]
+        try:
+            errors = payload_errors(interrupt.response_schema, {"approved": True, EDITED_ARGS: edited})
+        except ProtocolError as refused:  # the agent's schema cannot be used (REMOTE_REF, UNSAFE_PATTERN, ...)
+            errors = [{"path": "", "message": refused.message}]
+    return render(request, "interrupts/_edit_preview.html", {
+        "interrupt": interrupt, "edited": edited, "edited_json": json.dumps(edited, ensure_ascii=False),
+        "errors": errors,
+    })
+
+
+# --- threads ----------------------------------------------------------------------
+
+
+def threads(request):
+    page = Paginator(selectors.threads(request.GET.get("agent", ""), request.GET.get("q", "").strip()), 50)
+    return render(request, "interrupts/threads.html", {
+        "page": page.get_page(request.GET.get("page")),
+        "start_form": StartRunForm(),
+        "q": request.GET.get("q", ""),
+    })
+
+
+def thread_detail(request, thread_id: str):
+    thread = get_object_or_404(Thread.objects.select_related("agent"), thread_id=thread_id)
+    events = selectors.thread_events(thread, limit=THREAD_EVENTS_LIMIT)
+    pending = Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
+    return render(request, "interrupts/thread.html", {
+        "thread": thread,
+        "items": history.fold(events, selectors.user_messages(thread)),
+        "last_seq": events[-1][0] if events else 0,
+        "truncated": len(events) == THREAD_EVENTS_LIMIT,
+        "pending": list(pending.values_list("interrupt_id", flat=True)),
+        "start_form": StartRunForm(initial={"agent": thread.agent.name}),
+        "runs": thread.runs.order_by("created_at", "pk"),
+    })
+
+
+def thread_events(request, thread_id: str):
+    """The thread's events after ``after``, rendered as history items (for live updates and gaps)."""
+    thread = get_object_or_404(Thread, thread_id=thread_id)
+    try:
+        after = max(int(request.GET.get("after", 0)), 0)
+    except ValueError:
+        after = 0
+    events = selectors.thread_events(thread, after=after, limit=500)
+    pending = Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING).exists()
+    items = history.fold(events, selectors.user_messages(thread))
+    response = render(request, "interrupts/_history.html", {"items": items, "thread": thread})
+    response["X-Last-Seq"] = str(events[-1][0] if events else after)
+    response["X-Pending"] = "1" if pending else "0"
+    return response
+
+
+@require_POST
+def start_run(request, thread_id: str | None = None):
+    form = StartRunForm(request.POST)
+    thread = get_object_or_404(Thread, thread_id=thread_id) if thread_id else None
+    if not form.is_valid() or (thread is None and form.cleaned_data.get("agent") is None):
+        messages.error(request, "Pick an agent and write a message (at most 100,000 characters).")
+        return redirect(_safe_next(request, request.META.get("HTTP_REFERER"), reverse("threads")))
+    agent = thread.agent if thread else form.cleaned_data["agent"]
+    try:
+        run = runs.start_run(agent, user=request.user, thread_id=thread.thread_id if thread else None,
+                             message=form.cleaned_data["message"] or None)
+    except ProtocolError as refused:
+        messages.error(request, refused.message)
+        return redirect(reverse("thread", args=[thread.thread_id]) if thread else reverse("threads"))
+    return redirect("thread", run.thread.thread_id)
+
+
+# --- the audit trail ------------------------------------------------------------------
+
+
+def audit(request, thread_id: str | None = None):
+    params = request.GET.copy()
+    if thread_id:
+        get_object_or_404(Thread, thread_id=thread_id)
+        params["thread"] = thread_id
+    filters = selectors.AuditFilters.from_query(params)
+    queryset = selectors.audit(filters)
+    export = request.GET.get("format")
+    if export == "chain":
+        return _export_chain()
+    if export in ("csv", "json"):
+        return _export(queryset, export)
+    page = Paginator(queryset, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    # The last verification, extended by the entries since (links only, a
+    # bounded number): the page never recomputes a long chain whole.
+    checkpoint, broken = trail.verify_recent()
+    return render(request, "interrupts/audit.html", {
+        "checkpoint": checkpoint,
+        "trail_problem": str(broken) if broken else (checkpoint.problem.split("\n")[0] if checkpoint else ""),
+        "filters": filters,
+        "rows": selectors.audit_rows(page.object_list),
+        "page": page,
+        "thread_id": thread_id,
+        "agents": Agent.objects.order_by("name").values_list("name", flat=True),
+        "query": _without_page(request.GET),
+    })
+
+
+def _export_chain():
+    """The whole hash chain, one JSON object per line, streamed: what the README's script verifies offline.
+
+    Never filtered: a chain verifies only whole, from entry 1.
+    """
+    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in trail.chain())
+    response = StreamingHttpResponse(body, content_type="application/jsonl")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="countersign-chain-{stamp}.jsonl"'
+    return response
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def _export(queryset, kind: str):
+    """Every matching row, streamed in pages so a large trail never sits in memory whole."""
+    def rows():
+        paginator = Paginator(queryset, 500)
+        for number in paginator.page_range:
+            for row in selectors.audit_rows(paginator.page(number).object_list):
+                yield row.as_dict()
+
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    if kind == "json":
+        def body():
+            yield "[\n"
+            for index, row in enumerate(rows()):
+                yield ("," if index else "") + json.dumps(row, ensure_ascii=False) + "\n"
+            yield "]\n"
+        response = StreamingHttpResponse(body(), content_type="application/json")
+    else:
+        writer = csv.writer(_Echo())
+
+        def body():
+            header = None
+            for row in rows():
+                flat = {k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v) for k, v in row.items()}
+                if header is None:
+                    header = list(flat)
+                    yield writer.writerow(header)
+                yield writer.writerow([_csv_safe(flat[k]) for k in header])
+        response = StreamingHttpResponse(body(), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="countersign-audit-{stamp}.{kind}"'
+    return response
+
+
+def _csv_safe(value):
+    # A cell starting with = + - @ runs as a formula in spreadsheets: agent text must not.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+# --- agents -----------------------------------------------------------------------------
+
+
+def agents(request):
+    return render(request, "interrupts/agents.html", {"agents": selectors.agents_overview(),
+                                                      "policies": selectors.policies_overview()})
+
+
+def _secret_shown_once(request, agent: Agent, secret: str, *, rotated: bool):
+    # Rendered, not redirected with a message: a secret in the session or a
+    # cookie would outlive this one page.
+    response = render(request, "interrupts/agent_secret.html", {"agent": agent, "secret": secret, "rotated": rotated})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@staff_member_required
+def agent_edit(request, name: str | None = None):
+    agent = get_object_or_404(Agent, name=name) if name else None
+    form = AgentForm(request.POST or None, instance=agent)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, f"Saved agent {saved.name}.")
+        for notice in form.notices:  # e.g. the credential was dropped: the URL moved to another origin
+            messages.warning(request, notice)
+        if agent is None:  # registered just now: its signing secret is shown this once
+            return _secret_shown_once(request, saved, saved.signing_secret, rotated=False)
+        return redirect("agents")
+    return render(request, "interrupts/agent_form.html", {"form": form, "agent": agent})
+
+
+@staff_member_required
+@require_POST
+def agent_rotate_secret(request, name: str):
+    """Rotate an agent's signing secret and show the new one, once; the old one stops verifying at once."""
+    agent = get_object_or_404(Agent, name=name)
+    return _secret_shown_once(request, agent, agent.rotate_signing_secret(), rotated=True)
+
+
+@staff_member_required
+def policy_edit(request, pk: int | None = None):
+    policy = get_object_or_404(Policy, pk=pk) if pk else None
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, f"Saved policy {saved.name}.")
+        return redirect("agents")
+    return render(request, "interrupts/policy_form.html", {"form": form, "policy": policy})
+
+
+@staff_member_required
+@require_POST
+def policy_delete(request, pk: int):
+    policy = get_object_or_404(Policy, pk=pk)
+    policy.delete()
+    messages.success(request, f"Deleted policy {policy.name}; its interrupts now follow the next most specific one.")
+    return redirect("agents")

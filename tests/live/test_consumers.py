@@ -1,0 +1,94 @@
+"""The WebSocket consumers through the full ASGI stack: routing, session login, origin check."""
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.sessions.backends.db import SessionStore
+
+from interrupts.live import relay
+from project.asgi import application
+
+from .. import factories as make
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://127.0.0.1:8000")
+
+
+@database_sync_to_async
+def session_cookie(reviewer: bool = True) -> tuple[bytes, bytes]:
+    user = make.user(reviewer=reviewer)
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.save()
+    return (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session.session_key}".encode())
+
+
+async def connect(path: str, *headers):
+    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+async def test_an_anonymous_socket_is_closed_with_log_in_first():
+    communicator, connected, code = await connect("/ws/inbox/", ORIGIN)
+    assert not connected and code == 4401
+
+
+async def test_a_foreign_origin_is_refused_even_with_a_session():
+    cookie = await session_cookie()
+    communicator, connected, _ = await connect("/ws/inbox/", (b"origin", b"https://evil.example"), cookie)
+    assert not connected
+
+
+async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
+    cookie = await session_cookie()
+    await database_sync_to_async(make.interrupt)()
+    communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 1}
+    # The broadcaster counts once for every watcher.
+    await database_sync_to_async(make.interrupt)()
+    await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
+    assert await communicator.receive_json_from() == {"type": "changed", "reason": "raised", "thread": 7, "pending": 2}
+    # What waits for this reader follows once the burst has settled: one count per socket, not per change.
+    await database_sync_to_async(relay.inbox_changed)(7, 4, "raised")
+    assert (await communicator.receive_json_from())["type"] == "changed"
+    assert await communicator.receive_json_from(timeout=3) == {"type": "mine", "pending": 2, "mine": 2}
+    assert await communicator.receive_nothing(timeout=1.5)
+    await communicator.disconnect()
+
+
+async def test_the_badge_counts_only_what_waits_for_this_reader():
+    # A reader without the decide permission: everything is pending, nothing waits for them.
+    cookie = await session_cookie(reviewer=False)
+    await database_sync_to_async(make.interrupt)()
+    communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 0}
+    await communicator.disconnect()
+
+
+async def test_the_thread_socket_says_where_the_log_stands_then_relays_each_event():
+    cookie = await session_cookie()
+    run = await database_sync_to_async(make.run)()
+    await database_sync_to_async(make.event)(run, seq=1)
+    from interrupts.models import Thread
+    await Thread.objects.filter(pk=run.thread_id).aupdate(last_seq=1)
+    communicator, connected, _ = await connect(f"/ws/threads/{run.thread.thread_id}/", ORIGIN, cookie)
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "hello", "last_seq": 1}
+    await database_sync_to_async(relay.event_appended)(run.thread_id, 2, "TEXT_MESSAGE_START")
+    assert await communicator.receive_json_from() == {"type": "event", "seq": 2, "event_type": "TEXT_MESSAGE_START"}
+    await communicator.disconnect()
+
+
+async def test_an_unknown_thread_is_refused():
+    cookie = await session_cookie()
+    communicator, connected, code = await connect("/ws/threads/nope/", ORIGIN, cookie)
+    assert not connected and code == 4404
