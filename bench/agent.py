@@ -11,6 +11,8 @@ frame, as an agent should after its terminal event.
 POST /stream/     RUN_STARTED, TEXT_MESSAGE_START, TEXT_MESSAGE_CONTENT…,
                   TEXT_MESSAGE_END, RUN_FINISHED: ``forwardedProps.events``
                   events in all (default 20,000), as fast as the reader takes them.
+                  With ``forwardedProps.gate``, nothing is written (not even
+                  RUN_STARTED) until that gate is released (below).
 POST /interrupt/  RUN_STARTED, then RUN_FINISHED with one ``confirmation``
                   interrupt. ``forwardedProps``: ``group``/``size`` hold the
                   terminal frame until ``size`` runs of the group are open,
@@ -21,6 +23,9 @@ GET  /log/        when things happened (``time.time()``): ``requests`` by runId
                   (request read), ``terminal`` by threadId (just before the
                   interrupt's RUN_FINISHED was written), ``resumes`` by threadId.
 GET  /wait/resume/<threadId>/  answers once that thread's resume has arrived.
+GET  /release/<gate>/<size>/   once ``size`` streams of that gate have arrived
+                  (or after GATE_TIMEOUT), lets them all write at once;
+                  answers ``{"at": time.time() of the release, "arrived": n}``.
 """
 
 from __future__ import annotations
@@ -50,12 +55,16 @@ ENCODER = EventEncoder()
 MESSAGE_ID = "msg-bench"
 WRITE_BATCH = 256  # frames per write: about 16 KiB
 GROUP_TIMEOUT = 20  # seconds a run waits for the rest of its group before ending anyway
+GATE_TIMEOUT = 60  # seconds a release waits for the gate's streams to arrive
 CONFIRM_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
 log: dict[str, dict[str, float]] = {"requests": {}, "terminal": {}, "resumes": {}}
 resume_arrived: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
 groups: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
 group_sizes: dict[str, int] = defaultdict(int)
+gates: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+gate_arrivals: dict[str, int] = defaultdict(int)
+gate_changed: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
 _content: bytes | None = None
 
 
@@ -105,6 +114,11 @@ async def stream(writer: asyncio.StreamWriter, run: RunAgentInput) -> None:
     props = run.forwarded_props or {}
     total = max(int(props.get("events", 20_000)), 4)
     respond_head(writer, "200 OK", ENCODER.get_content_type())
+    if gate := props.get("gate"):
+        await writer.drain()
+        gate_arrivals[gate] += 1
+        gate_changed[gate].set()
+        await gates[gate].wait()
     writer.write(encode(RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id)))
     writer.write(encode(TextMessageStartEvent(message_id=MESSAGE_ID, role="assistant")))
     remaining = total - 4
@@ -153,6 +167,19 @@ async def interrupt(writer: asyncio.StreamWriter, run: RunAgentInput) -> None:
     await writer.drain()
 
 
+async def release(gate: str, size: int) -> dict:
+    deadline = time.monotonic() + GATE_TIMEOUT
+    while gate_arrivals[gate] < size and time.monotonic() < deadline:
+        gate_changed[gate].clear()
+        try:
+            await asyncio.wait_for(gate_changed[gate].wait(), max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            break
+    at = time.time()
+    gates[gate].set()
+    return {"at": at, "arrived": gate_arrivals[gate]}
+
+
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         request = await read_request(reader)
@@ -163,6 +190,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             thread_id = request.path.removeprefix("/wait/resume/").strip("/")
             await asyncio.wait_for(resume_arrived[thread_id].wait(), 60)
             await respond_json(writer, "200 OK", {"at": log["resumes"][thread_id]})
+        elif request.method == "GET" and request.path.startswith("/release/"):
+            gate, size = request.path.removeprefix("/release/").strip("/").split("/")
+            await respond_json(writer, "200 OK", await release(gate, int(size)))
         elif request.method == "POST" and request.path in ("/stream/", "/interrupt/"):
             run = RunAgentInput.model_validate_json(request.body)
             log["requests"][run.run_id] = received

@@ -104,11 +104,13 @@ def create_database(server_url: str, name: str) -> str:
 class BenchApp(ServedApp):
     """``ServedApp`` on a chosen back end; a PostgreSQL database it made is dropped on stop."""
 
-    def __init__(self, workdir: Path, backend: Backend, **env: str) -> None:
+    def __init__(self, workdir: Path, backend: Backend, name: str = "serve", *, owns_database: bool = True,
+                 **env: str) -> None:
         # ServedApp picks its database and channel layer from the environment.
         with environ(DATABASE_URL=backend.database_url or None, REDIS_URL=backend.redis_url or None):
-            super().__init__(workdir, **env)
+            super().__init__(workdir, name, **env)
         self.backend = backend
+        self.owns_database = owns_database
 
     @property
     def pid(self) -> int:
@@ -144,8 +146,44 @@ class BenchApp(ServedApp):
         try:
             super().stop()
         finally:
-            if self.backend.database_url:
+            if self.backend.database_url and self.owns_database:
                 drop_database(self.env["DATABASE_URL"])
+
+
+class BenchCluster:
+    """``count`` ``manage.py serve`` processes of one deployment: one database, one Redis channel prefix.
+
+    As ``tests.servers.cluster`` starts them (the first migrates, all launch
+    together); the database is dropped once, after every process has stopped.
+    """
+
+    def __init__(self, workdir: Path, backend: Backend, count: int, **env: str) -> None:
+        self.backend = backend
+        self.apps = [BenchApp(workdir, backend, f"serve-{n}", owns_database=False, **env) for n in range(count)]
+
+    def start(self) -> BenchCluster:
+        first = self.apps[0].prepare()
+        for app in self.apps[1:]:
+            app.token = first.token
+        for app in self.apps:
+            app.launch()
+        for app in self.apps:
+            app.ready()
+        return self
+
+    def cpu_seconds(self) -> float:
+        return sum(app.cpu_seconds() for app in self.apps)
+
+    def stop(self) -> None:
+        try:
+            for app in self.apps:  # all asked at once, so they shut down side by side
+                if app.process and app.process.poll() is None:
+                    app.process.terminate()
+            for app in self.apps:
+                app.stop()
+        finally:
+            if self.backend.database_url:
+                drop_database(self.apps[0].env["DATABASE_URL"])
 
 
 def _die_with_parent() -> None:
@@ -230,6 +268,14 @@ def workdir(prefix: str) -> Iterator[Path]:
 def served(backend: Backend, prefix: str, **env: str) -> Iterator[BenchApp]:
     with workdir(f"{prefix}-{backend.name}") as folder, started(BenchApp(folder, backend, **env)) as app:
         yield app
+
+
+@contextlib.contextmanager
+def served_cluster(backend: Backend, prefix: str, count: int, **env: str) -> Iterator[BenchCluster]:
+    """``count`` server processes sharing one database (and, on Redis, one channel prefix) for the block."""
+    with workdir(f"{prefix}-{backend.name}-x{count}") as folder, \
+            started(BenchCluster(folder, backend, count, **env)) as deployment:
+        yield deployment
 
 
 @contextlib.contextmanager

@@ -9,6 +9,12 @@ first ends) whose terminal frames come at random over a second. Goal:
 p50 <= 25 ms, p99 <= 100 ms. A socket the server drops is reopened at once,
 as the inbox page does, and counted; what no socket heard is counted as lost.
 
+The app's default caps (COUNTERSIGN_MAX_STREAMS 50 a process, a fifth of them
+kept for resumes; COUNTERSIGN_MAX_AGENT_STREAMS 10 for one agent) would
+stream only 10 of the 50 runs of the one bench agent at a time, the rest
+queued (and the agent would hold each group for its 20 s timeout): the
+served app here has room for all 50 at once (CAPS).
+
     .venv/bin/python bench/interrupt_latency.py [--backend all|sqlite|postgres]
 """
 
@@ -32,6 +38,7 @@ SCENARIOS = (
     ("50 at once, ends spread over 1 s", 50, 1, 1.0),
 )
 # Also possible, at about 20 s a round: ("50 at once, ends in one burst", 50, 1, 0.0).
+CAPS = {"COUNTERSIGN_MAX_STREAMS": "64", "COUNTERSIGN_MAX_AGENT_STREAMS": "60"}  # 51 slots for new runs
 
 
 class Inbox:
@@ -126,7 +133,7 @@ async def one_round(api: httpx.AsyncClient, inbox: Inbox, agent_process, runs: i
 
 
 async def measure(backend, agent_process) -> dict:
-    with served(backend, "inbox-latency") as app:
+    with served(backend, "inbox-latency", **CAPS) as app:
         register_agent(app, "bench-interrupt", agent_process.url("/interrupt/"))
         inbox = await Inbox.open(app, session_cookie(app))
         results = {}
@@ -171,7 +178,7 @@ def main() -> None:
         rows.append([name, *cells])
     table("Interrupt to inbox socket, ms: p50 / p99 / max (goal p50 <= 25, p99 <= 100)",
           ["", *(b.label for b in chosen)], rows)
-    save("interrupt_latency", results)
+    save("interrupt_latency", results, caps=CAPS)
 
 
 if __name__ == "__main__":

@@ -42,15 +42,33 @@ def _commit() -> str:
         return ""
 
 
+def machine() -> dict:
+    """What the figures were measured on: cores, memory, Python, and how busy the machine was (load average)."""
+    about = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                about["memory_gib"] = round(int(line.split()[1]) / 1024**2, 1)
+        about["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return about
+
+
 def save(name: str, results: dict, **about) -> Path:
-    """Write ``results`` to bench/results/<name>.json with when and where it was measured."""
+    """Write ``results`` to bench/results/<name>.json with when and where it was measured.
+
+    ``run``: the BENCH_RUN that ``make bench`` sets for all the benchmarks of
+    one invocation, so bench/summary.py can tell this run's figures from older files.
+    """
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
     document = {
         "benchmark": name,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": os.environ.get("BENCH_RUN", ""),
         "commit": _commit(),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         **about,
         "results": results,
     }
