@@ -31,7 +31,8 @@ from ..protocol.wire import dump
 logger = logging.getLogger(__name__)
 
 # Given a toolCallId, what the agent proposed: (tool name, parsed args).
-ProposalLookup = Callable[[str], tuple[str | None, object]]
+# toolCallId -> (tool name, proposed args, doubts about the proposal in words): streaming.proposals.
+ProposalLookup = Callable[[str], tuple[str | None, object, list[str]]]
 
 # A hub-generated RUN_ERROR carries the offending data for the audit, bounded.
 MAX_RAW_IN_ERROR = 4096
@@ -110,7 +111,10 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
             expires_at = now
         tool_name, args = (None, None)
         if wire.tool_call_id:
-            tool_name, args = proposal(wire.tool_call_id)
+            tool_name, args, doubts = proposal(wire.tool_call_id)
+            # What makes the proposal doubtful (a snapshot naming another tool or
+            # other args than the stream did): the card shows it beside the args.
+            problems += [{"code": "DOUBTFUL_PROPOSAL", "interrupt_id": wire.id, "message": doubt} for doubt in doubts]
         if args is not None and storable.problem(args, "") is not None:
             # Args that decode to what nothing can show or store (an escaped lone
             # surrogate): kept as JSON text, which can.
@@ -251,7 +255,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> 
     item, with the tool call's name and proposed args from ``proposal``.
     """
     now = timezone.now()
-    raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None)), now)
+    raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
     with transaction.atomic():
         _finish(run, terminal, raised, now)
         if run.status == Run.Status.INTERRUPTED:

@@ -92,21 +92,25 @@ async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIte
 
 
 def proposals(lifecycle: RunLifecycle, thread: Thread):
-    """What the agent proposed for a toolCallId: this run's TOOL_CALL_* events, else the thread's messages."""
+    """What the agent proposed for a toolCallId: this run's TOOL_CALL_* events, else the thread's messages.
+
+    The lookup gives (tool name, args, doubts): the lifecycle's problems with
+    the proposal, which the interrupt carries as warnings for its reviewer.
+    """
 
     def lookup(tool_call_id: str):
         found = lifecycle.proposed_args(tool_call_id)
         if found.name is not None:
-            return found.name, found.args
+            return found.name, found.args, found.problems
         for message in thread.messages or []:
             for call in message.get("toolCalls") or []:
                 if call.get("id") == tool_call_id:
                     function = call.get("function") or {}
                     try:
-                        return function.get("name"), json.loads(function.get("arguments") or "null")
+                        return function.get("name"), json.loads(function.get("arguments") or "null"), []
                     except ValueError:
-                        return function.get("name"), function.get("arguments")
-        return None, None
+                        return function.get("name"), function.get("arguments"), []
+        return None, None, []
 
     return lookup
 

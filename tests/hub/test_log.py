@@ -58,7 +58,7 @@ def test_an_interrupt_outcome_raises_interrupts_and_tells_the_inbox(listening):
                     {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a"},
                     {"id": "i-2", "reason": "input_required", "expiresAt": "tomorrow"}]}}
     log.append_many(run, [terminal])
-    log.finish(run, terminal, lambda tool_call_id: ("sendEmail", {"to": "x@y.com"}))
+    log.finish(run, terminal, lambda tool_call_id: ("sendEmail", {"to": "x@y.com"}, []))
     first, second = Interrupt.objects.filter(run=run).order_by("pk")
     assert (first.tool_name, first.proposed_args) == ("sendEmail", {"to": "x@y.com"})
     # An unreadable expiry is flagged and due at once, never "no expiry".
@@ -158,7 +158,7 @@ def test_agent_text_longer_than_its_column_is_cut_and_flagged_and_kept_whole_as_
     raw = {"id": "i-long", "reason": long_reason, "toolCallId": "tc-1"}
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [raw]}}
-    log.finish(run, terminal, lambda _id: (long_tool, {}))
+    log.finish(run, terminal, lambda _id: (long_tool, {}, []))
     [interrupt] = Interrupt.objects.filter(run=run)
     assert len(interrupt.reason) == 200 and interrupt.reason.endswith("…")
     assert len(interrupt.tool_name) == 200
@@ -180,3 +180,25 @@ def test_an_interrupt_id_too_long_to_echo_fails_the_run_with_a_code(field):
         {"threadId": "t", "runId": "r", "outcome": {"type": "interrupt", "interrupts": [item]}}))
     code, message = unrecordable(lifecycle)
     assert code == "ID_TOO_LONG" and "201 characters" in message
+
+
+def test_a_doubtful_proposal_reaches_the_interrupt_as_a_warning_for_its_reviewer():
+    # The lifecycle's doubts about a proposal (a snapshot naming another tool and
+    # other args than the stream) used to be computed and dropped.
+    from interrupts.hub.streaming import proposals
+    from interrupts.protocol.lifecycle import RunLifecycle
+
+    from ..protocol.test_lifecycle import ARGS, assistant_calling, finished, interrupt_outcome, proposal, snapshot, started
+
+    run = make.run(status="streaming")
+    lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
+    terminal = finished(interrupt_outcome("tc-1"), thread_id=run.thread.thread_id, run_id=run.run_id)
+    for event in (started(run.thread.thread_id, run.run_id), *proposal("tc-1"),
+                  snapshot(assistant_calling("tc-1", "sendMail", '{"to": "evil@x.com"}')), terminal):
+        lifecycle.accept(event)
+    log.finish(run, terminal.model_dump(by_alias=True, exclude_none=True), proposals(lifecycle, run.thread))
+    [interrupt] = Interrupt.objects.filter(run=run)
+    assert (interrupt.tool_name, interrupt.proposed_args) == ("sendEmail", ARGS)  # the stream wins
+    doubts = [p for p in interrupt.problems if p["code"] == "DOUBTFUL_PROPOSAL"]
+    assert len(doubts) == 2 and "'sendMail'" in doubts[0]["message"]
+    assert {p["interrupt_id"] for p in doubts} == {"approve-tc-1"}
