@@ -1,10 +1,13 @@
-"""Write what an agent said into the event log, and what it means into the models.
+"""The event log: the only writer of Event rows, and of what they mean for runs, threads and interrupts.
 
-``append_many`` is the one function that adds events: it numbers them within
-the thread and folds snapshots into the thread in one transaction, and
-broadcasts once after commit. A stream's
-events are written in the batches they arrive in: a transaction per event
-would cap the relay at the database's commit rate. ``fail`` is the one that ends a run with a hub-generated RUN_ERROR.
+Four functions add events, each numbering them within the thread
+(``Thread.last_seq``) and broadcasting after commit through ``relay``:
+``append_many`` records what an agent said, in the batches it arrives in (a
+transaction per event would cap the relay at the database's commit rate),
+folding snapshots and deltas into the thread; ``finish`` records the terminal
+event and raises its interrupts; ``fail`` ends a run with a hub-generated
+RUN_ERROR (closing its pending interrupts); ``note`` adds a CUSTOM event of
+Countersign's own (``relay.Note``). Nothing else writes an Event.
 """
 
 from __future__ import annotations
