@@ -1,13 +1,14 @@
 """The event log: the only writer of Event rows, and of what they mean for runs, threads and interrupts.
 
-Four functions add events, each numbering them within the thread
+Three functions add events, each numbering them within the thread
 (``Thread.last_seq``) and broadcasting after commit through ``relay``:
 ``append_many`` records what an agent said, in the batches it arrives in (a
 transaction per event would cap the relay at the database's commit rate),
-folding snapshots and deltas into the thread; ``finish`` records the terminal
-event and raises its interrupts; ``fail`` ends a run with a hub-generated
-RUN_ERROR (closing its pending interrupts); ``note`` adds a CUSTOM event of
-Countersign's own (``relay.Note``). Nothing else writes an Event.
+folding snapshots and deltas into the thread; ``fail`` ends a run with a
+hub-generated RUN_ERROR (closing its pending interrupts); ``note`` adds a
+CUSTOM event of Countersign's own (``relay.Note``). Nothing else writes an
+Event. ``finish`` ends a run as its terminal event (already appended) says,
+raising its interrupts.
 """
 
 from __future__ import annotations
