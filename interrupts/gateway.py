@@ -15,6 +15,10 @@ the contract's: ``AT_CAPACITY`` (this process streams all it may),
 ``SELF_APPROVAL``, ``RESERVED_METADATA_KEY``, as in the inbox); the agent is
 not called. ``AWAITING_APPROVALS`` is not a refusal: the caller's approvals
 were recorded, and the policy wants more before the resume is sent.
+
+What is refused before any stream starts (the method, the credential, the
+media type, an unknown agent, a body that is no RunAgentInput) is answered
+as JSON in the body every HTTP surface refuses with (interrupts.hub.refusals).
 """
 
 from __future__ import annotations
@@ -34,16 +38,14 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.authtoken.models import Token
 
-from .hub import accept, supervisor
-from .api.authentication import FailedTokenThrottle
-from .web.middleware import BUSY_MESSAGE, database_busy
+from .hub import accept, refusals, supervisor
+from .hub.refusals import Refusal
+from .hub.tokens import FailedTokenThrottle, too_many_failures
 from .models import Agent, Event, Run
 from .protocol import storable
 from .protocol.errors import MalformedMessage, ProtocolError
 from .protocol.sse import CONTENT_TYPE, encode_event, format_frame
 from .protocol.wire import dump, parse_run_input
-from .hub.refusals import Refusal
-from .sdk.views import refusal
 
 # How often a replay of a run still streaming elsewhere looks for new events.
 REPLAY_POLL_SECONDS = 0.2
@@ -61,10 +63,7 @@ async def _user(request: HttpRequest):
         throttle = FailedTokenThrottle()
         wait = await sync_to_async(throttle.wait_before_next)(request)
         if wait is not None:
-            response = refusal(429, "THROTTLED", f"Too many failed token attempts from this address; try again in "
-                                                 f"{wait:.0f} s, with a valid token.")
-            response["Retry-After"] = str(int(wait))
-            return response
+            return refusal(429, "THROTTLED", too_many_failures(wait), retry_after=wait)
         key = header.split(" ", 1)[1].strip()
         token = await Token.objects.select_related("user").filter(key=key).afirst()
         if token and token.user.is_active:
@@ -79,6 +78,11 @@ async def _user(request: HttpRequest):
     if check.process_view(request, None, (), {}) is not None:
         return None
     return user
+
+
+def refusal(status: int, code: str, detail: str, **details) -> HttpResponse:
+    """A refusal before any stream starts: JSON, in the body every HTTP surface refuses with."""
+    return refusals.json_response(refusals.refused(status, code, detail, **details))
 
 
 def _sse(stream):
@@ -129,9 +133,7 @@ async def _replay(run: Run):
 @login_not_required  # answered with 401 JSON, not a redirect to a login page
 async def agui(request: HttpRequest, agent: str):
     if request.method != "POST":
-        response = refusal(405, "METHOD_NOT_ALLOWED", "POST a RunAgentInput as JSON.")
-        response["Allow"] = "POST"
-        return response
+        return refusal(405, "METHOD_NOT_ALLOWED", "POST a RunAgentInput as JSON.", headers={"Allow": "POST"})
     user = await _user(request)
     if isinstance(user, HttpResponse):
         return user
@@ -151,14 +153,14 @@ async def agui(request: HttpRequest, agent: str):
         return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts "
                                          "(COUNTERSIGN_MAX_REQUEST_BYTES).")
     except MalformedMessage as problem:
-        return refusal(400, problem.code, problem.message, **problem.details)
+        return refusals.json_response(refusals.render(problem, status=400))
     # What the database cannot hold (PostgreSQL refuses NUL) is refused here, on every database alike;
     # a lone surrogate is looked for in the body as sent, since the model cannot even be dumped with one.
     text = body.decode("utf-8", "replace")
     refused = storable.problem(json.loads(text), "The RunAgentInput") if storable.needs_check(text) else None
     refused = refused or storable.problem(dump(run_input), "The RunAgentInput")
     if refused is not None:
-        return refusal(400, refused.code, refused.message, **refused.details)
+        return refusals.json_response(refusals.render(refused, status=400))
 
     background = supervisor.ensure()
     # Held before anything is recorded, so a full process refuses without a trace;
@@ -175,10 +177,10 @@ async def agui(request: HttpRequest, agent: str):
         return _sse(_refused(run_input.thread_id, run_input.run_id, problem))
     except OperationalError as problem:
         background.release(slot)
-        if not database_busy(problem):
+        if not refusals.database_busy(problem):
             raise
         # Nothing was recorded (the transaction rolled back): the client may send the same input again.
-        return _sse(_refused(run_input.thread_id, run_input.run_id, Refusal("BUSY", BUSY_MESSAGE, status=503)))
+        return _sse(_refused(run_input.thread_id, run_input.run_id, refusals.busy()))
     except BaseException:
         background.release(slot)
         raise

@@ -124,7 +124,7 @@ def doors(rows) -> list[Door]:
 
 
 def _json_refusal(response, status: int, sentence: str = "detail"):
-    """A refusal machines can read: JSON with a code and a sentence (AG-UI's gateway calls it ``message``)."""
+    """A refusal machines can read: JSON with a code and a sentence, the same body on every door."""
     assert response.status_code == status, f"{response.status_code} {response.content[:300]!r}"
     assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
     body = response.json()
@@ -183,9 +183,9 @@ def test_strangers_are_refused_at_every_door(client, rows, method):
             elif door.gateway:
                 if door.route.startswith("agui/(?P<agent>"):
                     # GET is refused for its method before anyone is asked to log in: it names no data.
-                    _json_refusal(response, 401 if method == "post" else 405, "message")
+                    _json_refusal(response, 401 if method == "post" else 405)
                 else:
-                    _json_refusal(response, 404, "message")  # no endpoint there, for anyone
+                    _json_refusal(response, 404)  # no endpoint there, for anyone
             else:
                 _to_login(response, door)
         except AssertionError as problem:

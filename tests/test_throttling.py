@@ -7,7 +7,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rest_framework.throttling import UserRateThrottle
 
-from interrupts.api.authentication import FailedTokenThrottle
+from interrupts.hub.tokens import FailedTokenThrottle
 
 from . import factories
 

@@ -1,4 +1,4 @@
-"""Every API refusal is JSON ``{code, detail}`` with a status that says whose move it is."""
+"""Every API refusal is the one refusal body (interrupts.hub.refusals) with a status that says whose move it is."""
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.db import DataError
@@ -11,9 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..web.middleware import BUSY_MESSAGE, BUSY_RETRY_AFTER, database_busy
-from ..protocol.errors import ProtocolError
-from ..hub.refusals import http_status
+from ..hub import refusals
+from ..protocol.errors import ProtocolError, refusal_body
 
 
 def exception_handler(exc, context):
@@ -27,21 +26,20 @@ def exception_handler(exc, context):
 
 def _refusal(exc, context):
     if isinstance(exc, ProtocolError):
-        response = Response({"code": exc.code, "detail": exc.message, **exc.details}, status=http_status(exc))
-        if exc.code == "BUSY":  # e.g. costly schema checks queued: the same request will do, shortly
-            response["Retry-After"] = str(exc.details.get("retry_after", BUSY_RETRY_AFTER))
-        return response
+        # BUSY (e.g. costly schema checks queued) carries Retry-After: the same request will do, shortly.
+        rendered = refusals.render(exc)
+        return Response(rendered.body, status=rendered.status, headers=rendered.headers)
     exc = _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        response.data = {"code": "INVALID_REQUEST", "detail": "The request has invalid fields.", "fields": exc.detail}
+        response.data = refusal_body("INVALID_REQUEST", "The request has invalid fields.", fields=exc.detail)
     else:
         code = exc.get_codes()
-        response.data = {"code": (code if isinstance(code, str) else "error").upper(), "detail": str(exc.detail)}
+        response.data = refusal_body((code if isinstance(code, str) else "error").upper(), str(exc.detail))
     if isinstance(exc, Busy):
-        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+        response["Retry-After"] = str(refusals.BUSY_RETRY_AFTER)
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         # Session auth alone would answer 403; say "log in" properly, with how.
         response.status_code = status.HTTP_401_UNAUTHORIZED
@@ -61,8 +59,8 @@ class Busy(exceptions.APIException):
 
 def _as_api_exception(exc):
     """Django's own refusals, and the database's refusal of the client's text, as DRF exceptions."""
-    if database_busy(exc):
-        return Busy(BUSY_MESSAGE)
+    if refusals.database_busy(exc):
+        return Busy(refusals.BUSY_MESSAGE)
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, PermissionDenied):

@@ -16,7 +16,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ..protocol import signing, storable
-from ..protocol.errors import MalformedMessage
+from ..protocol.errors import MalformedMessage, refusal_body
 from ..protocol.sse import CONTENT_TYPE, encode_event
 from ..protocol.wire import parse_run_input
 from .agent import Agent
@@ -24,9 +24,13 @@ from .driver import refused, run
 from .verify import BadSignature, check_signature
 
 
-def refusal(status: int, code: str, message: str, **details) -> JsonResponse:
-    """A 4xx JSON body in the shape every Countersign API refusal has."""
-    return JsonResponse({"code": code, "message": message, **details}, status=status)
+def refusal(status: int, code: str, detail: str, **details) -> JsonResponse:
+    """A 4xx JSON answer with the body every Countersign HTTP refusal has: ``{code, detail, ...}``.
+
+    Built by ``protocol.errors.refusal_body``, as the hub's are (interrupts.hub.refusals),
+    so the SDK needs nothing of the hub to answer alike.
+    """
+    return JsonResponse(refusal_body(code, detail, **details), status=status)
 
 
 async def _resolved(value):
@@ -43,7 +47,7 @@ def agent_view(agent: Agent, auth: Callable[[HttpRequest], bool] | None = None, 
     """An async Django view that runs ``agent`` once per POSTed RunAgentInput.
 
     A body that is not a valid RunAgentInput gets a 400 JSON body naming the
-    problem (``code``, ``message``, ``field``) and never reaches the agent.
+    problem (``code``, ``detail``, ``field``) and never reaches the agent.
 
     With a signing secret (``agent.signing_secret``, or ``signing_secret()``
     asked on every request, so a rotation takes effect at once) the raw body

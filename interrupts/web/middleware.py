@@ -1,6 +1,8 @@
 """Requests no view can serve safely are refused before any view runs."""
 
-from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpResponse, HttpResponseBadRequest
+
+from ..hub import refusals
 
 # The doors machines use answer JSON; pages answer text.
 MACHINE_PREFIXES = ("/api/", "/agui/")
@@ -24,7 +26,7 @@ class RefuseNulCharacters:
         ):
             message = "The address holds a NUL character (%00), which no name or filter can contain."
             if request.path.startswith(MACHINE_PREFIXES):
-                return JsonResponse({"code": "NUL_CHARACTER", "detail": message}, status=400)
+                return refusals.json_response(refusals.refused(400, "NUL_CHARACTER", message))
             return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
 
@@ -49,39 +51,6 @@ def login_lockout(request, response, credentials):
     return response
 
 
-# Seconds a caller is asked to wait after a busy database: locks are held for
-# milliseconds normally, so a request refused after the lock timeout has met
-# something unusual (a migration, a long report) and should not hammer it.
-BUSY_RETRY_AFTER = 5
-# What every door says then (the API, pages, the gateway's RUN_ERROR).
-BUSY_MESSAGE = (f"The database is busy with other work and this request waited too long for it; nothing was "
-                f"changed. Try again in {BUSY_RETRY_AFTER} seconds.")
-
-
-def database_busy(exc: BaseException) -> bool:
-    """True when ``exc`` means another transaction held a lock too long, not that the request is wrong.
-
-    SQLite: "database is locked" after its busy timeout; PostgreSQL: lock_timeout
-    (SQLSTATE 55P03, lock_not_available); psycopg's pool: no free connection in time.
-    """
-    from django.db import OperationalError
-
-    try:
-        from psycopg_pool import PoolTimeout
-    except ImportError:  # SQLite-only installs
-        PoolTimeout = ()  # noqa: N806
-    for problem in (exc, exc.__cause__):
-        if problem is None:
-            continue
-        if PoolTimeout and isinstance(problem, PoolTimeout):
-            return True
-        if getattr(problem, "sqlstate", None) == "55P03":
-            return True
-        if isinstance(problem, OperationalError) and "database is locked" in str(problem):
-            return True
-    return False
-
-
 class BusyDatabase:
     """A view that failed on a busy database answers 503 with Retry-After: try again, nothing was changed.
 
@@ -96,11 +65,12 @@ class BusyDatabase:
         return self.get_response(request)
 
     def process_exception(self, request, exception):
-        if not database_busy(exception):
+        if not refusals.database_busy(exception):
             return None
+        rendered = refusals.render(refusals.busy())
         if request.path.startswith(MACHINE_PREFIXES):
-            response = JsonResponse({"code": "BUSY", "detail": BUSY_MESSAGE}, status=503)
-        else:
-            response = HttpResponse(BUSY_MESSAGE, status=503, content_type="text/plain; charset=utf-8")
-        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+            return refusals.json_response(rendered)
+        response = HttpResponse(rendered.body["detail"], status=rendered.status, content_type="text/plain; charset=utf-8")
+        for name, value in rendered.headers.items():
+            response[name] = value
         return response

@@ -34,13 +34,13 @@ def refusal(response: httpx.Response, status: int, code: str) -> str:
 
 
 def gateway_refusal(response: httpx.Response, status: int, code: str) -> str:
-    """The gateway refuses as AG-UI endpoints do: JSON {code, message}, never a stream."""
+    """The gateway refuses before streaming as every HTTP surface does: JSON {code, detail}, never a stream."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     body = response.json()
     assert body["code"] == code, body
-    assert isinstance(body["message"], str) and body["message"]
-    return body["message"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    return body["detail"]
 
 
 def ended_run(api, agent):

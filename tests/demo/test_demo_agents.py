@@ -281,11 +281,11 @@ def test_a_malformed_body_gets_a_4xx_json_body_naming_the_problem(served, body, 
     response = httpx.post(f"{served.url}/agents/mailer/", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert response.json()["code"] == code
-    assert fragment in response.json()["message"]
+    assert fragment in response.json()["detail"]
 
 
 def test_other_methods_and_media_types_are_refused_with_json(served):
     got = httpx.get(f"{served.url}/agents/mailer/")
     assert got.status_code == 405 and got.json()["code"] == "METHOD_NOT_ALLOWED"
     form = httpx.post(f"{served.url}/agents/mailer/", data={"threadId": "t"})
-    assert form.status_code == 415 and "application/json" in form.json()["message"]
+    assert form.status_code == 415 and "application/json" in form.json()["detail"]
