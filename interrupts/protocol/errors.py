@@ -35,7 +35,7 @@ class ProtocolError(Exception):
         return refusal_body(self.code, self.message, **self.details)
 
 
-def refusal_body(code: str, detail: str, *, fields: Any = None, **details: Any) -> dict[str, Any]:
+def refusal_body(code: str, detail: str, /, *, fields: Any = None, **details: Any) -> dict[str, Any]:
     """The JSON body of every HTTP refusal: ``{code, detail[, fields], **details}``.
 
     ``fields`` maps each invalid field to what is wrong with it, and is left
