@@ -25,7 +25,7 @@ from ..hub import decisions, outbox, policies, runs, trail
 from ..reads import history, selectors
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
-from ..protocol.errors import ProtocolError
+from ..protocol.errors import ProtocolError, refusal_body
 from ..protocol.schema import (
     EDITED_ARGS,
     approval_payload,
@@ -144,14 +144,14 @@ def decide(request, pk: int):
             decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
                              seen=data["seen"] if "seen" in request.POST else None)
         except ProtocolError as refused:
-            problem = {"code": refused.code, "message": refused.message, "fields": refused.details.get("errors", [])}
+            problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"))
     else:
-        problem = {"code": "INVALID_FORM", "message": " ".join(
-            f"{field}: {' '.join(errs)}" for field, errs in form.errors.items()), "fields": []}
+        problem = refusal_body("INVALID_FORM", " ".join(
+            f"{field}: {' '.join(errs)}" for field, errs in form.errors.items()))
     if request.htmx:
         return _render_batch(request, interrupt, errors={interrupt.pk: problem} if problem else None)
     if problem:
-        messages.error(request, problem["message"])
+        messages.error(request, problem["detail"])
     else:
         messages.success(request, f"Decision recorded for {interrupt.interrupt_id}.")
     return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
