@@ -13,19 +13,22 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from interrupts import conf
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Every COUNTERSIGN_* setting: the environment's value where set, else the
+# default interrupts/conf.py declares (with what each means). The app reads
+# them through interrupts.conf.settings; a few feed Django's own settings below.
+_countersign = conf.from_environment(os.environ)
+globals().update(_countersign)
 
 
 def env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name}={value!r}: use true or false.")
+    return conf.parse_bool(name, value)
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -116,9 +119,8 @@ WSGI_APPLICATION = None
 
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-# Seconds a statement waits for a lock another transaction holds before it
-# fails (503 BUSY, Retry-After): no request waits forever behind a stuck one.
-DB_LOCK_TIMEOUT = float(os.environ.get("COUNTERSIGN_DB_LOCK_TIMEOUT", "20"))
+# COUNTERSIGN_DB_LOCK_TIMEOUT: seconds a statement waits for a lock before 503 BUSY.
+DB_LOCK_TIMEOUT = _countersign["COUNTERSIGN_DB_LOCK_TIMEOUT"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A pool per process. Channels closes "old" connections before every
     # consumer message, and without a pool that meant a new PostgreSQL
@@ -128,7 +130,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # request's thread keeps its own, and 50 concurrent requests used up the
     # server's connection slots.
     DATABASES["default"]["OPTIONS"] = {
-        "pool": {"min_size": 1, "max_size": int(os.environ.get("COUNTERSIGN_DB_POOL_SIZE", "20")), "timeout": 20},
+        "pool": {"min_size": 1, "max_size": _countersign["COUNTERSIGN_DB_POOL_SIZE"], "timeout": 20},
         # PostgreSQL waits for a lock without end by default.
         "options": f"-c lock_timeout={int(DB_LOCK_TIMEOUT * 1000)}",
     }
@@ -159,7 +161,7 @@ if REDIS_URL:
                 # "Timeout reading from ..." about every 5 s. No read timeout.
                 "hosts": [{"address": REDIS_URL, "max_connections": 1000, "socket_timeout": None}],
                 # Several deployments (or test servers) may share one Redis.
-                "prefix": os.environ.get("COUNTERSIGN_CHANNEL_PREFIX", "asgi"),
+                "prefix": _countersign["COUNTERSIGN_CHANNEL_PREFIX"],
                 # The layer drops messages for a full channel; the event log is
                 # the record, but a larger buffer keeps gaps rare.
                 "capacity": 1000,
@@ -195,8 +197,8 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_FAILURE_LIMIT = int(os.environ.get("COUNTERSIGN_LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("COUNTERSIGN_LOGIN_COOLOFF", "900")))
+AXES_FAILURE_LIMIT = _countersign["COUNTERSIGN_LOGIN_FAILURE_LIMIT"]
+AXES_COOLOFF_TIME = timedelta(seconds=_countersign["COUNTERSIGN_LOGIN_COOLOFF"])
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "interrupts.web.middleware.login_lockout"
 # The address is REMOTE_ADDR, which `serve --proxy-headers` fills from the
@@ -217,9 +219,9 @@ REST_FRAMEWORK = {
         "rest_framework.throttling.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
-        "anon": os.environ.get("COUNTERSIGN_API_RATE_ANON", "600/min"),
-        "user": os.environ.get("COUNTERSIGN_API_RATE_USER", "6000/min"),
-        "failed_token": os.environ.get("COUNTERSIGN_API_RATE_FAILED_TOKENS", "30/min"),
+        "anon": _countersign["COUNTERSIGN_API_RATE_ANON"],
+        "user": _countersign["COUNTERSIGN_API_RATE_USER"],
+        "failed_token": _countersign["COUNTERSIGN_API_RATE_FAILED_TOKENS"],
     },
     # Throttles count REMOTE_ADDR (which `serve --proxy-headers` sets from the
     # proxy), never the client's own X-Forwarded-For.
@@ -232,7 +234,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["interrupts.api.parsers.JSONParser"],
     # DRF's limit/offset paging with a ceiling on ?limit=.
     "DEFAULT_PAGINATION_CLASS": "interrupts.api.pagination.LimitOffsetPagination",
-    "PAGE_SIZE": 50,
+    "PAGE_SIZE": conf.API_PAGE_SIZE,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Countersign API",
@@ -317,69 +319,11 @@ SECURE_CSP = {
     "form-action": [CSP.SELF],
 }
 
-# --- Calling agents ------------------------------------------------------------
-
-# Seconds. Connect: how long to wait for an agent to accept the connection;
-# idle: how long an open stream may stay silent before the run fails.
-COUNTERSIGN_CONNECT_TIMEOUT = float(os.environ.get("COUNTERSIGN_CONNECT_TIMEOUT", "5"))
-COUNTERSIGN_IDLE_TIMEOUT = float(os.environ.get("COUNTERSIGN_IDLE_TIMEOUT", "120"))
-# After RUN_FINISHED/RUN_ERROR the agent should close the stream; wait this
-# long for the close (and for any event that must not come) before finishing.
-COUNTERSIGN_AFTER_TERMINAL_GRACE = float(os.environ.get("COUNTERSIGN_AFTER_TERMINAL_GRACE", "2"))
-# A streaming run's claim lapses this long after its last heartbeat.
-COUNTERSIGN_LEASE_SECONDS = float(os.environ.get("COUNTERSIGN_LEASE_SECONDS", "30"))
-# How often each process looks for queued runs and due expiries without a wake-up.
-COUNTERSIGN_POLL_INTERVAL = float(os.environ.get("COUNTERSIGN_POLL_INTERVAL", "1"))
-COUNTERSIGN_MAX_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_STREAMS", "50"))
-
-# --- Run limits
-# Every run ends. The idle timeout only catches a silent agent; one that sends
-# anything more often would hold its thread, a stream slot and the queue behind
-# it forever, so a run streaming longer than this fails with RUN_TOO_LONG.
-COUNTERSIGN_MAX_RUN_SECONDS = float(os.environ.get("COUNTERSIGN_MAX_RUN_SECONDS", "3600"))
-# Streaming runs of one agent at once, counted across every process: one slow
-# or hostile agent cannot take every slot from the others. Below MAX_STREAMS,
-# or a single agent could still fill a process; the default follows a small MAX_STREAMS.
-COUNTERSIGN_MAX_AGENT_STREAMS = int(os.environ.get("COUNTERSIGN_MAX_AGENT_STREAMS",
-                                                   str(max(1, min(10, COUNTERSIGN_MAX_STREAMS - 1)))))
-if not 0 < COUNTERSIGN_MAX_AGENT_STREAMS < COUNTERSIGN_MAX_STREAMS:
-    raise ImproperlyConfigured(
-        f"COUNTERSIGN_MAX_AGENT_STREAMS ({COUNTERSIGN_MAX_AGENT_STREAMS}) must be at least 1 and below "
-        f"COUNTERSIGN_MAX_STREAMS ({COUNTERSIGN_MAX_STREAMS})."
-    )
-# An agent that cannot be reached (refused, connect timeout, HTTP 502/503/429
-# before any event) is tried again after RETRY_BASE seconds, doubling up to
-# RETRY_MAX_DELAY; after RETRY_ATTEMPTS failed tries the run fails with
-# AGENT_UNREACHABLE. The defaults keep trying for about four hours.
-COUNTERSIGN_RETRY_BASE = float(os.environ.get("COUNTERSIGN_RETRY_BASE", "1"))
-COUNTERSIGN_RETRY_MAX_DELAY = float(os.environ.get("COUNTERSIGN_RETRY_MAX_DELAY", "300"))
-COUNTERSIGN_RETRY_ATTEMPTS = int(os.environ.get("COUNTERSIGN_RETRY_ATTEMPTS", "50"))
-# Addresses agents may be at, checked when Countersign connects (interrupts/egress.py):
-# comma-separated CIDRs to allow (none: any) and !CIDRs to exclude, e.g.
-# "10.0.0.0/8,!10.9.0.0/16". Link-local, cloud metadata, unspecified and
-# multicast addresses are refused whatever it says.
-COUNTERSIGN_AGENT_NETWORKS = os.environ.get("COUNTERSIGN_AGENT_NETWORKS", "")
-# Where this app serves its own demo agents; `manage.py serve` sets it to the
-# address it listens on.
-COUNTERSIGN_SELF_URL = os.environ.get("COUNTERSIGN_SELF_URL", "http://127.0.0.1:8000")
-# Bounds on what an agent may send: one event (bytes), and one run's whole
-# stream (events, bytes); past any of them the run fails with a RUN_ERROR.
-COUNTERSIGN_MAX_EVENT_BYTES = int(os.environ.get("COUNTERSIGN_MAX_EVENT_BYTES", str(8 * 1024 * 1024)))
-COUNTERSIGN_MAX_RUN_EVENTS = int(os.environ.get("COUNTERSIGN_MAX_RUN_EVENTS", "100000"))
-COUNTERSIGN_MAX_RUN_BYTES = int(os.environ.get("COUNTERSIGN_MAX_RUN_BYTES", str(128 * 1024 * 1024)))
-# Bound on a request's body (the REST API, the AG-UI gateway, forms): larger
-# ones get 413 TOO_LARGE. 16 MiB: above the event limit, so a gateway client
-# can send back a conversation holding an event the hub accepted.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("COUNTERSIGN_MAX_REQUEST_BYTES", str(16 * 1024 * 1024)))
-# Seconds a client may leave a connection silent while sending its request, or
-# between two requests on it, before `manage.py serve` closes it.
-COUNTERSIGN_HTTP_IDLE_TIMEOUT = float(os.environ.get("COUNTERSIGN_HTTP_IDLE_TIMEOUT", "30"))
-
-# How long the demo filing agent's form stays answerable, in seconds.
-DEMO_FILING_EXPIRES_IN = int(os.environ.get("DEMO_FILING_EXPIRES_IN", "3600"))
-# Whether the demo agents refuse a request that carries no Countersign-Signature.
-# Off, so the README's direct curl works; a forged or stale signature is refused either way.
-COUNTERSIGN_DEMO_REQUIRE_SIGNATURE = env_bool("COUNTERSIGN_DEMO_REQUIRE_SIGNATURE", False)
+# --- Countersign's own ------------------------------------------------------
+# The COUNTERSIGN_* settings above (timeouts, stream and run limits, retries,
+# agent networks, demo agents) are declared with their defaults and meaning in
+# interrupts/conf.py. This one is Django's: a request's body, past which 413 TOO_LARGE.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _countersign["COUNTERSIGN_MAX_REQUEST_BYTES"]
 
 LOGGING = {
     "version": 1,
