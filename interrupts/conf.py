@@ -184,15 +184,18 @@ MAX_TITLE_CHARS = 200
 MAX_CREDENTIAL_CHARS = 2000
 # A JSON document typed into a review form (an answer, edited arguments).
 MAX_JSON_CHARS = 200_000
-# Interrupts one run may raise at once, for a team to answer together.
+# Interrupts one outcome may raise, for a team to answer together: each is
+# checked (its schema scanned, its patterns compiled) when it is recorded, so
+# this bounds that work too.
 MAX_INTERRUPTS = 100
 # Approvals a policy may require of one interrupt.
 MAX_REQUIRED_APPROVALS = 10
 # Bytes of a refused event's raw text kept in the RUN_ERROR that reports it.
 MAX_RAW_IN_ERROR = 4096
-# Bytes of an agent's error answer read for the run's error message.
+# Bytes of an agent's error answer kept in the run's RUN_ERROR.
 MAX_ERROR_BODY = 8192
-# Problems one audit verification reports (the rest are counted).
+# Problems one audit verification reports: past the first few, more only
+# repeat the news (the rest are counted).
 MAX_AUDIT_PROBLEMS = 20
 # Past this, agent-supplied JSON is shown truncated: a page must stay usable.
 MAX_SHOWN_CHARS = 20_000

@@ -41,9 +41,8 @@ from ..protocol import signing
 from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation
 from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
+from ..conf import ACTIONS, MAX_COMMENT_CHARS
 from .refusals import Refusal
-
-MAX_COMMENT_CHARS = 10_000
 
 
 def lock_batch(run_pk: int) -> None:
@@ -112,9 +111,6 @@ def _edited_args(interrupt: Interrupt, payload):
     if not isinstance(payload, dict) or EDITED_ARGS not in payload:
         return None
     return apply_edits(interrupt.proposed_args or {}, payload, interrupt_id=interrupt.interrupt_id)
-
-
-ACTIONS = ("approve", "reject", "edit", "respond", "cancel")
 
 
 def action_of(interrupt: Interrupt, status: str, payload) -> str:

@@ -24,6 +24,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import policies
+from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
 from ..protocol import storable
@@ -37,9 +38,6 @@ logger = logging.getLogger(__name__)
 # Given a toolCallId, what the agent proposed: (tool name, parsed args).
 # toolCallId -> (tool name, proposed args, doubts about the proposal in words): streaming.proposals.
 ProposalLookup = Callable[[str], tuple[str | None, object, list[str]]]
-
-# A hub-generated RUN_ERROR carries the offending data for the audit, bounded.
-MAX_RAW_IN_ERROR = 4096
 
 
 def _next_seq(thread_pk: int, count: int = 1) -> int:

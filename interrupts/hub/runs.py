@@ -24,13 +24,12 @@ from django.utils import timezone
 
 from ..live import relay
 from . import log, wakeup
+from ..conf import MAX_MESSAGE_CHARS
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import signing
 from ..protocol.contract import ThreadGate, Verdict, check_input, idempotency_key
 from ..protocol.wire import dump
 from .refusals import Refusal
-
-MAX_MESSAGE_CHARS = 100_000
 
 
 def new_run_id() -> str:

@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from . import egress, log, outbox
+from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS
 from ..models import Event, Interrupt, Run, Thread
 from ..protocol import signing, storable
 from ..protocol.contract import duplicate_ids
@@ -36,9 +37,6 @@ from ..protocol.sse import SSEReader
 from ..protocol.wire import parse_event, parse_frame
 
 logger = logging.getLogger(__name__)
-
-# How much of an error response's body to keep in the run's RUN_ERROR.
-MAX_ERROR_BODY = 8192
 
 
 class Stopped(Exception):
@@ -114,10 +112,6 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
 
     return lookup
 
-
-# Most interrupts one outcome may raise: each is checked (its schema scanned,
-# its patterns compiled) when it is recorded, so this bounds that work too.
-MAX_INTERRUPTS = 100
 
 
 def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:

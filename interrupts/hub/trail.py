@@ -74,6 +74,7 @@ from django.db.models import Max, Subquery
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
+from ..conf import MAX_AUDIT_PROBLEMS as MAX_PROBLEMS
 from ..models import AUDIT_GENESIS, Agent, AuditCheckpoint, AuditEntry, Decision, Interrupt, Policy
 from ..protocol.signing import Unsignable, canonical
 
@@ -85,8 +86,6 @@ EXPIRY = "expiry"
 
 #: Rows read per query while verifying: memory stays flat whatever the chain's length.
 CHUNK = 2000
-#: Problems reported at most; past the first few, more only repeat the news.
-MAX_PROBLEMS = 20
 #: An arbitrary, fixed key for pg_advisory_xact_lock: "the trail's tail".
 _LOCK_KEY = 0x436F756E7465  # "Counte"
 
