@@ -1,0 +1,318 @@
+"""Streaming a run from a real HTTP agent, in process: what is recorded, in what order, and every way it ends.
+
+The agent is tests/e2e/scripted_agent.py's, served on a loopback port by a
+thread of this process; Countersign's side is ``streaming.stream_run`` on the
+test's event loop, with the database calls on asgiref's worker thread as under
+``manage.py serve``.
+"""
+
+import asyncio
+import json
+
+import pytest
+from ag_ui.core import RunAgentInput
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from interrupts.hub import decisions, outbox, runs, streaming
+from interrupts.models import Event, Interrupt, Run, Thread
+from interrupts.protocol import signing
+from interrupts.sdk.errors import AgentError
+from interrupts.sdk.verify import attested_approvals, check_signature
+
+from .. import factories as make
+from ..e2e.scripted_agent import ScriptedAgent, finished, started
+from ..loopback import frame, send, stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER = "test-worker"
+
+
+class Agent(ScriptedAgent):
+    """The scripted agent, plus three paths of this module's.
+
+    ``unavailable`` answers 503 (overloaded: not now, rather than no).
+    ``chat`` says something, sets state and a conversation, and succeeds.
+    ``signed`` checks Countersign's signature over the raw body and each
+    resume entry's attestation, as an SDK agent does, with ``secret``: a
+    request that fails is answered 401; one that passes gets the ``approve``
+    script.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secret = ""
+        self.checked: list = []  # per signed request: the attested approvals, or the refusal's code
+        self.headers: dict[str, dict] = {}  # by runId
+
+    def answer(self, handler, name, body) -> None:
+        self.headers[body["runId"]] = dict(handler.headers)
+        if name == "unavailable":
+            self.calls[(name, body.get("threadId"))] += 1
+            return send(handler, 503, "application/json", json.dumps({"detail": "overloaded"}).encode())
+        if name == "chat":
+            self.calls[(name, body.get("threadId"))] += 1
+            return stream(handler, [
+                frame(started(body)),
+                frame({"type": "TEXT_MESSAGE_START", "messageId": "m-2", "role": "assistant"}),
+                frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-2", "delta": "Hello"}),
+                frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-2", "delta": ", world"}),
+                frame({"type": "TEXT_MESSAGE_END", "messageId": "m-2"}),
+                frame({"type": "STATE_SNAPSHOT", "snapshot": {"greeted": True}}),
+                frame({"type": "MESSAGES_SNAPSHOT", "messages": [
+                    *body["messages"], {"id": "m-2", "role": "assistant", "content": "Hello, world"}]}),
+                frame(finished(body, {"type": "success"})),
+            ])
+        if name == "signed":
+            try:
+                check_signature(self.secret, handler.headers.get(signing.SIGNATURE_HEADER), handler.raw_body)
+                # The approve script raised int-1 about its tool call tc-1: this agent knows
+                # which call each answer must be bound to (Agent.tool_call_ids_for in the SDK).
+                approvals = attested_approvals(RunAgentInput.model_validate(body),
+                                               lambda _input, _interrupt_id: ["tc-1"]) if body.get("resume") else {}
+            except AgentError as refused:
+                self.checked.append(refused.code)
+                return send(handler, 401, "application/json", json.dumps({"detail": refused.message}).encode())
+            self.checked.append(approvals)
+            name = "approve"
+        super().answer(handler, name, body)
+
+
+@pytest.fixture(scope="module")
+def agent():
+    served = Agent().start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture(autouse=True)
+def quick(settings):
+    # An agent that stays open after its terminal event is waited for this long only.
+    settings.COUNTERSIGN_AFTER_TERMINAL_GRACE = 0.3
+    settings.COUNTERSIGN_IDLE_TIMEOUT = 1.0
+
+
+@pytest.fixture(autouse=True)
+async def closed_after():
+    yield
+    # The database calls ran on asgiref's worker thread: its connection is closed
+    # there, or PostgreSQL refuses to drop the test database at the end.
+    await sync_to_async(connections.close_all)()
+
+
+def claimed_run(url: str, message: str = "hi", **agent_fields) -> Run:
+    """A run started on a new agent at ``url``, claimed by WORKER as the supervisor would."""
+    row = make.agent(url=url, **agent_fields)
+    run = runs.start_run(row, user=make.user(), message=message)
+    assert outbox.claim_due(1, WORKER) == [(run.pk, False)]
+    return Run.objects.select_related("thread", "agent").get(pk=run.pk)
+
+
+async def streamed(run_pk: int) -> list:
+    """Stream the run to its end; what the listener was told, in order (its end, None, last)."""
+    heard = asyncio.Queue()
+    await asyncio.wait_for(streaming.stream_run(run_pk, WORKER, heard), 20)
+    told = []
+    while not heard.empty():
+        told.append(heard.get_nowait())
+    return told
+
+
+@sync_to_async
+def log_of(run_pk: int) -> list[tuple[int, str, bool]]:
+    return list(Event.objects.filter(run_id=run_pk).order_by("seq").values_list("seq", "type", "from_agent"))
+
+
+@sync_to_async
+def stored(run_pk: int) -> Run:
+    return Run.objects.select_related("thread").get(pk=run_pk)
+
+
+# --- a run that ends as its agent says -----------------------------------------------------------
+
+
+async def test_a_run_ending_with_an_interrupt_records_every_event_in_order_and_raises_it(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/approve/")
+    told = await streamed(run.pk)
+    types = ["RUN_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_ARGS", "TOOL_CALL_END", "RUN_FINISHED"]
+    assert await log_of(run.pk) == [(seq, kind, True) for seq, kind in enumerate(types, start=1)]
+    # The listener (a gateway client, a page) is told each event with its number, then the end.
+    assert [(seq, payload["type"]) for seq, payload in told[:-1]] == list(enumerate(types, start=1))
+    assert told[-1] is None
+    ended = await stored(run.pk)
+    assert ended.status == "interrupted" and ended.outcome["type"] == "interrupt"
+    assert ended.finished_at is not None and ended.thread.last_seq == 6
+    [raised] = await sync_to_async(list)(Interrupt.objects.filter(run_id=run.pk))
+    assert (raised.interrupt_id, raised.status, raised.reason) == ("int-1", "pending", "tool_call")
+    # The tool call is rebuilt from its streamed deltas.
+    assert (raised.tool_call_id, raised.tool_name, raised.proposed_args) == ("tc-1", "deleteRepo",
+                                                                            {"repo": "acme/web"})
+    assert raised.response_schema["required"] == ["approved"]
+    assert agent.calls[("approve", run.thread.thread_id)] == 1
+
+
+async def test_a_run_that_succeeds_keeps_the_agent_s_state_and_conversation(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/chat/", message="Say hello")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.outcome, ended.error_code) == ("succeeded", {"type": "success"}, "")
+    assert [kind for _seq, kind, _ in await log_of(run.pk)] == [
+        "RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+        "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    thread = await sync_to_async(Thread.objects.get)(pk=ended.thread_id)
+    assert thread.state == {"greeted": True}
+    assert [(m["role"], m["content"]) for m in thread.messages] == [("user", "Say hello"),
+                                                                   ("assistant", "Hello, world")]
+    assert not await Interrupt.objects.filter(run_id=run.pk).aexists()
+    # The thread takes its next input.
+    nxt = await sync_to_async(runs.start_run)(run.agent, thread_id=thread.thread_id)
+    assert nxt.input["state"] == {"greeted": True}
+    assert [m["content"] for m in nxt.input["messages"]] == ["Say hello", "Hello, world"]
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, code, recorded_first", [
+    ("malformed", "MALFORMED_EVENT", ["RUN_STARTED"]),
+    ("unknown-type", "MALFORMED_EVENT", ["RUN_STARTED"]),
+    ("error-first", "NOT_STARTED", []),
+    ("no-terminal", "INCOMPLETE_STREAM", ["RUN_STARTED", "TEXT_MESSAGE_START"]),
+    ("after-end", "AFTER_END", ["RUN_STARTED", "RUN_FINISHED"]),
+    ("wrong-run", "RUN_MISMATCH", []),
+    ("duplicate-ids", "DUPLICATE_INTERRUPT_ID", ["RUN_STARTED", "RUN_FINISHED"]),
+    ("html", "BAD_CONTENT_TYPE", []),
+    ("http-422", "HTTP_ERROR", []),
+])
+async def test_a_faulty_stream_fails_the_run_with_the_hub_s_own_run_error(agent, path, code, recorded_first):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/{path}/")
+    told = await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("failed", code)
+    log = await log_of(run.pk)
+    # What the agent sent before the fault is kept as the agent's; the ending is Countersign's.
+    assert [(kind, mine) for _seq, kind, mine in log] == [(kind, True) for kind in recorded_first] + [
+        ("RUN_ERROR", False)]
+    assert [seq for seq, _kind, _ in log] == list(range(1, len(log) + 1))
+    error = await sync_to_async(lambda: Event.objects.get(run_id=run.pk, type="RUN_ERROR").payload)()
+    assert error["code"] == code and error["message"] == ended.error_message
+    assert told[-2][1] == error and told[-1] is None
+    assert not await Interrupt.objects.filter(run_id=run.pk, status="pending").aexists()
+
+
+async def test_a_malformed_event_is_kept_raw_in_the_run_error(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/malformed/")
+    await streamed(run.pk)
+    error = await sync_to_async(lambda: Event.objects.get(run_id=run.pk, type="RUN_ERROR").payload)()
+    assert error["rawEvent"] == "{not json"
+    assert "invalid event" in error["message"]
+
+
+async def test_an_agent_that_goes_quiet_fails_with_timeout(agent, settings):
+    settings.COUNTERSIGN_IDLE_TIMEOUT = 0.5
+    run = await sync_to_async(claimed_run)(f"{agent.url}/silent/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("failed", "TIMEOUT")
+    assert [kind for _seq, kind, _ in await log_of(run.pk)] == ["RUN_STARTED", "RUN_ERROR"]
+
+
+# --- an agent that cannot take the run now ------------------------------------------------------
+
+
+async def test_an_overloaded_agent_s_run_is_queued_again_with_backoff(agent, settings):
+    settings.COUNTERSIGN_RETRY_BASE = 30
+    run = await sync_to_async(claimed_run)(f"{agent.url}/unavailable/")
+    await streamed(run.pk)
+    waiting = await stored(run.pk)
+    assert (waiting.status, waiting.claimed_by, waiting.attempts) == ("queued", "", 1)
+    assert waiting.last_error == "HTTP_ERROR: The agent answered HTTP 503: overloaded"
+    assert waiting.retry_at is not None and waiting.error_code == ""
+    # Not a failure: the log notes the try, and no RUN_ERROR ends the run.
+    [note] = await sync_to_async(list)(Event.objects.filter(run_id=run.pk))
+    assert (note.type, note.payload["name"]) == ("CUSTOM", "countersign.delivery_failed")
+    assert note.payload["value"]["attempt"] == 1 and note.payload["value"]["code"] == "HTTP_ERROR"
+    assert await sync_to_async(outbox.claim_due)(1, WORKER) == []  # not due before its retry time
+    assert agent.calls[("unavailable", run.thread.thread_id)] == 1
+
+
+async def test_an_agent_unreachable_on_the_last_try_fails_the_run(agent, settings):
+    settings.COUNTERSIGN_RETRY_ATTEMPTS = 1
+    run = await sync_to_async(claimed_run)(f"{agent.url}/unavailable/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("failed", "AGENT_UNREACHABLE")
+    assert ended.error_message.startswith("Gave up after 1 attempts; the last one: The agent answered HTTP 503")
+
+
+async def test_a_refused_connection_is_retried_too(settings):
+    settings.COUNTERSIGN_RETRY_BASE = 30
+    run = await sync_to_async(claimed_run)("http://127.0.0.1:9/nobody/")
+    await streamed(run.pk)
+    waiting = await stored(run.pk)
+    assert (waiting.status, waiting.attempts) == ("queued", 1)
+    assert waiting.last_error.startswith("CONNECT_ERROR: Could not connect to the agent at http://127.0.0.1:9/")
+
+
+async def test_a_gateway_run_is_not_retried_its_client_is_waiting(agent):
+    @sync_to_async
+    def gateway_run():
+        row = make.agent(url=f"{agent.url}/unavailable/")
+        thread = make.thread(agent=row)
+        return make.run(thread, status="streaming", claimed_by=WORKER, origin="gateway")
+
+    run = await gateway_run()
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code, ended.attempts) == ("failed", "HTTP_ERROR", 0)
+
+
+# --- signed requests -----------------------------------------------------------------------------
+
+
+async def test_a_resume_is_signed_and_attested_so_the_agent_can_check_both(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/signed/")
+    agent.secret = run.agent.signing_secret
+    agent.checked.clear()
+    await streamed(run.pk)
+    assert agent.checked == [{}]  # the new run's signature checked; nothing to attest yet
+
+    @sync_to_async
+    def decide_and_claim():
+        interrupt = Interrupt.objects.select_related("run").get(run_id=run.pk)
+        decisions.decide(interrupt, make.user(username="approver"), "resolved", {"approved": True})
+        resume = Run.objects.get(parent_id=run.pk)
+        assert outbox.claim_due(1, WORKER) == [(resume.pk, True)]
+        return resume
+
+    resume = await decide_and_claim()
+    await streamed(resume.pk)
+    ended = await stored(resume.pk)
+    assert ended.status == "succeeded", ended.error_message
+    [approvals] = agent.checked[1:]
+    assert [(a.username, a.action) for a in approvals["int-1"]] == [("approver", "approve")]
+
+
+async def test_a_request_signed_with_another_secret_is_refused_by_the_agent(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/signed/")
+    agent.secret = "css_not-this-agent-s-secret"
+    agent.checked.clear()
+    await streamed(run.pk)
+    assert agent.checked == ["BAD_SIGNATURE"]
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("failed", "HTTP_ERROR")
+    assert "401" in ended.error_message
+
+
+async def test_the_agent_s_credential_travels_in_its_header(agent):
+    @sync_to_async
+    def run_with_credential():
+        return claimed_run(f"{agent.url}/approve/", auth_header="X-Agent-Key", auth_value="k-123")
+
+    run = await run_with_credential()
+    await streamed(run.pk)
+    headers = agent.headers[run.run_id]
+    assert headers["X-Agent-Key"] == "k-123"
+    assert headers["Content-Type"] == "application/json" and headers["Accept"] == "text/event-stream"
+    assert (await stored(run.pk)).status == "interrupted"
