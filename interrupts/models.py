@@ -19,6 +19,8 @@ from django.db import models
 from django.db.models import Q
 from rest_framework.authtoken.models import TokenProxy
 
+from .conf import MAX_CREDENTIAL_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS
+
 
 def masked(secret: str) -> str:
     """A secret as people may see it: its last four characters, and only when it is long enough to spare them."""
@@ -87,7 +89,7 @@ class Agent(models.Model):
         help_text="Name of the header carrying the agent's credential, e.g. 'Authorization'.",
     )
     # Stored server-side and sent only to the agent; never rendered back in full.
-    auth_value = models.CharField(max_length=2000, blank=True)
+    auth_value = models.CharField(max_length=MAX_CREDENTIAL_CHARS, blank=True)
     capabilities = models.JSONField(default=dict, blank=True)
     # The key of every Countersign-Signature sent to this agent. Shown once,
     # when generated (registration, rotation); the agent keeps its own copy.
@@ -155,7 +157,7 @@ class Thread(models.Model):
 
     thread_id = models.CharField(max_length=200, unique=True)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="threads")
-    title = models.CharField(max_length=200, blank=True)
+    title = models.CharField(max_length=MAX_TITLE_CHARS, blank=True)
     # The latest STATE_SNAPSHOT and MESSAGES_SNAPSHOT, so a new run's input can
     # be built without replaying the event log.
     state = models.JSONField(null=True, blank=True)
@@ -431,10 +433,6 @@ class Decision(models.Model):
         if self.pk is not None and not self._state.adding:
             raise ValueError("Decisions are immutable: write a new decision instead.")
         super().save(*args, **kwargs)
-
-
-#: A quorum larger than a team plausibly has is a typo that would hold every request forever.
-MAX_REQUIRED_APPROVALS = 10
 
 
 class Policy(models.Model):

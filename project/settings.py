@@ -105,6 +105,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "interrupts.web.context_processors.header",
+                "interrupts.web.context_processors.limits",
             ],
             # The tags live with the web layer (interrupts/web/), not at the app's top.
             "libraries": {"countersign": "interrupts.web.templatetags.countersign"},

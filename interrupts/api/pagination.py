@@ -2,6 +2,8 @@
 
 from rest_framework import pagination
 
+from ..conf import API_MAX_LIMIT
+
 
 class LimitOffsetPagination(pagination.LimitOffsetPagination):
     """DRF's ``?limit=&offset=`` paging, with a ceiling on ``limit``.
@@ -11,4 +13,4 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
     ceiling gets the ceiling, as asking for a negative limit gets the default.
     """
 
-    max_limit = 1000
+    max_limit = API_MAX_LIMIT

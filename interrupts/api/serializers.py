@@ -7,13 +7,16 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..hub import decisions, policies
-from ..models import MAX_REQUIRED_APPROVALS, Agent, Decision, Event, Interrupt, Policy, Run, Thread
+from ..conf import (ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS,
+                    MAX_TITLE_CHARS)
+from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
 
 
 class AgentSerializer(serializers.ModelSerializer):
     # The credential goes in, and only its masked tail ever comes back out.
-    auth_value = serializers.CharField(write_only=True, required=False, allow_blank=True, max_length=2000)
+    auth_value = serializers.CharField(write_only=True, required=False, allow_blank=True,
+                                       max_length=MAX_CREDENTIAL_CHARS)
     credential = serializers.CharField(source="masked_auth_value", read_only=True)
     notices = serializers.SerializerMethodField(
         help_text="What this change did that the caller did not ask for, e.g. CREDENTIAL_DROPPED.")
@@ -143,13 +146,13 @@ class ThreadDetailSerializer(ThreadSerializer):
 
 class StartThreadSerializer(serializers.Serializer):
     agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all())
-    message = serializers.CharField(required=False, allow_blank=True, max_length=100_000)
-    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=MAX_MESSAGE_CHARS)
+    title = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TITLE_CHARS)
     forwarded_props = serializers.JSONField(required=False)
 
 
 class StartRunSerializer(serializers.Serializer):
-    message = serializers.CharField(required=False, allow_blank=True, max_length=100_000)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=MAX_MESSAGE_CHARS)
     forwarded_props = serializers.JSONField(required=False)
 
 
@@ -292,13 +295,13 @@ class InterruptDetailSerializer(InterruptSerializer):
 class DecideSerializer(serializers.Serializer):
     """One answer. ``action`` picks the shape; ``payload`` is for ``respond``."""
 
-    ACTIONS = ["approve", "reject", "edit", "respond", "cancel"]
+    ACTIONS = list(ACTIONS)
 
     action = serializers.ChoiceField(choices=ACTIONS)
     payload = serializers.JSONField(required=False, help_text="The answer, for action 'respond'.")
     edited_args = serializers.JSONField(required=False, help_text="Full replacement of the tool args, for 'edit'.")
     metadata = serializers.JSONField(required=False, help_text="Envelope data about the answer (an object).")
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=MAX_COMMENT_CHARS)
     seen = serializers.CharField(
         required=False, allow_blank=True, max_length=64,
         help_text="The interrupt's standing_answer.digest as you read it: a plain 'approve' joins another "

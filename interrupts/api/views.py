@@ -13,13 +13,11 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
+from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import decisions, outbox, policies, runs
 from ..models import Agent, Event, Interrupt, Policy, Run, Thread
 from ..hub.refusals import Refusal
 from . import serializers as s
-
-MAX_EVENTS_PAGE = 1000
-
 
 class StaffCanWrite(BasePermission):
     """Everyone logged in reads; only staff register or change agents and policies."""
@@ -113,7 +111,8 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     @extend_schema(
         parameters=[
             OpenApiParameter("after", int, description="Only events with a greater sequence number."),
-            OpenApiParameter("limit", int, description=f"At most this many (default 200, max {MAX_EVENTS_PAGE})."),
+            OpenApiParameter("limit", int, description=f"At most this many (default {API_EVENTS_PAGE}, "
+                                                         f"max {MAX_EVENTS_PAGE})."),
         ],
         responses=s.EventPageSerializer,
     )
@@ -123,7 +122,7 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         thread = self.get_object()
         try:
             after = int(request.query_params.get("after", 0))
-            limit = min(int(request.query_params.get("limit", 200)), MAX_EVENTS_PAGE)
+            limit = min(int(request.query_params.get("limit", API_EVENTS_PAGE)), MAX_EVENTS_PAGE)
         except ValueError:
             raise ValidationError({"after": "after and limit are whole numbers."}) from None
         if limit < 1:

@@ -1,6 +1,15 @@
 from django.utils.functional import SimpleLazyObject
 
+from .. import conf
 from ..reads import selectors
+
+# What templates may say of the app's limits ({{ limits.MAX_COMMENT_CHARS }}), read from conf.
+LIMITS = {name: getattr(conf, name) for name in dir(conf) if name.startswith(("MAX_", "API_")) or name == "ACTIONS"}
+
+
+def limits(request):
+    """The app's limits, as forms and services enforce them (interrupts.conf), for a field's maxlength."""
+    return {"limits": LIMITS}
 
 
 def header(request):

@@ -4,11 +4,9 @@ import json
 
 from django import forms
 
-from ..hub.decisions import ACTIONS
+from ..conf import ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_JSON_CHARS, MAX_MESSAGE_CHARS
 from ..models import Agent, Policy
 from ..protocol import storable
-
-MAX_JSON_CHARS = 200_000
 
 
 class JSONTextField(forms.CharField):
@@ -40,7 +38,7 @@ class DecideForm(forms.Form):
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
     payload = JSONTextField()
     edited_args = JSONTextField(expect=dict)
-    comment = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+    comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS, widget=forms.Textarea(attrs={"rows": 2}))
     # The standing answer the card showed (decisions.answer_digest): a plain approval joins only that one.
     seen = forms.CharField(required=False, max_length=64)
 
@@ -57,7 +55,7 @@ class DecideForm(forms.Form):
 class StartRunForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), to_field_name="name", required=False,
                                    empty_label=None)
-    message = forms.CharField(max_length=100_000, required=False,
+    message = forms.CharField(max_length=MAX_MESSAGE_CHARS, required=False,
                               widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Message to the agent"}))
 
 
@@ -66,7 +64,7 @@ class AgentForm(forms.ModelForm):
     # empty and an empty submission keeps the current value.
     auth_value = forms.CharField(
         required=False,
-        max_length=2000,
+        max_length=MAX_CREDENTIAL_CHARS,
         widget=forms.PasswordInput(render_value=False),
         label="Credential",
         help_text="Sent to the agent in the header above. Leave empty to keep the current one.",

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, THREAD_EVENTS_LIMIT
 from ..hub import decisions, outbox, policies, runs, trail
 from ..reads import history, selectors
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
@@ -33,10 +34,6 @@ from ..protocol.schema import (
     payload_errors,
     supports_edits,
 )
-
-INBOX_PAGE_SIZE = 25
-AUDIT_PAGE_SIZE = 50
-THREAD_EVENTS_LIMIT = 5000
 
 
 def _without(params, *names: str) -> str:

@@ -10,14 +10,12 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
+from ...conf import MAX_SHOWN_CHARS
 from ...protocol import storable
 
 from ...protocol.inert import inert_schema as _inert_schema
 
 register = template.Library()
-
-# Past this, agent-supplied JSON is shown truncated: a page must stay usable.
-MAX_SHOWN_CHARS = 20_000
 
 _formatter = HtmlFormatter(cssclass="highlight", nowrap=False)
 
