@@ -1,0 +1,176 @@
+"""The supervisor, in process: a tick claims and streams queued runs from a real HTTP agent; wake() starts one now.
+
+The agent is tests/e2e/scripted_agent.py's on a loopback port; the supervisor
+runs on the test's event loop, as on daphne's under ``manage.py serve``.
+"""
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.utils import timezone
+
+from interrupts.hub import runs, supervisor, wakeup
+from interrupts.models import Event, Interrupt, Run
+
+from .. import factories as make
+from ..e2e.scripted_agent import ScriptedAgent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER = "supervisor-under-test"
+
+
+@pytest.fixture(scope="module")
+def agent():
+    served = ScriptedAgent().start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture(autouse=True)
+def quick(settings):
+    settings.COUNTERSIGN_AFTER_TERMINAL_GRACE = 0.3
+    # Long enough that only a wake-up, never the poll, explains a prompt tick.
+    settings.COUNTERSIGN_POLL_INTERVAL = 60
+
+
+@pytest.fixture
+async def boss():
+    before = wakeup.registered()
+    made = supervisor.Supervisor(worker=WORKER)
+    yield made
+    await made.stop()
+    wakeup.register(before)
+    await sync_to_async(connections.close_all)()  # the worker thread's, or PostgreSQL keeps the test database
+
+
+async def settled(made: supervisor.Supervisor) -> None:
+    """Wait for every stream the supervisor started (not its own loop, which never ends)."""
+    streams = [task for task in made.tasks if task.get_name().startswith("stream-")]
+    await asyncio.wait_for(asyncio.gather(*streams), 20)
+
+
+@sync_to_async
+def queued_on(url: str, **fields) -> Run:
+    """A queued run of a new agent at ``url``, written without waking anyone."""
+    return make.run(make.thread(agent=make.agent(url=url)), status="queued", **fields)
+
+
+@sync_to_async
+def status_of(run_pk: int) -> str:
+    return Run.objects.values_list("status", flat=True).get(pk=run_pk)
+
+
+async def test_one_tick_claims_a_queued_run_and_streams_it_to_its_end(agent, boss):
+    run = await queued_on(f"{agent.url}/approve/")
+    await boss.tick()
+    assert boss.streaming() == 1
+    claimed = await sync_to_async(Run.objects.get)(pk=run.pk)
+    assert (claimed.status, claimed.claimed_by) == ("streaming", WORKER)
+    await settled(boss)
+    assert await status_of(run.pk) == "interrupted"
+    assert await Interrupt.objects.filter(run_id=run.pk, status="pending").acount() == 1
+    assert boss.streaming() == 0  # its slot is free again
+    assert agent.calls[("approve", run.thread.thread_id)] == 1
+    # Nothing is claimed twice: the next tick finds no work.
+    await boss.tick()
+    assert boss.streaming() == 0 and agent.calls[("approve", run.thread.thread_id)] == 1
+
+
+async def test_a_tick_leaves_the_resume_slots_to_resumes(agent, boss, settings):
+    settings.COUNTERSIGN_MAX_STREAMS = 5
+    settings.COUNTERSIGN_MAX_AGENT_STREAMS = 4
+    assert supervisor.resume_slots() == 1
+    url = f"{agent.url}/approve/"
+
+    @sync_to_async
+    def six_new_runs_of_one_thread_each():
+        row = make.agent(url=url)
+        return [make.run(make.thread(agent=row), status="queued") for _ in range(6)]
+
+    made = await six_new_runs_of_one_thread_each()
+    await boss.tick()
+    assert boss.streaming() == 4  # the fifth slot waits for a resume
+    assert boss.room() == (1, 0)
+    await settled(boss)
+    statuses = [await status_of(run.pk) for run in made]
+    assert statuses.count("interrupted") == 4 and statuses.count("queued") == 2
+
+
+async def test_a_tick_settles_a_run_whose_process_died(boss):
+    run = await sync_to_async(make.run)(status="streaming", claimed_by="dead-process",
+                                        lease_until=timezone.now() - timedelta(seconds=1))
+    await boss.tick()
+    ended = await sync_to_async(Run.objects.get)(pk=run.pk)
+    assert (ended.status, ended.error_code) == ("failed", "WORKER_LOST")
+    assert "dead-process" in ended.error_message
+
+
+async def test_a_tick_expires_interrupts_whose_time_passed(boss):
+    interrupt = await sync_to_async(make.interrupt)(expires_at=timezone.now() - timedelta(seconds=1))
+    await boss.tick()
+    assert await sync_to_async(lambda: Interrupt.objects.get(pk=interrupt.pk).status)() == "expired"
+
+
+async def test_wake_from_another_thread_starts_a_tick_at_once(agent, boss):
+    boss.start()
+    await asyncio.sleep(0.3)  # its first tick found nothing; the next poll is a minute away
+    run = await queued_on(f"{agent.url}/approve/")
+    await asyncio.sleep(0.5)
+    assert await status_of(run.pk) == "queued"  # nobody told it
+
+    waker = threading.Thread(target=wakeup.wake)
+    began = time.monotonic()
+    waker.start()
+    waker.join()
+    while await status_of(run.pk) in ("queued", "streaming"):
+        assert time.monotonic() - began < 10, "the wake-up did not start a tick"
+        await asyncio.sleep(0.05)
+    assert await status_of(run.pk) == "interrupted"
+
+
+async def test_a_run_queued_by_a_request_wakes_the_running_supervisor_after_commit(agent, boss):
+    boss.start()
+    await asyncio.sleep(0.3)
+    agent_row = await sync_to_async(make.agent)(url=f"{agent.url}/approve/")
+    run = await sync_to_async(runs.start_run)(agent_row, message="go")  # commits, then wakes
+    began = time.monotonic()
+    while await status_of(run.pk) in ("queued", "streaming"):
+        assert time.monotonic() - began < 10, "the queued run was not picked up"
+        await asyncio.sleep(0.05)
+    assert await status_of(run.pk) == "interrupted"
+
+
+async def test_an_operator_stops_a_stream_of_this_process_at_once(agent, boss, settings):
+    settings.COUNTERSIGN_IDLE_TIMEOUT = 30  # the agent's silence alone would not end it soon
+    boss.start()
+    run = await queued_on(f"{agent.url}/silent/")
+    wakeup.wake()
+
+    @sync_to_async
+    def started() -> bool:
+        return Event.objects.filter(run_id=run.pk, type="RUN_STARTED").exists()
+
+    while not await started():
+        await asyncio.sleep(0.05)
+    stream = next(task for task in boss.tasks if task.get_name() == f"stream-{run.pk}")
+    began = time.monotonic()
+    assert await sync_to_async(runs.cancel)(run, await sync_to_async(make.user)(is_staff=True))
+    await asyncio.wait_for(stream, 2)  # the agent would stay silent for 3 s
+    assert time.monotonic() - began < 2
+    log = await sync_to_async(list)(Event.objects.filter(run_id=run.pk).order_by("seq").values_list("type", flat=True))
+    assert log == ["RUN_STARTED", "RUN_ERROR"]  # nothing written after the operator's ending
+    ended = await sync_to_async(Run.objects.get)(pk=run.pk)
+    assert ended.error_code == "CANCELLED_BY_OPERATOR"
+
+
+async def test_a_stopped_supervisor_is_no_longer_woken(boss):
+    boss.start()
+    assert wakeup.registered() is not None and wakeup.registered().supervisor is boss
+    await boss.stop()
+    assert wakeup.registered() is None
