@@ -188,7 +188,8 @@ MAX_JSON_CHARS = 200_000
 # checked (its schema scanned, its patterns compiled) when it is recorded, so
 # this bounds that work too.
 MAX_INTERRUPTS = 100
-# Approvals a policy may require of one interrupt.
+# Approvals a policy may require of one interrupt: a quorum larger than a
+# team plausibly has is a typo that would hold every request forever.
 MAX_REQUIRED_APPROVALS = 10
 # Bytes of a refused event's raw text kept in the RUN_ERROR that reports it.
 MAX_RAW_IN_ERROR = 4096

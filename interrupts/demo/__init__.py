@@ -2,8 +2,7 @@
 
 from datetime import timedelta
 
-from django.conf import settings
-
+from ..conf import settings
 from .deployer import Deployer
 from .filing import Filing
 from .janitor import Janitor
@@ -13,7 +12,7 @@ from .planner import Planner
 
 def demo_agents() -> dict:
     """Every demo agent by name, as served at /agents/<name>/."""
-    filing_expiry = timedelta(seconds=getattr(settings, "DEMO_FILING_EXPIRES_IN", 3600))
+    filing_expiry = timedelta(seconds=settings.DEMO_FILING_EXPIRES_IN)
     agents = [Deployer(), Mailer(), BulkMailer(), Filing(expires_in=filing_expiry), Planner(), Janitor()]
     return {agent.name: agent for agent in agents}
 

@@ -1,8 +1,8 @@
 """/agents/<name>/: each demo agent as a real AG-UI endpoint of this app."""
 
-from django.conf import settings
 from django.urls import path
 
+from ..conf import settings
 from ..sdk.views import agent_view
 from . import demo_agents
 

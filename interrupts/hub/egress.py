@@ -29,8 +29,9 @@ import typing
 
 import httpcore
 import httpx
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from ..conf import settings
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -107,7 +108,7 @@ def _policy(text: str) -> AddressPolicy:
 
 def policy() -> AddressPolicy:
     """The policy of the current settings (parsed once per distinct value)."""
-    return _policy(getattr(settings, "COUNTERSIGN_AGENT_NETWORKS", ""))
+    return _policy(settings.COUNTERSIGN_AGENT_NETWORKS)
 
 
 @functools.cache

@@ -18,13 +18,13 @@ import logging
 from collections.abc import Callable
 
 from ag_ui.core import CustomEvent, Interrupt as WireInterrupt, RunErrorEvent
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from . import policies
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
+from ..conf import settings
 from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
 from ..protocol import storable

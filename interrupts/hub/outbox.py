@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from ..conf import settings
 from ..live import relay
 from ..models import Agent, Run
 from . import log, wakeup

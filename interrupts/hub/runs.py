@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from ..live import relay
 from . import log, wakeup
-from ..conf import MAX_MESSAGE_CHARS
+from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import signing
 from ..protocol.contract import ThreadGate, Verdict, check_input, idempotency_key

@@ -24,10 +24,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 from asgiref.sync import sync_to_async
-from django.conf import settings
 
 from . import egress, log, outbox
-from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS
+from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, settings
 from ..models import Event, Interrupt, Run, Thread
 from ..protocol import signing, storable
 from ..protocol.contract import duplicate_ids

@@ -26,10 +26,10 @@ import uuid
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from ..conf import settings
 from . import decisions, outbox, streaming, wakeup
 
 logger = logging.getLogger(__name__)
