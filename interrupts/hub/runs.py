@@ -13,12 +13,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from ..live import relay
@@ -26,7 +24,7 @@ from . import log, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import signing
-from ..protocol.contract import ThreadGate, Verdict, check_input, idempotency_key
+from ..protocol.contract import ThreadGate, check_input, idempotency_key
 from ..protocol.wire import dump
 from .refusals import Refusal
 
