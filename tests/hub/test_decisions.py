@@ -12,7 +12,7 @@ from ag_ui.core import RunAgentInput
 from django.db import connection
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log, runs
+from interrupts.hub import accept, decisions, log
 from interrupts.models import Decision, Interrupt, Run
 from interrupts.protocol.errors import ContractViolation
 from interrupts.hub.refusals import Refusal
