@@ -222,7 +222,7 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hub.scripted_agent", "--port", str(self.port), "--record", str(self.record)],
+            [sys.executable, "-m", "tests.e2e.scripted_agent", "--port", str(self.port), "--record", str(self.record)],
             cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True,
         )
         assert "ready on" in self.process.stdout.readline()
@@ -239,7 +239,7 @@ class AgentProcess:
 
 
 if __name__ == "__main__":
-    # A process of its own: `python -m tests.hub.scripted_agent --port P --record calls.jsonl`.
+    # A process of its own: `python -m tests.e2e.scripted_agent --port P --record calls.jsonl`.
     import argparse
 
     parser = argparse.ArgumentParser()
