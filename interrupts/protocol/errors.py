@@ -59,3 +59,13 @@ class MalformedMessage(ProtocolError):
 
 class ContractViolation(ProtocolError):
     """An input or answer breaks one of the interrupt contract's rules."""
+
+
+class StreamFault(ProtocolError):
+    """An event arrived where the run lifecycle does not allow it, or the stream ended early.
+
+    Codes: ``NOT_STARTED``, ``RUN_MISMATCH``, ``DUPLICATE_START``,
+    ``AFTER_END``, ``TOOL_CALL_ORDER``, ``TOO_LARGE``, ``INCOMPLETE_STREAM``.
+    ``details`` always carries ``event_type`` when an event was refused.
+    Raised by lifecycle.py and by toolcalls.py, which it feeds.
+    """

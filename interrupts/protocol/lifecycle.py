@@ -7,38 +7,33 @@ RUN_FINISHED or RUN_ERROR last, nothing after it, tool-call events in
 start/args/end order) is refused with a ``StreamFault`` whose ``code`` is
 stable and whose ``message`` names what arrived and what was expected.
 
-Alongside, the lifecycle reassembles what the audit trail needs: each tool
-call's name and argument text (the spec's "ToolCallArgs from the interrupted
-run" is the agent's proposal), and how the run ended.
+Alongside, it hands every tool-call event and every MESSAGES_SNAPSHOT to a
+``ToolCalls`` (toolcalls.py), which reassembles what the audit trail needs:
+each tool call's name and argument text. ``tool_calls`` and
+``proposed_args`` read it from there; how the run ended is read here.
 
 Readings of the spec that matter in practice:
 
 * TOOL_CALL_RESULT is never refused, whatever its ``toolCallId``: a resumed
   run reports the result of a call its *earlier* run proposed and, by the
   spec, does not start that call again.
-* MESSAGES_SNAPSHOT assistant messages teach tool calls too, because some
-  integrations (LangGraph among them) may report a call only there. When the
-  stream also carried the call, the streamed deltas win; a snapshot that
-  disagrees with them is reported as a problem, not a fault, because the
-  stream is still well-formed and the disagreement belongs in the audit.
 * A call opened by TOOL_CALL_START that never got its TOOL_CALL_END is not a
-  fault either (the run did end properly); ``proposed_args`` says the
-  arguments may be incomplete instead.
+  fault (the run did end properly); ``proposed_args`` says the arguments may
+  be incomplete instead.
+* The run's end closes a chunked call still open, as the spec's
+  TOOL_CALL_CHUNK section says.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from ag_ui.core import AssistantMessage, BaseEvent, EventType, Interrupt
+from ag_ui.core import BaseEvent, EventType, Interrupt
 
-from .errors import MalformedMessage, ProtocolError
+from .errors import StreamFault
 
-# wire's private helpers, so "valid JSON" and the names of JSON kinds mean the
-# same in a tool call's arguments as in every event of the package.
-from .wire import DEFAULT_MAX_BYTES, _decode, _kind
+# Re-exported: callers know the proposal's types and the budget as the lifecycle's.
+from .toolcalls import DEFAULT_MAX_TOOL_CALL_BYTES, ProposedArgs, ProposedCall, ToolCalls
 
 __all__ = [
     "DEFAULT_MAX_TOOL_CALL_BYTES",
@@ -49,83 +44,9 @@ __all__ = [
     "StreamFault",
 ]
 
-#: Default cap on the text a run's tool calls may make the lifecycle hold:
-#: the same 8 MiB wire.py allows a single event, so a proposal that fits in
-#: one TOOL_CALL_ARGS still fits when split into many.
-DEFAULT_MAX_TOOL_CALL_BYTES = DEFAULT_MAX_BYTES
-
 OutcomeType = Literal["success", "interrupt", "cancelled", "error"]
 
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
-
-
-class StreamFault(ProtocolError):
-    """An event arrived where the run lifecycle does not allow it, or the stream ended early.
-
-    Codes: ``NOT_STARTED``, ``RUN_MISMATCH``, ``DUPLICATE_START``,
-    ``AFTER_END``, ``TOOL_CALL_ORDER``, ``TOO_LARGE``, ``INCOMPLETE_STREAM``.
-    ``details`` always carries ``event_type`` when an event was refused.
-    """
-
-
-@dataclass(frozen=True)
-class ProposedCall:
-    """A tool call as this run's stream described it.
-
-    ``args_text`` is the argument text exactly as sent (every delta
-    concatenated, or the snapshot's ``function.arguments``), unparsed, because
-    a model can emit arguments that are not JSON and the audit must keep them.
-    ``source`` is ``"stream"`` for TOOL_CALL_START/ARGS or TOOL_CALL_CHUNK, and
-    ``"snapshot"`` for a call only a MESSAGES_SNAPSHOT mentioned (which, on a
-    resumed run, may be a call of an earlier run). ``ended`` says the
-    arguments are known to be whole: TOOL_CALL_END arrived, a chunked call was
-    closed by the next call or by the run's end, or the call came whole in a
-    snapshot.
-    """
-
-    name: str
-    args_text: str
-    source: Literal["stream", "snapshot"] = "stream"
-    ended: bool = True
-
-
-class ProposedArgs(NamedTuple):
-    """What ``RunLifecycle.proposed_args`` found for one tool call id.
-
-    ``args`` is the parsed JSON object (or array) when the text parses to
-    one; otherwise it is the raw argument text (``str``) so nothing the agent
-    sent is lost, or ``None`` when the call is unknown. ``problems`` lists, in
-    words a person can act on, everything that makes the proposal doubtful;
-    empty means the proposal is clean. A named tuple, so callers may unpack
-    ``name, args, problems = lifecycle.proposed_args(tc)``.
-    """
-
-    name: str | None
-    args: dict[str, Any] | list[Any] | str | None
-    problems: list[str]
-
-
-class _Call:
-    """Mutable reassembly state of one tool call (``ProposedCall`` is its frozen view)."""
-
-    __slots__ = ("name", "parts", "source", "open", "chunked", "snapshot")
-
-    def __init__(self, name: str, source: Literal["stream", "snapshot"], *, chunked: bool = False) -> None:
-        self.name = name
-        # Deltas are kept as a list and joined when read, so a proposal split
-        # into thousands of deltas costs linear, not quadratic, time.
-        self.parts: list[str] = []
-        self.source = source
-        self.open = source == "stream"
-        self.chunked = chunked
-        # What a MESSAGES_SNAPSHOT said about a call the stream also carried:
-        # kept only to compare, since the streamed version is the proposal.
-        self.snapshot: tuple[str, str] | None = None
-
-    def text(self) -> str:
-        if len(self.parts) > 1:
-            self.parts[:] = ["".join(self.parts)]  # join once, not on every read
-        return self.parts[0] if self.parts else ""
 
 
 class RunLifecycle:
@@ -146,14 +67,11 @@ class RunLifecycle:
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
-        self.max_tool_call_bytes = max_tool_call_bytes
+        self._tool_calls = ToolCalls(max_tool_call_bytes)
         self._started = False
         self._terminal: BaseEvent | None = None
         self._count = 0
         self._last_type: str | None = None
-        self._calls: dict[str, _Call] = {}
-        self._chunk_call: str | None = None  # the call a TOOL_CALL_CHUNK without id continues
-        self._held = 0  # bytes charged against max_tool_call_bytes
 
     # --- what the run looks like so far ---------------------------------------------
 
@@ -202,20 +120,17 @@ class RunLifecycle:
         return self._count
 
     @property
+    def max_tool_call_bytes(self) -> int:
+        """The cap on the UTF-8 bytes this run's tool calls may hold."""
+        return self._tool_calls.max_bytes
+
+    @property
     def tool_calls(self) -> dict[str, ProposedCall]:
         """Every tool call this stream described, by id, in the order first seen.
 
         A fresh dict of frozen views: changing it changes nothing here.
         """
-        return {
-            tool_call_id: ProposedCall(
-                name=call.name,
-                args_text=call.text(),
-                source=call.source,
-                ended=not call.open,
-            )
-            for tool_call_id, call in self._calls.items()
-        }
+        return self._tool_calls.calls
 
     def proposed_args(self, tool_call_id: str) -> ProposedArgs:
         """The tool name and parsed arguments of one call, with every problem found.
@@ -225,63 +140,7 @@ class RunLifecycle:
         the stream are all reported in ``problems``, because the hub must
         still show the reviewer what was proposed.
         """
-        call = self._calls.get(tool_call_id)
-        if call is None:
-            # Naming the calls the stream did mention turns a typo'd or
-            # stale id into an obvious one.
-            known = f"the stream mentions {', '.join(self._calls)}" if self._calls else "the stream mentions no tool call"
-            return ProposedArgs(None, None, [f"tool call {tool_call_id} was not proposed in this run ({known})."])
-        problems: list[str] = []
-        text = call.text()
-        if call.source == "snapshot":
-            origin = "MESSAGES_SNAPSHOT argument text"
-        else:
-            origin = "TOOL_CALL_CHUNK text" if call.chunked else "TOOL_CALL_ARGS text"
-        args: dict[str, Any] | list[Any] | str = text
-        if text == "":
-            problems.append(f"The {origin} of {tool_call_id} is empty; tool arguments are a JSON object.")
-        else:
-            try:
-                # wire's decoder refuses what json.loads would let through but
-                # no store or browser can hold: NaN, Infinity, absurd nesting.
-                # The text already fits the cap (it was charged), so the size
-                # check in it never fires.
-                value = _decode(text, self.max_tool_call_bytes, f"The {origin} of {tool_call_id}")
-            except MalformedMessage as exc:
-                problems.append(exc.message)
-            else:
-                if isinstance(value, dict):
-                    args = value
-                elif isinstance(value, list):
-                    args = value
-                    problems.append(
-                        f"The {origin} of {tool_call_id} is a JSON array, not an object; "
-                        "tool arguments are a JSON object."
-                    )
-                else:
-                    # A scalar is returned as the raw text: ``str`` always means
-                    # "not a parsed container", never a parsed JSON string.
-                    problems.append(
-                        f"The {origin} of {tool_call_id} is {_kind(value, article=True)}, not an object; "
-                        "tool arguments are a JSON object."
-                    )
-        if call.open and not call.chunked:
-            problems.append(
-                f"No TOOL_CALL_END has arrived for {tool_call_id}; its arguments may be incomplete."
-            )
-        if call.snapshot is not None:
-            snap_name, snap_text = call.snapshot
-            if snap_name != call.name:
-                problems.append(
-                    f"MESSAGES_SNAPSHOT names the tool of {tool_call_id} {snap_name!r}, but the stream "
-                    f"named it {call.name!r}; the streamed name is the proposal."
-                )
-            if not _same_json(snap_text, text):
-                problems.append(
-                    f"MESSAGES_SNAPSHOT shows different arguments for {tool_call_id} than the stream "
-                    "sent; the streamed arguments are the proposal."
-                )
-        return ProposedArgs(call.name, args, problems)
+        return self._tool_calls.proposed_args(tool_call_id)
 
     # --- feeding --------------------------------------------------------------------
 
@@ -325,19 +184,17 @@ class RunLifecycle:
                 self._check_ids(event, name)
             self._terminal = event
             # The spec closes chunked calls automatically when the stream completes.
-            self._close_chunked()
+            self._tool_calls.close_chunked()
         elif kind == EventType.TOOL_CALL_START:
-            self._start_call(event.tool_call_id, event.tool_call_name, name)
+            self._tool_calls.start(event.tool_call_id, event.tool_call_name, name)
         elif kind == EventType.TOOL_CALL_ARGS:
-            self._append(self._open_call(event.tool_call_id, name), event.tool_call_id, event.delta, name)
+            self._tool_calls.append(event.tool_call_id, event.delta, name)
         elif kind == EventType.TOOL_CALL_END:
-            self._open_call(event.tool_call_id, name).open = False
-            if self._chunk_call == event.tool_call_id:
-                self._chunk_call = None
+            self._tool_calls.end(event.tool_call_id, name)
         elif kind == EventType.TOOL_CALL_CHUNK:
-            self._chunk(event, name)
+            self._tool_calls.chunk(event.tool_call_id, event.tool_call_name, event.delta, name)
         elif kind == EventType.MESSAGES_SNAPSHOT:
-            self._learn_from_snapshot(event.messages, name)
+            self._tool_calls.learn_from_snapshot(event.messages, name)
         # Every other event (text, state, steps, TOOL_CALL_RESULT...) is legal
         # anywhere inside the run; the lifecycle has nothing to check there.
         self._count += 1
@@ -404,174 +261,7 @@ class RunLifecycle:
                 expected_run_id=self.run_id,
             )
 
-    # --- tool calls -----------------------------------------------------------------
-
-    def _start_call(self, tool_call_id: str, tool_name: str, name: str) -> None:
-        self._refuse_restart(tool_call_id, name)
-        self._charge(self._start_cost(tool_call_id, tool_name), tool_call_id, name)
-        self._open(tool_call_id, tool_name, chunked=False)
-
-    def _refuse_restart(self, tool_call_id: str, name: str) -> None:
-        previous = self._calls.get(tool_call_id)
-        if previous is not None and previous.source == "stream":
-            raise StreamFault(
-                "TOOL_CALL_ORDER",
-                f"The agent sent {name} for {tool_call_id}, which this run already started; "
-                "tool call ids are unique.",
-                event_type=name,
-                tool_call_id=tool_call_id,
-            )
-
-    def _start_cost(self, tool_call_id: str, tool_name: str) -> int:
-        # A call a snapshot taught first already paid for its id, and its
-        # name and text stay held as the snapshot copy; only the name is new.
-        known = tool_call_id in self._calls
-        return _size(tool_name) + (0 if known else _size(tool_call_id))
-
-    def _open(self, tool_call_id: str, tool_name: str, *, chunked: bool) -> _Call:
-        # Call only once the cost is charged: from here on nothing can refuse.
-        previous = self._calls.pop(tool_call_id, None)
-        call = _Call(tool_name, "stream", chunked=chunked)
-        if previous is not None:
-            # The stream wins over the snapshot that mentioned the call first;
-            # the snapshot's version is kept only to compare. Re-inserting puts
-            # the call where the stream proposed it.
-            call.snapshot = (previous.name, previous.text())
-        self._calls[tool_call_id] = call
-        return call
-
-    def _open_call(self, tool_call_id: str, name: str) -> _Call:
-        call = self._calls.get(tool_call_id)
-        if call is None or call.source != "stream":
-            raise StreamFault(
-                "TOOL_CALL_ORDER",
-                f"The agent sent {name} for {tool_call_id}, which was never started in this run "
-                "(no TOOL_CALL_START).",
-                event_type=name,
-                tool_call_id=tool_call_id,
-            )
-        if not call.open:
-            raise StreamFault(
-                "TOOL_CALL_ORDER",
-                f"The agent sent {name} for {tool_call_id} after its TOOL_CALL_END.",
-                event_type=name,
-                tool_call_id=tool_call_id,
-            )
-        return call
-
-    def _append(self, call: _Call, tool_call_id: str, delta: str | None, name: str) -> None:
-        if not delta:
-            return
-        self._charge(_size(delta), tool_call_id, name)
-        call.parts.append(delta)
-
-    def _chunk(self, event: Any, name: str) -> None:
-        tool_call_id = event.tool_call_id
-        if tool_call_id is None:
-            tool_call_id = self._chunk_call
-            if tool_call_id is None:
-                raise StreamFault(
-                    "TOOL_CALL_ORDER",
-                    f"The agent sent {name} without toolCallId, but no chunked tool call is open "
-                    "to continue; the first chunk of a call names its id and tool.",
-                    event_type=name,
-                )
-        call = self._calls.get(tool_call_id)
-        if call is not None and call.source == "stream":
-            if not call.open:
-                raise StreamFault(
-                    "TOOL_CALL_ORDER",
-                    f"The agent sent {name} for {tool_call_id} after that call was closed.",
-                    event_type=name,
-                    tool_call_id=tool_call_id,
-                )
-            self._append(call, tool_call_id, event.delta, name)
-            return
-        if event.tool_call_name is None:
-            raise StreamFault(
-                "TOOL_CALL_ORDER",
-                f"The agent sent the first {name} of {tool_call_id} without toolCallName; "
-                "the first chunk of a call names its id and tool.",
-                event_type=name,
-                tool_call_id=tool_call_id,
-            )
-        # Opening and first delta are charged together, so a refusal leaves
-        # the previous chunked call open and current, as it was.
-        delta = event.delta or ""
-        self._charge(self._start_cost(tool_call_id, event.tool_call_name) + _size(delta), tool_call_id, name)
-        # Switching to a new id closes the previous chunked call (spec, ToolCallChunk).
-        self._close_chunked()
-        call = self._open(tool_call_id, event.tool_call_name, chunked=True)
-        if delta:
-            call.parts.append(delta)
-        self._chunk_call = tool_call_id
-
-    def _close_chunked(self) -> None:
-        if self._chunk_call is not None:
-            self._calls[self._chunk_call].open = False
-            self._chunk_call = None
-
-    def _learn_from_snapshot(self, messages: list[Any], name: str) -> None:
-        learnt: dict[str, tuple[str, str]] = {}
-        for message in messages:
-            if isinstance(message, AssistantMessage):
-                for tool_call in message.tool_calls or ():
-                    learnt[tool_call.id] = (tool_call.function.name, tool_call.function.arguments)
-        # Charge the whole snapshot first, so a refused one changes nothing.
-        cost = 0
-        for tool_call_id, (tool_name, text) in learnt.items():
-            cost += _size(tool_name) + _size(text)
-            previous = self._calls.get(tool_call_id)
-            if previous is None:
-                cost += _size(tool_call_id)
-            elif previous.source == "snapshot":
-                cost -= _size(previous.name) + _size(previous.text())
-            elif previous.snapshot is not None:
-                cost -= _size(previous.snapshot[0]) + _size(previous.snapshot[1])
-        if learnt:
-            self._charge(cost, next(iter(learnt)), name)
-        for tool_call_id, (tool_name, text) in learnt.items():
-            previous = self._calls.get(tool_call_id)
-            if previous is not None and previous.source == "stream":
-                previous.snapshot = (tool_name, text)
-                continue
-            # A later snapshot replaces an earlier one's view: it is newer.
-            call = _Call(tool_name, "snapshot")
-            call.parts.append(text)
-            self._calls[tool_call_id] = call
-
-    def _charge(self, size: int, tool_call_id: str, name: str) -> None:
-        total = self._held + size
-        if total > self.max_tool_call_bytes:
-            raise StreamFault(
-                "TOO_LARGE",
-                f"{name} for {tool_call_id} would make this run's tool calls hold {total} bytes, over "
-                f"the {self.max_tool_call_bytes}-byte limit.",
-                event_type=name,
-                tool_call_id=tool_call_id,
-                size=total,
-                limit=self.max_tool_call_bytes,
-            )
-        self._held = total
-
 
 def _type_name(event: BaseEvent) -> str:
     kind = event.type
     return kind.value if isinstance(kind, EventType) else str(kind)
-
-
-def _size(text: str) -> int:
-    # UTF-8 bytes, the unit of every other limit in the package; ASCII (the
-    # usual JSON) skips the encode.
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-def _same_json(first: str, second: str) -> bool:
-    # A snapshot may re-serialise the arguments (other spacing or key order);
-    # only a different value is a disagreement worth reporting.
-    if first == second:
-        return True
-    try:
-        return json.loads(first) == json.loads(second)
-    except (ValueError, RecursionError):
-        return False
