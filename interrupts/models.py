@@ -362,7 +362,9 @@ class Interrupt(models.Model):
         ]
         permissions = [("decide_interrupt", "Can approve, reject, answer or cancel interrupts")]
         indexes = [
-            models.Index(fields=["status", "created_at"], name="interrupt_status_created"),
+            # The inbox's order, and what "waiting for me" filters on: a deep page
+            # or the badge's count reads this index alone (no table rows).
+            models.Index(fields=["status", "created_at", "id", "policy", "run"], name="interrupt_inbox"),
             # The inbox's reason filter and its list of reasons (DISTINCT) read this index alone.
             models.Index(fields=["status", "reason"], name="interrupt_status_reason"),
         ]

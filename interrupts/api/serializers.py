@@ -127,16 +127,13 @@ class UserSerializer(serializers.ModelSerializer):
 class ThreadSerializer(serializers.ModelSerializer):
     agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all())
     pending = serializers.IntegerField(read_only=True, help_text="Interrupts waiting for a decision.")
-    status = serializers.SerializerMethodField(help_text="The status of the thread's latest run.")
+    status = serializers.CharField(source="latest_status", read_only=True, allow_null=True,
+                                   help_text="The status of the thread's latest run.")
 
     class Meta:
         model = Thread
         fields = ["id", "thread_id", "agent", "title", "status", "pending", "last_seq", "created_at", "updated_at"]
         read_only_fields = ["thread_id", "last_seq", "created_at", "updated_at"]
-
-    def get_status(self, thread) -> str | None:
-        latest = thread.runs.order_by("-created_at", "-pk").first()
-        return latest.status if latest else None
 
 
 class ThreadDetailSerializer(ThreadSerializer):
@@ -160,7 +157,9 @@ class RunSerializer(serializers.ModelSerializer):
     thread = serializers.SlugRelatedField(slug_field="thread_id", read_only=True)
     agent = serializers.SlugRelatedField(slug_field="name", read_only=True)
     parent = serializers.SlugRelatedField(slug_field="run_id", read_only=True)
-    resumed_by = serializers.SerializerMethodField(help_text="The run that sent this run's decisions back.")
+    # Read by selectors.runs, with the run: no query per run serialized.
+    resumed_by = serializers.CharField(source="resumed_by_run_id", read_only=True, allow_null=True,
+                                       help_text="The run that sent this run's decisions back.")
     delivery = serializers.CharField(
         read_only=True,
         help_text="For a run queued again because its agent could not be reached: "
@@ -178,9 +177,6 @@ class RunSerializer(serializers.ModelSerializer):
             "last_error": {"help_text": "Why the last try failed."},
         }
 
-    def get_resumed_by(self, run) -> str | None:
-        child = run.resumed_by()
-        return child.run_id if child else None
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -232,11 +228,12 @@ class InterruptSerializer(serializers.ModelSerializer):
         return supports_edits(interrupt.response_schema)
 
     def _rule(self, interrupt) -> policies.Rule:
-        # The page's policies are read once, for every interrupt on it.
+        # Judged by the policies the view read once for the request (its context's "policies").
         rules = self.context.get("rules")
         if rules is None or interrupt.pk not in rules:
             page = getattr(self.parent, "instance", None)
-            rules = self.context["rules"] = policies.rules_for(list(page) if page is not None else [interrupt])
+            rules = self.context["rules"] = policies.rules_for(list(page) if page is not None else [interrupt],
+                                                               self.context.get("policies"))
         return rules[interrupt.pk]
 
     @extend_schema_field({"type": "object", "properties": {
@@ -248,10 +245,7 @@ class InterruptSerializer(serializers.ModelSerializer):
                 "allow_self_approval": rule.allow_self_approval, "waiting_for": rule.waiting_for}
 
     def get_approvals(self, interrupt) -> int:
-        standing = getattr(interrupt, "standing", None)
-        if standing is None:
-            standing = sum(1 for d in interrupt.decisions.all() if d.superseded_at is None)
-        return standing
+        return interrupt.standing  # annotated by selectors.interrupts
 
     def _refusal(self, interrupt):
         request = self.context.get("request")
@@ -267,7 +261,8 @@ class InterruptSerializer(serializers.ModelSerializer):
 
 class InterruptDetailSerializer(InterruptSerializer):
     decisions = DecisionSerializer(many=True, read_only=True)
-    resumed_by = serializers.SerializerMethodField()
+    resumed_by = serializers.CharField(source="resumed_by_run_id", read_only=True, allow_null=True,
+                                       help_text="The run that sent this interrupt's batch back to the agent.")
     standing_answer = serializers.SerializerMethodField(
         help_text="While pending: the answer a plain approval would join (send its digest as 'seen'), or null.")
 
@@ -286,10 +281,6 @@ class InterruptDetailSerializer(InterruptSerializer):
             return None
         return {"digest": decisions.answer_digest(standing), "status": standing.status, "payload": standing.payload,
                 "edited_args": standing.edited_args, "by": standing.user.get_username()}
-
-    def get_resumed_by(self, interrupt) -> str | None:
-        child = interrupt.run.resumed_by()
-        return child.run_id if child else None
 
 
 class DecideSerializer(serializers.Serializer):

@@ -4,7 +4,6 @@ Views validate the request's shape and call the function that owns the
 change; they never write a model themselves.
 """
 
-from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, status, viewsets
@@ -15,9 +14,11 @@ from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import decisions, outbox, policies, runs
-from ..models import Agent, Event, Interrupt, Policy, Run, Thread
 from ..hub.refusals import Refusal
+from ..models import Interrupt
+from ..reads import selectors
 from . import serializers as s
+
 
 class StaffCanWrite(BasePermission):
     """Everyone logged in reads; only staff register or change agents and policies."""
@@ -32,7 +33,7 @@ class StaffCanWrite(BasePermission):
 
 
 class AgentViewSet(viewsets.ModelViewSet):
-    queryset = Agent.objects.all()
+    queryset = selectors.agents()
     serializer_class = s.AgentSerializer
     lookup_field = "name"
     permission_classes = [IsAuthenticated, StaffCanWrite]
@@ -57,17 +58,11 @@ class AgentViewSet(viewsets.ModelViewSet):
 class PolicyViewSet(viewsets.ModelViewSet):
     """Who may decide which interrupts: everyone logged in reads, staff write."""
 
-    queryset = Policy.objects.select_related("agent").prefetch_related("groups", "users")
+    queryset = selectors.policies_listed()
     serializer_class = s.PolicySerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     permission_classes = [IsAuthenticated, StaffCanWrite]
-
-
-def _threads():
-    return Thread.objects.select_related("agent").annotate(
-        pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING))
-    )
 
 
 class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -75,10 +70,7 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self):
-        queryset = _threads().order_by("-updated_at")
-        if agent := self.request.query_params.get("agent"):
-            queryset = queryset.filter(agent__name=agent)
-        return queryset
+        return selectors.threads(agent=self.request.query_params.get("agent", ""))
 
     def get_serializer_class(self):
         return s.ThreadDetailSerializer if self.action == "retrieve" else s.ThreadSerializer
@@ -92,7 +84,7 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             body.validated_data["agent"], user=request.user, message=body.validated_data.get("message") or None,
             forwarded_props=body.validated_data.get("forwarded_props"), title=body.validated_data.get("title", ""),
         )
-        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(s.RunSerializer(_reread(run)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.StartRunSerializer, responses={201: s.RunSerializer})
     @action(detail=True, methods=["post"])
@@ -106,7 +98,7 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             message=body.validated_data.get("message") or None,
             forwarded_props=body.validated_data.get("forwarded_props"),
         )
-        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(s.RunSerializer(_reread(run)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         parameters=[
@@ -127,7 +119,7 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
             raise ValidationError({"after": "after and limit are whole numbers."}) from None
         if limit < 1:
             raise ValidationError({"limit": "limit is at least 1."})
-        events = list(Event.objects.filter(thread=thread, seq__gt=after).select_related("run").order_by("seq")[:limit])
+        events = selectors.event_rows(thread, after=after, limit=limit)
         return Response({
             "thread": thread.thread_id,
             "last_seq": thread.last_seq,
@@ -136,13 +128,18 @@ class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         })
 
 
+def _reread(run):
+    """``run`` as every read of the API shows it (``selectors.runs``: with what resumed it)."""
+    return selectors.runs().get(pk=run.pk)
+
+
 class RunLookup:
     """The run named in the URL by its runId; ``?thread=`` picks one when several threads reuse it."""
 
     serializer_class = s.RunSerializer
 
     def get_object(self):
-        runs_ = Run.objects.select_related("thread", "agent", "parent").filter(run_id=self.kwargs["run_id"])
+        runs_ = selectors.runs().filter(run_id=self.kwargs["run_id"])
         if thread := self.request.query_params.get("thread"):
             runs_ = runs_.filter(thread__thread_id=thread)
         found = list(runs_[:2])
@@ -167,8 +164,7 @@ class RetryRun(RunLookup, generics.GenericAPIView):
         if not outbox.retry_now(run, request.user):
             raise Refusal("NOT_WAITING", f"Run {run.run_id} is {run.status}, not waiting for its agent: "
                           "there is nothing to retry.", status=409)
-        run.refresh_from_db()
-        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        return Response(s.RunSerializer(_reread(run)).data, status=status.HTTP_202_ACCEPTED)
 
 
 class CancelRun(RunLookup, generics.GenericAPIView):
@@ -184,8 +180,7 @@ class CancelRun(RunLookup, generics.GenericAPIView):
             run.refresh_from_db()
             raise Refusal("NOT_RUNNING", f"Run {run.run_id} is {run.status}: it already ended, "
                           "there is nothing to stop.", status=409)
-        run.refresh_from_db()
-        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        return Response(s.RunSerializer(_reread(run)).data, status=status.HTTP_202_ACCEPTED)
 
 
 class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -201,17 +196,21 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         """Interrupts, oldest first; filter by status (default pending), agent, reason, thread, scope."""
         return super().list(request, *args, **kwargs)
 
+    def get_serializer_context(self):
+        # The serializer judges every interrupt by the request's policies, read once.
+        return {**super().get_serializer_context(), "policies": selectors.policies_in_force(self.request)}
+
     def get_queryset(self):
-        queryset = Interrupt.objects.select_related("run__thread", "run__agent").order_by("created_at", "pk")
         if self.action != "list":
-            return queryset.prefetch_related("decisions__user")
-        queryset = queryset.annotate(standing=Count("decisions", filter=Q(decisions__superseded_at__isnull=True)))
+            return selectors.interrupt_details()
+        queryset = selectors.interrupts()
         params = self.request.query_params
         scope = params.get("scope", "all")
         if scope not in ("all", "mine"):
             raise ValidationError({"scope": "One of all, mine."})
         if scope == "mine":
-            queryset = queryset.filter(policies.decidable_by(self.request.user))
+            queryset = queryset.filter(policies.decidable_by(self.request.user,
+                                                             selectors.policies_in_force(self.request)))
         wanted = params.get("status", Interrupt.Status.PENDING)
         if wanted != "all":
             if wanted not in Interrupt.Status.values:

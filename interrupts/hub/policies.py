@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from ..models import Decision, Interrupt, Policy
+from ..models import Decision, Interrupt, Policy, Run
 from .refusals import Refusal
 
 DECIDE_PERMISSION = "interrupts.decide_interrupt"
@@ -98,9 +98,15 @@ def _rule(policy: Policy) -> Rule:
     )
 
 
-def _policies() -> list[Policy]:
-    """Every policy, most specific first (3 queries: a team has tens of policies, not thousands)."""
-    found = list(Policy.objects.prefetch_related("groups", "users"))
+def in_force() -> list[Policy]:
+    """Every policy, most specific first, with its agent, groups and users (3 queries: a team has tens of
+    policies, not thousands).
+
+    A page reads it once and passes it to ``rules_for`` and ``decidable_by``
+    (``selectors.policies_in_force``): its cards and its header's badge then
+    judge by the same policies, read once.
+    """
+    found = list(Policy.objects.select_related("agent").prefetch_related("groups", "users"))
     return sorted(found, key=lambda p: p.specificity, reverse=True)
 
 
@@ -111,7 +117,7 @@ def _matches(policy: Policy, agent_id: int, reason: str, tool_name: str) -> bool
 
 
 def _winner(policies: list[Policy], agent_id: int, reason: str, tool_name: str) -> Policy | None:
-    """The most specific of ``policies`` (sorted by ``_policies``) matching an interrupt, or None."""
+    """The most specific of ``policies`` (sorted by ``in_force``) matching an interrupt, or None."""
     return next((p for p in policies if _matches(p, agent_id, reason, tool_name)), None)
 
 
@@ -120,9 +126,10 @@ def rule_for(interrupt: Interrupt) -> Rule:
     return rules_for([interrupt])[interrupt.pk]
 
 
-def rules_for(interrupts: Iterable[Interrupt]) -> dict[int, Rule]:
-    """The policy in force for each interrupt, by pk, in a fixed number of queries."""
-    policies = _policies()
+def rules_for(interrupts: Iterable[Interrupt], policies: list[Policy] | None = None) -> dict[int, Rule]:
+    """The policy in force for each interrupt, by pk, in a fixed number of queries (none given ``policies``,
+    as ``in_force`` read them)."""
+    policies = in_force() if policies is None else policies
     rules = {p.pk: _rule(p) for p in policies}
     found = {}
     for interrupt in interrupts:
@@ -159,7 +166,7 @@ def refuse_unless_eligible(user, rule: Rule, interrupt: Interrupt) -> None:
 
 def assign(interrupts: list[Interrupt], agent_id: int) -> None:
     """Set each (unsaved) interrupt's governing policy, as ``rules_for`` would resolve it now."""
-    policies = _policies()
+    policies = in_force()
     for interrupt in interrupts:
         winner = _winner(policies, agent_id, interrupt.reason, interrupt.tool_name)
         interrupt.policy_id = winner.pk if winner is not None else None
@@ -176,7 +183,7 @@ def reassign_pending() -> int:
     flat (chunks of ``REASSIGN_CHUNK``), and only rows whose policy changed
     are written. Returns how many changed.
     """
-    policies = _policies()
+    policies = in_force()
     changed = 0
     last = 0
     while True:
@@ -221,22 +228,59 @@ def members_changed(sender, instance, action, reverse, **kwargs) -> None:
         policy.restricted = restricted
 
 
-def decidable_by(user) -> Q:
+@dataclass(frozen=True)
+class Reach:
+    """Which interrupts ``user`` may decide, by their stored governing policy (``Interrupt.policy``)."""
+
+    own_too: tuple[int, ...]  # policies admitting them that allow self-approval
+    others_only: tuple[int, ...]  # policies admitting them, not for their own requests
+    site_default: bool  # the site default admits them (interrupts with no policy; never their own requests)
+
+    @property
+    def requester_barred(self) -> Q:
+        """Interrupts they may decide unless they requested them."""
+        barred = Q(policy_id__in=self.others_only)
+        return barred | Q(policy__isnull=True) if self.site_default else barred
+
+    @property
+    def admitted(self) -> Q:
+        """Interrupts whose policy admits them, whoever requested them."""
+        return Q(policy_id__in=self.own_too) | self.requester_barred
+
+
+def reach(user, policies: list[Policy] | None = None) -> Reach | None:
+    """Which policies admit ``user`` (None: they may decide nothing)."""
+    if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
+        return None
+    own_too, others_only = [], []
+    for policy in in_force() if policies is None else policies:
+        rule = _rule(policy)
+        if rule.admits(user):
+            (own_too if rule.allow_self_approval else others_only).append(policy.pk)
+    return Reach(tuple(own_too), tuple(others_only), SITE_DEFAULT.admits(user))
+
+
+def eligible(user, policies: list[Policy] | None = None) -> Q:
+    """A filter on interrupts: those ``user`` may decide, decided by them already or not."""
+    found = reach(user, policies)
+    if found is None:
+        return Q(pk__in=[])
+    # Their own runs as a set (IN), not a join: the inbox walks 100,000 pending
+    # interrupts for a count or a deep page, and a join per row was most of it.
+    not_mine = ~Q(run_id__in=Run.objects.filter(requested_by=user).values("pk"))
+    return Q(policy_id__in=found.own_too) | (found.requester_barred & not_mine)
+
+
+def decided_by(user):
+    """The interrupts ``user`` has a standing decision on (a subquery of pks)."""
+    return Decision.objects.filter(user=user, superseded_at__isnull=True).values("interrupt_id")
+
+
+def decidable_by(user, policies: list[Policy] | None = None) -> Q:
     """A filter on interrupts: those ``user`` may decide and has not yet decided ("waiting for me").
 
     Reads each interrupt's stored governing policy (``Interrupt.policy``), so
     the filter grows with the number of policies, not with its square.
     """
-    if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
-        return Q(pk__in=[])
-    own_too, others_only = [], []
-    for policy in _policies():
-        rule = _rule(policy)
-        if rule.admits(user):
-            (own_too if rule.allow_self_approval else others_only).append(policy.pk)
-    not_mine = ~Q(run__requested_by=user)
-    mine = Q(policy_id__in=own_too) | (Q(policy_id__in=others_only) & not_mine)
-    if SITE_DEFAULT.admits(user):
-        mine |= Q(policy__isnull=True) & not_mine
     decided = Decision.objects.filter(interrupt=OuterRef("pk"), user=user, superseded_at__isnull=True)
-    return mine & ~Exists(decided)
+    return eligible(user, policies) & ~Exists(decided)

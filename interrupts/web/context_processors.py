@@ -20,4 +20,5 @@ def header(request):
     if known is not None:
         return {"pending_count": known}
     # Lazy: counted once, and only by a page that shows it.
-    return {"pending_count": SimpleLazyObject(lambda: selectors.waiting_count(request.user))}
+    return {"pending_count": SimpleLazyObject(
+        lambda: selectors.waiting_count(request.user, selectors.policies_in_force(request)))}

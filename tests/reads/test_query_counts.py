@@ -1,0 +1,119 @@
+"""Every page and API read costs a fixed number of queries, whatever the number of rows.
+
+Each is measured on a world of 3 and of 30 interrupts (threads, runs,
+decisions, resumes), with several agents, policies and users: a query per
+row would make the two counts differ, and fail here.
+"""
+
+import pytest
+from django.contrib.auth.models import Group
+
+from interrupts.models import Interrupt
+from interrupts.reads import selectors
+
+from .. import factories as make
+
+pytestmark = pytest.mark.django_db
+
+SIZES = [3, 30]
+
+
+def world(size: int) -> dict:
+    """``size`` pending interrupts over three agents and their policies, ``size`` closed ones, and a reader."""
+    finance = Group.objects.create(name="Finance")
+    reader, colleague, requester = make.user(is_staff=True), make.user(), make.user()
+    finance.user_set.add(reader, colleague)
+    agents = [make.agent() for _ in range(3)]
+    first = None
+    make.policy(agent=agents[0], users=[reader], required_approvals=2)
+    make.policy(agent=agents[1], groups=[finance], allow_self_approval=True)
+    make.policy(agent=agents[2], reason="tool_call", users=[colleague])
+    for n in range(size):
+        agent = agents[n % 3]
+        run = make.run(make.thread(agent=agent), status="interrupted", requested_by=(requester, reader)[n % 2])
+        make.event(run, 1)
+        pending = make.interrupt(run, reason=("confirmation", "tool_call")[n % 2], tool_call_id=f"call-{n}",
+                                 tool_name="send", proposed_args={"n": n})
+        first = first or pending
+        if n % 3 == 0:
+            make.decision(pending, colleague, payload={"approved": True})
+        closed_run = make.run(make.thread(agent=agent), status="interrupted")
+        closed = make.interrupt(closed_run, status=Interrupt.Status.RESOLVED)
+        make.decision(closed, colleague, payload={"approved": True})
+        make.run(closed_run.thread, parent=closed_run, resume_key=f"resume-{n}", status="succeeded")
+    # The same rows in every world: only how many others there are differs.
+    return {"reader": reader, "thread": first.run.thread, "run": first.run, "interrupt": first, "agent": agents[0],
+            "self-approving agent": agents[1]}
+
+
+@pytest.fixture(params=SIZES, ids=lambda n: f"{n}-rows")
+def seen(request, client):
+    made = world(request.param)
+    client.force_login(made["reader"])
+    return client, made
+
+
+PAGES = {
+    # name: (url, queries)
+    "inbox, waiting for me": (lambda w: "/inbox/", 16),
+    "inbox, all pending": (lambda w: "/inbox/?scope=all", 17),
+    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 17),
+    "inbox, page 2": (lambda w: "/inbox/?page=2", 16),
+    "threads": (lambda w: "/threads/", 13),
+    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 14),
+    "audit": (lambda w: "/audit/", 27),
+    "agents and policies": (lambda w: "/registry/", 10),
+}
+
+API = {
+    "interrupts": (lambda w: "/api/interrupts/", 10),
+    "interrupts, mine": (lambda w: "/api/interrupts/?scope=mine", 10),
+    "interrupts, all": (lambda w: "/api/interrupts/?status=all", 10),
+    "interrupt": (lambda w: f"/api/interrupts/{w['interrupt'].pk}/", 9),
+    "run": (lambda w: f"/api/runs/{w['run'].run_id}/", 3),
+    "threads": (lambda w: "/api/threads/", 4),
+    "thread": (lambda w: f"/api/threads/{w['thread'].thread_id}/", 3),
+    "events": (lambda w: f"/api/threads/{w['thread'].thread_id}/events/", 4),
+    "policies": (lambda w: "/api/policies/", 6),
+    "policy": (lambda w: "/api/policies/" + w["agent"].policies.first().name + "/", 6),
+    "agents": (lambda w: "/api/agents/", 4),
+    "agent": (lambda w: f"/api/agents/{w['agent'].name}/", 3),
+}
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_each_page_reads_a_fixed_number_of_queries(seen, django_assert_num_queries, name):
+    client, made = seen
+    url, queries = PAGES[name]
+    with django_assert_num_queries(queries):
+        assert client.get(url(made)).status_code == 200
+
+
+@pytest.mark.parametrize("name", API)
+def test_each_api_read_costs_a_fixed_number_of_queries(seen, django_assert_num_queries, name):
+    client, made = seen
+    url, queries = API[name]
+    with django_assert_num_queries(queries):
+        assert client.get(url(made)).status_code == 200
+
+
+def test_the_badge_counts_what_the_inbox_lists(seen):
+    # The badge subtracts (own requests, decided) from what policies admit; the
+    # inbox filters row by row: the two must agree for every reader.
+    _, made = seen
+    for user in [made["reader"], *made["reader"].groups.get(name="Finance").user_set.all(), make.user(),
+                 make.user(reviewer=False)]:
+        listed = selectors.inbox(selectors.InboxFilters(), user=user).count()
+        assert selectors.waiting_count(user) == listed, user.username
+
+
+def test_the_page_and_its_badge_read_the_policies_once(seen, django_assert_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client, _ = seen
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/inbox/?scope=all")
+    assert page.status_code == 200 and 'id="pending-badge"' in page.content.decode()
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "interrupts_policy"."id"')]
+    assert len(reads) == 1, reads
