@@ -210,3 +210,14 @@ class _Listener:
 
     def stop_stream(self, run_pk: int) -> None:
         self.supervisor.loop.call_soon_threadsafe(self.supervisor.stop_stream, run_pk)
+
+    def call_soon(self, callback, *args) -> bool:
+        loop = self.supervisor.loop
+        if not loop.is_running():  # a loop that stopped would hold the callback for ever
+            return False
+        try:
+            # A fresh context: the caller's (a request's) must not leak into the loop.
+            loop.call_soon_threadsafe(callback, *args, context=contextvars.Context())
+        except RuntimeError:  # closed meanwhile
+            return False
+        return True

@@ -6,10 +6,15 @@ imports the services, registers itself here when it starts; the services
 import only this module, so nothing below the supervisor imports it.
 Without a supervisor in this process (a management command, a test) both
 calls do nothing, and another process finds the row on its next poll.
+
+The supervisor runs on the serving event loop, so it is also how a leaf that
+runs in a database thread hands work to that loop (``call_soon``) without
+importing anything above it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -17,6 +22,8 @@ class Listener(Protocol):
     def wake(self) -> None: ...
 
     def stop_stream(self, run_pk: int) -> None: ...
+
+    def call_soon(self, callback: Callable[..., object], *args) -> bool: ...
 
 
 _listener: Listener | None = None
@@ -46,3 +53,12 @@ def stop_stream(run_pk: int) -> None:
     """
     if _listener is not None:
         _listener.stop_stream(run_pk)
+
+
+def call_soon(callback: Callable[..., object], *args) -> bool:
+    """Run ``callback(*args)`` on the serving event loop soon, from any thread; False if it will not run.
+
+    False when no supervisor runs here or its loop no longer runs: the caller
+    then does the work itself.
+    """
+    return _listener is not None and _listener.call_soon(callback, *args)

@@ -13,13 +13,17 @@ Countersign itself writes into a thread's log, are defined here once.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import functools
 import logging
+import weakref
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from ..hub import wakeup
 from ..models import Interrupt
 
 logger = logging.getLogger(__name__)
@@ -55,10 +59,41 @@ def _send(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
+    # Handed to the serving loop, not awaited: the database thread that
+    # committed goes on with its next job while the layer fans out.
+    if wakeup.call_soon(_schedule, layer, group, message):
+        return
+    try:  # no serving loop in this process (a management command, a test): send it here
         async_to_sync(layer.group_send)(group, message)
     except Exception:  # a broadcast must never undo or fail a committed write
         logger.exception("broadcast to %s failed", group)
+
+
+# The last broadcast scheduled, per loop: each waits for the one before it, so
+# watchers hear this process's broadcasts in the order their changes committed.
+_latest: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
+# Strong references: the event loop keeps only weak ones to tasks.
+_sending: set[asyncio.Task] = set()
+
+
+def _schedule(layer, group: str, message: dict) -> None:
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(_deliver(_latest.get(loop), layer, group, message))
+    _latest[loop] = task
+    _sending.add(task)
+    task.add_done_callback(functools.partial(_sent, group))
+
+
+async def _deliver(before: asyncio.Task | None, layer, group: str, message: dict) -> None:
+    if before is not None and not before.done():
+        await asyncio.wait([before])  # its failure is its own, logged by _sent
+    await layer.group_send(group, message)
+
+
+def _sent(group: str, task: asyncio.Task) -> None:
+    _sending.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("broadcast to %s failed", group, exc_info=task.exception())
 
 
 def event_appended(thread_pk: int, seq: int, event_type: str) -> None:

@@ -1,13 +1,19 @@
 """The WebSocket consumers through the full ASGI stack: routing, session login, origin check."""
 
+import asyncio
+import time
+
 import pytest
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import transaction
 
+from interrupts.hub import supervisor, wakeup
 from interrupts.live import relay
 from project.asgi import application
 
@@ -92,3 +98,83 @@ async def test_an_unknown_thread_is_refused():
     cookie = await session_cookie()
     communicator, connected, code = await connect("/ws/threads/nope/", ORIGIN, cookie)
     assert not connected and code == 4404
+
+
+async def test_each_user_hears_their_own_badge_once_the_burst_settles():
+    reviewer, outsider = await session_cookie(), await session_cookie(reviewer=False)
+    sockets = []
+    for cookie in (reviewer, reviewer, outsider):
+        communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+        assert connected
+        assert await communicator.receive_json_from() == {"type": "pending", "pending": 0, "mine": 0}
+        sockets.append(communicator)
+    await database_sync_to_async(make.interrupt)()
+    await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
+    for communicator in sockets:
+        assert (await communicator.receive_json_from())["type"] == "changed"
+    # Both of the reviewer's sockets hear their count; the one who may not decide counts nothing as theirs.
+    mine = [await communicator.receive_json_from(timeout=3) for communicator in sockets]
+    assert mine == [{"type": "mine", "pending": 1, "mine": 1}] * 2 + [{"type": "mine", "pending": 1, "mine": 0}]
+    for communicator in sockets:
+        await communicator.disconnect()
+
+
+async def test_a_poke_does_not_wait_behind_the_database_thread():
+    cookie = await session_cookie()
+    communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    await communicator.receive_json_from()
+    # The one thread every thread-sensitive database call shares, busy for a while (a slow stream's write).
+    busy = asyncio.ensure_future(sync_to_async(time.sleep)(3))
+    await asyncio.sleep(0.05)
+    await get_channel_layer().group_send(relay.INBOX_GROUP, {
+        "type": "inbox.changed", "thread": 7, "seq": 3, "reason": "raised", "pending": 5})
+    assert await communicator.receive_json_from(timeout=1) == {
+        "type": "changed", "reason": "raised", "thread": 7, "pending": 5}
+    await busy
+    await communicator.disconnect()
+
+
+async def thread_socket():
+    cookie = await session_cookie()
+    run = await database_sync_to_async(make.run)()
+    communicator, connected, _ = await connect(f"/ws/threads/{run.thread.thread_id}/", ORIGIN, cookie)
+    assert connected
+    assert (await communicator.receive_json_from())["type"] == "hello"
+    return run, communicator
+
+
+@database_sync_to_async
+def append_in_one_transaction(thread_pk: int, seqs: range) -> None:
+    with transaction.atomic():
+        for seq in seqs:
+            relay.event_appended(thread_pk, seq, "TEXT_MESSAGE_CONTENT")
+
+
+async def test_with_a_supervisor_here_broadcasts_leave_from_its_loop_in_commit_order():
+    run, communicator = await thread_socket()
+    wakeup.register(supervisor._Listener(supervisor.Supervisor()))  # this loop's; its ticks are not needed
+    try:
+        await append_in_one_transaction(run.thread_id, range(2, 22))
+        assert [(await communicator.receive_json_from())["seq"] for _ in range(20)] == list(range(2, 22))
+    finally:
+        wakeup.register(None)
+    await communicator.disconnect()
+
+
+async def test_a_supervisor_whose_loop_stopped_does_not_swallow_broadcasts():
+    run, communicator = await thread_socket()
+    stopped = asyncio.new_event_loop()
+    try:
+        wakeup.register(supervisor._Listener(await asyncio.to_thread(
+            stopped.run_until_complete, _supervisor())))
+        await append_in_one_transaction(run.thread_id, range(2, 3))
+        assert (await communicator.receive_json_from())["seq"] == 2
+    finally:
+        wakeup.register(None)
+        stopped.close()
+    await communicator.disconnect()
+
+
+async def _supervisor() -> supervisor.Supervisor:
+    return supervisor.Supervisor()
