@@ -7,7 +7,10 @@ that terminal frame to the first, median and last of the open sockets
 hearing of it (best of up to 3 broadcasts by last arrival, each in the JSON).
 Sockets the server closes while idle are counted, not reopened. Goal for
 the broadcast: the last socket hears it within 100 ms, for at most 0.1 s of
-server CPU (user + system time of the server process during that broadcast).
+server CPU (user + system time of the server process from an idle server,
+through the run that raises the interrupt, to the last socket hearing it).
+What the server spends after that, until it is idle again (each socket
+counting what waits for its user a second after a change), is shown apart.
 
     .venv/bin/python bench/connections.py [--sockets 1000] [--backend all|sqlite|postgres]
 """
@@ -76,6 +79,18 @@ async def broadcast(api: httpx.AsyncClient, agent_process, listeners: list[Liste
     }
 
 
+async def idle(app, quiet: float = 0.5, most: float = 15) -> float:
+    """Wait (at most ``most`` s) until the server has used under 2% of a core for ``quiet`` s; how long it took."""
+    began = time.monotonic()
+    await asyncio.sleep(1.2)  # the sockets' recount comes RECOUNT_SECONDS (1 s) after a change
+    while time.monotonic() - began < most:
+        cpu = app.cpu_seconds()
+        await asyncio.sleep(quiet)
+        if app.cpu_seconds() - cpu < 0.02 * quiet + 0.011:  # one clock tick is 10 ms
+            break
+    return time.monotonic() - began
+
+
 async def measure(backend, agent_process, count: int) -> dict:
     with served(backend, "connections") as app:
         register_agent(app, "bench-interrupt", agent_process.url("/interrupt/"))
@@ -100,10 +115,16 @@ async def measure(backend, agent_process, count: int) -> dict:
             broadcasts, spent = [], 0.0
             # Up to BROADCASTS, while they stay quick: a slow one is not worth repeating.
             while len(broadcasts) < BROADCASTS and spent < BROADCAST_BUDGET:
+                # From an idle server: the previous broadcast's follow-up (each socket's recount) is not this one's.
+                await idle(app)
                 cpu, began = app.cpu_seconds(), time.monotonic()
                 result = await broadcast(api, agent_process, listeners)
                 spent += time.monotonic() - began
                 result["server_cpu_s"] = app.cpu_seconds() - cpu
+                # What follows a broadcast: each socket counting what waits for its user (RECOUNT_SECONDS later).
+                cpu = app.cpu_seconds()
+                result["idle_after_s"] = await idle(app)
+                result["server_cpu_after_s"] = app.cpu_seconds() - cpu
                 result["open_sockets"] = sum(1 for x in listeners if x.closed_at is None)
                 broadcasts.append(result)
             if db_before:
@@ -164,6 +185,8 @@ def main() -> None:
                       lambda b: " / ".join(ms(b[k]) for k in ("first_ms", "p50_ms", "last_ms"))),
         broadcast_row("sockets that heard it / open", lambda b: f"{b['heard']} / {b['open_sockets']}"),
         broadcast_row("server CPU for one broadcast, s (goal <= 0.1)", lambda b: f"{b['server_cpu_s']:.2f}"),
+        broadcast_row("  then, until the server is idle again (the sockets' recount), s",
+                      lambda b: f"{b['server_cpu_after_s']:.2f} in {b['idle_after_s']:.1f} s"),
         row("closed by the server while idle", lambda r: f"{r['dropped_by_server']} in {r['seconds_open']:.0f} s"),
         database_row("PostgreSQL per connect: new sessions / transactions", "database_per_connect"),
         database_row("PostgreSQL per broadcast: new sessions / transactions", "database_per_broadcast"),

@@ -59,7 +59,8 @@ def save(name: str, results: dict, **about) -> Path:
     """Write ``results`` to bench/results/<name>.json with when and where it was measured.
 
     ``run``: the BENCH_RUN that ``make bench`` sets for all the benchmarks of
-    one invocation, so bench/summary.py can tell this run's figures from older files.
+    one invocation, so bench/summary.py can tell this run's figures from older
+    files; with one, a copy also goes to bench/results/runs/<run>/.
     """
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
@@ -72,6 +73,18 @@ def save(name: str, results: dict, **about) -> Path:
         **about,
         "results": results,
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    text = json.dumps(document, indent=2) + "\n"
+    path.write_text(text)
+    if document["run"]:
+        # This run's own copy: a benchmark someone runs by hand meanwhile rewrites results/<name>.json,
+        # not the figures bench/summary.py reads for this run.
+        copy = run_folder(document["run"]) / f"{name}.json"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text)
     print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     return path
+
+
+def run_folder(run: str) -> Path:
+    """Where one `make bench` run keeps its own copy of every results file (bench/results/runs/<run>/)."""
+    return RESULTS / "runs" / run

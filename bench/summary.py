@@ -23,11 +23,12 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from report import RESULTS, table
+from report import RESULTS, run_folder, table
 
 ROOT = RESULTS.parent.parent
 README = ROOT / "README.md"
@@ -61,6 +62,8 @@ class Results:
         if name in self.documents or name in self.problems:
             return self.documents.get(name)
         path = RESULTS / f"{name}.json"
+        if self.run and not self.any_run and (run_folder(self.run) / f"{name}.json").exists():
+            path = run_folder(self.run) / f"{name}.json"  # this run's copy, whatever ran since
         if not path.exists():
             self.problems[name] = f"bench/{name}.py wrote no results (bench/results/{name}.json is missing)"
             return None
@@ -293,6 +296,9 @@ def main() -> None:
         newest = max(files, key=lambda p: p.stat().st_mtime, default=None)
         run = json.loads(newest.read_text()).get("run", "") if newest else ""
     results = Results(run, args.any_run or not run)
+    runs = sorted((RESULTS / "runs").glob("*/"), key=lambda p: p.stat().st_mtime)
+    for old in runs[:-5]:  # keep the last five runs' copies
+        shutil.rmtree(old, ignore_errors=True)
     all_figures = figures(results)
     rows = rows_of(all_figures)
     print()
