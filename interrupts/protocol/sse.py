@@ -30,6 +30,13 @@ _TEXT_EOL = re.compile(r"\r\n|\r|\n")
 _ENCODER = EventEncoder()
 
 
+def _utf8(raw: bytes) -> str | None:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None  # _take_raw decodes the line again, to say where it is wrong
+
+
 @dataclass(frozen=True)
 class SSEFrame:
     """One dispatched event of the stream.
@@ -90,11 +97,45 @@ class SSEReader:
                 self._line_start = self._offset
         base = self._offset
         start = 0
-        for match in _EOL.finditer(chunk):
-            self._check_size(self._pending_size + match.start() - start)
-            self._pending.append(chunk[start : match.start()])
-            self._take_line(frames)
-            start = match.end()
+        if b"\r" in chunk:
+            for match in _EOL.finditer(chunk):
+                self._check_size(self._pending_size + match.start() - start)
+                self._pending.append(chunk[start : match.start()])
+                self._take_line(frames)
+                start = match.end()
+                self._line_start = base + start
+        elif (last := chunk.rfind(b"\n")) >= 0:
+            # LF only, the usual case: one split in C instead of a regex match per line.
+            lines = chunk[:last].split(b"\n")
+            if self._pending:
+                first = lines.pop(0)
+                self._check_size(self._pending_size + len(first))
+                self._pending.append(first)
+                self._take_line(frames)
+                start = len(first) + 1
+                self._line_start = base + start
+            # The two lines of nearly every frame ("data: ...", then blank)
+            # are handled inline; any other line, or a fault, goes through
+            # _take_raw, which says where it is.
+            limit = self.max_frame_bytes
+            for line in lines:
+                if not line:
+                    if self._data:
+                        frames.append(SSEFrame("\n".join(self._data), self._event or None,
+                                               self.last_event_id or None))
+                        self._data = []
+                    self._data_size = 0
+                    self._event = ""
+                elif line[:5] == b"data:" and self._data_size + len(line) <= limit and (
+                        value := _utf8(line[6:] if line[5:6] == b" " else line[5:])) is not None:
+                    self._data.append(value)
+                    self._data_size += len(line)
+                else:
+                    self._line_start = base + start
+                    self._check_size(len(line))
+                    self._take_raw(line, frames)
+                start += len(line) + 1
+            start = last + 1
             self._line_start = base + start
         # A chunk ending in a lone CR has already ended its line; remember it so
         # an LF opening the next chunk is read as the rest of a CRLF, not as a
@@ -157,6 +198,9 @@ class SSEReader:
         raw = b"".join(self._pending)
         self._pending.clear()
         self._pending_size = 0
+        self._take_raw(raw, frames)
+
+    def _take_raw(self, raw: bytes, frames: list[SSEFrame]) -> None:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from itertools import compress
 from typing import Any, get_args
 
@@ -30,6 +31,12 @@ _is_container = frozenset({dict, list}).__contains__
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 _EVENT_TYPES = frozenset(member.value for member in EventType)
 _RESUME_STATUSES = get_args(ResumeStatus)
+# What pydantic's JSON parser takes that ``json.loads`` with our hooks refuses
+# or reads differently: NaN and Infinity, numbers that overflow a float (a
+# three-digit exponent or sixteen digits in a row), integers Python will not
+# convert. Text showing any of them takes the full path, which says what is
+# wrong; so does a JSON escape that may spell a NUL or a lone surrogate.
+_SLOW_TEXT = re.compile(r"NaN|Infinity|[0-9]{16}|[eE][+-]?[0-9]{3}|\\u0000|\\u[dD][89a-fA-F]")
 
 
 def parse_event(
@@ -41,6 +48,10 @@ def parse_event(
     a non-empty interrupt list) exist because pydantic's own errors for those
     cases are a union-tag dump that does not tell an agent author what to fix.
     """
+    if isinstance(data, str):
+        event = _parse_event_text(data, max_bytes)
+        if event is not None:
+            return event
     raw = _decode(data, max_bytes, "The event")
     if not isinstance(raw, dict):
         raise MalformedMessage(
@@ -79,6 +90,25 @@ def parse_event(
         return _EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:
         raise _refusal(exc, raw, event_type) from exc
+
+
+def _parse_event_text(text: str, max_bytes: int) -> Event | None:
+    """The event, parsed once by pydantic's JSON path; None when only the full path can say.
+
+    Taken only where it must agree with the full path: within the size limit
+    (a character is at most four bytes), too shallow to pass MAX_DEPTH (fewer
+    brackets than levels), nothing ``_SLOW_TEXT`` matches, and not a
+    RUN_FINISHED (the full path checks its interrupts, once a run). Anything
+    the model refuses goes the full path too, for its wire-worded refusal.
+    """
+    if (len(text) * 4 > max_bytes or text.count("{") + text.count("[") > MAX_DEPTH
+            or _SLOW_TEXT.search(text) is not None):
+        return None
+    try:
+        event = _EVENT_ADAPTER.validate_json(text)
+    except ValidationError:
+        return None
+    return None if event.type is EventType.RUN_FINISHED else event
 
 
 def parse_frame(frame: SSEFrame, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Event:
@@ -150,7 +180,9 @@ def _decode(data: Any, max_bytes: int, subject: str) -> Any:
                 position=exc.start,
             ) from exc
     try:
-        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_parse_float)
+        if data.startswith("\ufeff"):  # what json.loads says of text that kept its BOM
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", data, 0)
+        value = _DECODER.decode(data)
     except json.JSONDecodeError as exc:
         raise MalformedMessage(
             "BAD_JSON",
@@ -163,7 +195,8 @@ def _decode(data: Any, max_bytes: int, subject: str) -> Any:
         raise _too_deep(subject) from exc
     except ValueError as exc:  # e.g. an integer with more digits than Python will convert
         raise MalformedMessage("BAD_JSON", f"{subject} is not usable JSON: {exc}.") from exc
-    _check_depth(value, subject)
+    if data.count("{") + data.count("[") > MAX_DEPTH:  # fewer brackets than levels cannot nest too deep
+        _check_depth(value, subject)
     return value
 
 
@@ -184,6 +217,10 @@ def _parse_float(text: str) -> float:
             "BAD_JSON", f"The JSON number {text} is too large to represent; send it as a string."
         )
     return value
+
+
+# One decoder for every call: json.loads with hooks builds a new one each time.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_parse_float)
 
 
 def _check_depth(value: Any, subject: str) -> None:
