@@ -48,6 +48,7 @@ class Figure:
     goal: str
     source: str  # the benchmark (bench/<source>.py, results/<source>.json)
     cells: dict[str, Cell] = field(default_factory=dict)
+    baseline_label: str = ""  # what the baseline is, before its values
 
 
 class Results:
@@ -57,6 +58,7 @@ class Results:
         self.run, self.any_run = run, any_run
         self.documents: dict[str, dict] = {}
         self.problems: dict[str, str] = {}
+        self.services = ""
 
     def get(self, name: str) -> dict | None:
         if name in self.documents or name in self.problems:
@@ -121,7 +123,8 @@ def resume(results: Results) -> list[Figure]:
 
 
 def relay(results: Results) -> list[Figure]:
-    ratio = Figure("relay: stored + on the socket ÷ bare httpx read, same run", "≥ 0.3", "relay_throughput")
+    ratio = Figure("relay: stored + on the socket ÷ bare httpx read, same run", "≥ 0.3", "relay_throughput",
+                   baseline_label="bare httpx read: ")
     cpu = Figure("relay: server CPU per event, µs", "≤ 10", "relay_throughput")
     for backend, _ in BACKENDS:
         found = results.backend(ratio.source, backend)
@@ -129,7 +132,7 @@ def relay(results: Results) -> list[Figure]:
             continue
         hub = found["countersign"]
         cut = "" if hub["complete"] else " (cut at the time limit)"
-        baseline = f"bare httpx {number(found['baseline_events_per_s'])} ev/s"
+        baseline = f"{number(found['baseline_events_per_s'])} ev/s"
         if found["ratio"] is None:
             ratio.cells[backend] = Cell("nothing arrived", False, baseline)
         else:
@@ -165,6 +168,7 @@ def inbox(results: Results) -> Figure:
     if document is None:
         return figure
     large, small = str(document.get("interrupts", 100_000)), str(document.get("baseline", 100))
+    figure.baseline_label = f"that page with {small} pending: "
     for backend, _ in BACKENDS:
         found = document["results"].get(backend)
         if not found or large not in found:
@@ -175,8 +179,8 @@ def inbox(results: Results) -> Figure:
         # The deep page is "page 500" at 100,000 and the last page ("page 4") at 100: match on the first word.
         baseline = next((v["ms"] for page, v in found.get(small, {}).items()
                          if page.split()[0] == slowest.split()[0]), None)
-        figure.cells[backend] = Cell(f"{number(pages[slowest])} ({slowest})", at_most(pages[slowest], 50),
-                                     f"{small} pending: {number(baseline)} ms" if baseline is not None else "")
+        figure.cells[backend] = Cell(f"{number(pages[slowest])}: {slowest}", at_most(pages[slowest], 50),
+                                     f"{number(baseline)} ms" if baseline is not None else "")
     return figure
 
 
@@ -201,7 +205,8 @@ def rows_of(all_figures: list[Figure]) -> list[list[str]]:
     for figure in all_figures:
         cells = [figure.cells[b].text if b in figure.cells else "not measured" for b, _ in BACKENDS]
         baselines = [figure.cells[b].baseline if b in figure.cells else "" for b, _ in BACKENDS]
-        baseline = " / ".join(b or "not measured" for b in baselines) if any(baselines) else "—"
+        baseline = (figure.baseline_label + " / ".join(b or "not measured" for b in baselines)
+                    if any(baselines) else "—")
         rows.append([figure.name, *cells, figure.goal, verdict(figure), baseline])
     return rows
 
@@ -267,8 +272,13 @@ def machine_line(results: Results) -> str:
     if about.get("memory_gib"):
         parts.append(f"{about['memory_gib']:g} GiB")
     parts += [f"Python {about['python']}", about["platform"]]
-    if versions := service_versions():
+    versions = service_versions()
+    saved = run_folder(results.run) / "summary.json" if results.run else None
+    if not versions and saved and saved.exists():  # outside `make bench`: what that run's summary found
+        versions = json.loads(saved.read_text()).get("services", "")
+    if versions:
         parts.append(versions)
+    results.services = versions
     if loads:
         parts.append(f"1-minute load average {min(loads):.1f}–{max(loads):.1f} while measuring")
     commits = sorted({d.get("commit", "") for d in documents} - {""})
@@ -291,12 +301,11 @@ def main() -> None:
     args = parser.parse_args()
     run = os.environ.get("BENCH_RUN", "")
     if not run and not args.any_run:
-        # Outside `make bench`: the run of the newest results file.
-        files = [p for p in RESULTS.glob("*.json") if p.name != "summary.json"]
-        newest = max(files, key=lambda p: p.stat().st_mtime, default=None)
-        run = json.loads(newest.read_text()).get("run", "") if newest else ""
+        # Outside `make bench`: the latest `make bench` run (its folder's name starts with when it began).
+        folders = sorted(p.name for p in (RESULTS / "runs").glob("*/"))
+        run = folders[-1] if folders else ""
     results = Results(run, args.any_run or not run)
-    runs = sorted((RESULTS / "runs").glob("*/"), key=lambda p: p.stat().st_mtime)
+    runs = sorted((RESULTS / "runs").glob("*/"))
     for old in runs[:-5]:  # keep the last five runs' copies
         shutil.rmtree(old, ignore_errors=True)
     all_figures = figures(results)
@@ -321,12 +330,15 @@ def main() -> None:
     met = sum(1 for f in all_figures if verdict(f) == "met")
     print(f"Goals met on both back ends: {met} of {len(all_figures)}.")
     document = {
-        "run": run, "machine": machine, "header": HEADER, "rows": rows, "not_measured": unmeasured,
+        "run": run, "machine": machine, "services": results.services, "header": HEADER, "rows": rows, "not_measured": unmeasured,
         "figures": [{"name": f.name, "goal": f.goal, "source": f.source, "verdict": verdict(f),
                      "cells": {b: vars(c) for b, c in f.cells.items()}} for f in all_figures],
         "scaling_rows": scaled,
     }
-    (RESULTS / "summary.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    (RESULTS / "summary.json").write_text(text)
+    if run and os.environ.get("BENCH_RUN") == run:
+        (run_folder(run) / "summary.json").write_text(text)  # with the services' versions, for --readme later
     summary_md = markdown(rows)
     if unmeasured:
         summary_md += "\n\n" + "\n".join(f"Not measured: {p}." for p in unmeasured)
