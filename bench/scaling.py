@@ -330,7 +330,8 @@ def chart(results: dict, levels, measured: str, cpus: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams["svg.fonttype"] = "none"  # text stays text: a small file, and a rerun diffs only by figures
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: a small file
+    plt.rcParams["svg.hashsalt"] = "countersign"  # stable ids: a redraw of the same figures is the same file
 
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.6))
     for key, result in results.items():
