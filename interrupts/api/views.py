@@ -232,7 +232,7 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         The author may send another answer to change it until the batch is
         sent; anyone else gets 409 ALREADY_DECIDED naming who decided.
         """
-        interrupt = get_object_or_404(Interrupt, pk=pk)
+        interrupt = get_object_or_404(Interrupt.objects.select_related("run"), pk=pk)
         body = s.DecideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -241,6 +241,6 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         decision = decisions.decide(
             interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", ""),
-            seen=data.get("seen"),
+            seen=data.get("seen"), fresh=True,
         )
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)

@@ -27,11 +27,12 @@ version, and writes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from . import policies, log, runs, trail
@@ -51,9 +52,11 @@ def lock_batch(run_pk: int) -> None:
     Deciding the last two open interrupts at once, or revising one while
     another completes the batch, must see each other: otherwise the resume
     is never queued, or carries an answer the audit trail does not show.
-    SQLite's IMMEDIATE transactions already run one at a time.
+    SQLite's IMMEDIATE transactions already run one at a time (and it has no
+    row locks), so there it costs no query.
     """
-    Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
+    if connection.features.has_select_for_update:
+        Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
 
 
 def _already_decided(interrupt: Interrupt) -> Refusal:
@@ -233,7 +236,7 @@ def _refuse_if_expired(interrupt: Interrupt) -> None:
 
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
-           seen: str | None = None) -> Decision:
+           seen: str | None = None, *, fresh: bool = False) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
     Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
@@ -259,7 +262,8 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     it: otherwise ``ANSWER_CHANGED`` (409), so nobody approves args they never
     saw. An approver who lost their eligibility meanwhile no longer counts.
     With one approval, the author may change their answer (``revise``) until
-    the batch is sent.
+    the batch is sent. ``fresh``: the caller loaded ``interrupt`` with its
+    run in this request, so it is not read again before the lock.
 
     The race: policy and answer are checked first, with no lock held (see
     the module docstring); then the batch is locked, the interrupt re-read,
@@ -268,7 +272,10 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     other is told who.
     """
     now = timezone.now()
-    current = Interrupt.objects.select_related("run").get(pk=interrupt.pk)
+    # What is read here only picks the rule and checks the answer (the agent's
+    # part of an interrupt never changes; its status is read again under the
+    # lock), so an instance the request has just loaded with its run will do.
+    current = interrupt if fresh else Interrupt.objects.select_related("run").get(pk=interrupt.pk)
     rule = policies.rule_for(current)
     policies.refuse_unless_eligible(user, rule, current)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
@@ -276,7 +283,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     checked = _check(current, status, payload, metadata, comment, now, rule, seen)
     with transaction.atomic():
         lock_batch(current.run_id)
-        interrupt = Interrupt.objects.select_related("run__thread").get(pk=interrupt.pk)
+        interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
             if (live := _revisable(interrupt, user, rule)) is not None:
                 return _revise(interrupt, live, user, checked, now)
@@ -319,12 +326,16 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     )
     if not won:
         raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
+    # No savepoint: whoever adds a live decision to this interrupt moves its
+    # version under the batch's lock, so the UPDATE just won is the proof no
+    # one else did. Should the database still refuse it, nothing is kept: the
+    # transaction rolls back whole, and the refusal does not query it again.
     try:
-        with transaction.atomic():
-            decision = checked.record(interrupt, user)
+        decision = checked.record(interrupt, user)
     except IntegrityError:
-        raise _already_decided(interrupt) from None
-    trail.record_decision(decision)
+        raise Refusal("ALREADY_DECIDED", f"Interrupt {interrupt.interrupt_id} was decided by someone else at the "
+                      "same moment: look at it again.", interrupt_id=interrupt.interrupt_id) from None
+    trail.record_decision(decision, superseded=bool(stale))
     return decision
 
 
@@ -355,12 +366,12 @@ def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
         raise _already_decided(interrupt)
     Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
     decision = checked.record(interrupt, user)
-    trail.record_decision(decision)
+    trail.record_decision(decision, superseded=True)
     _after_decision(interrupt, user, relay.Reason.REVISED)
     return decision
 
 
-def _reopen_lapsed(run: Run, now) -> list[Interrupt]:
+def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt]:
     """Reopen each approved interrupt of the batch whose approvers no longer make its quorum.
 
     An approval counts only while its author may still decide: someone who
@@ -368,9 +379,14 @@ def _reopen_lapsed(run: Run, now) -> list[Interrupt]:
     interrupt of a batch must not be attested when the batch's last
     interrupt is decided. Their decisions are superseded and the interrupt
     waits again. Rejections and cancels stand: they only stop the agent.
+    ``decided``: interrupts decided in this very transaction, whose approvals
+    ``_take`` has just judged under the same lock; they are not looked at again.
     """
-    closed = [i for i in Interrupt.objects.filter(run=run, status=Interrupt.Status.RESOLVED).select_related("run")]
-    rules = policies.rules_for(closed)
+    closed = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.RESOLVED)
+                  .exclude(pk__in=list(decided)).select_related("run"))
+    if not closed:
+        return []
+    rules = policies.rules_held(closed)
     reopened = []
     for interrupt in closed:
         live = approvals(interrupt)
@@ -389,13 +405,17 @@ def _reopen_lapsed(run: Run, now) -> list[Interrupt]:
 
 def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
     run = interrupt.run
-    open_left = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).exists()
-    if not open_left and _reopen_lapsed(run, timezone.now()):
+    # The batch in one read: what is still open, what closed unanswered, and
+    # whether any other approval exists that could have lapsed since it was given.
+    batch = Interrupt.objects.filter(run=run).aggregate(
+        open=Count("pk", filter=Q(status=Interrupt.Status.PENDING)),
+        expired=Count("pk", filter=Q(status=Interrupt.Status.EXPIRED)),
+        approved_before=Count("pk", filter=Q(status=Interrupt.Status.RESOLVED) & ~Q(pk=interrupt.pk)),
+    )
+    open_left = batch["open"] > 0
+    if not open_left and batch["approved_before"] and _reopen_lapsed(run, timezone.now(), [interrupt.pk]):
         open_left = True
-    closed_without_answer = Interrupt.objects.filter(
-        run=run, status=Interrupt.Status.EXPIRED
-    ).exists()
-    if not open_left and not closed_without_answer:
+    if not open_left and not batch["expired"]:
         runs.queue_resume(run, user=user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)
@@ -417,7 +437,7 @@ def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry],
     ``RESERVED_METADATA_KEY``, ``UNSIGNABLE_PAYLOAD``; and copies the tool
     args each approval will run, which may be large.
     """
-    rules = policies.rules_for(interrupts.values())
+    rules = policies.rules_held(interrupts.values())
     answers = {}
     for entry in entries:
         interrupt = interrupts[entry.interrupt_id]
@@ -461,7 +481,7 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
     for interrupt_id, checked in prepared.answers.items():
         _take(by_id[interrupt_id], user, checked, now)
     complete = not Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.PENDING).exists()
-    if complete and _reopen_lapsed(interrupted, now):
+    if complete and _reopen_lapsed(interrupted, now, [by_id[i].pk for i in prepared.answers]):
         complete = False
     thread_pk = interrupted.thread_id
     relay.inbox_changed(thread_pk, 0, relay.Reason.DECIDED)

@@ -16,7 +16,7 @@ import uuid
 from datetime import timedelta
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from ..live import relay
@@ -273,13 +273,15 @@ def queue_resume(interrupted: Run, user=None) -> Run:
     """Queue the run that sends every decision of ``interrupted`` back to its agent.
 
     Called by ``decisions`` in the transaction that records the batch's last
-    decision. The resume's idempotency key is unique: the same answers can
+    decision, under the batch's lock. The resume's idempotency key is unique: the same answers can
     start at most one run, so a second dispatch returns the first.
     """
     thread = interrupted.thread
     entries = resume_entries(interrupted)
     key = resume_key(interrupted.run_id,
                      idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries]))
+    # Exact: every caller holds the batch's lock (``decisions.lock_batch``), so
+    # no other resume of this batch can be written between this and the insert.
     existing = Run.objects.filter(resume_key=key).first()
     if existing is not None:
         return existing
@@ -294,11 +296,7 @@ def queue_resume(interrupted: Run, user=None) -> Run:
         "forwardedProps": {},
         "resume": entries,
     }
-    try:
-        with transaction.atomic():
-            return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key)
-    except IntegrityError:
-        return Run.objects.get(resume_key=key)
+    return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key)
 
 
 def cancel(run: Run, user=None, *, by: str = "") -> bool:

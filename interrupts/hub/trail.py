@@ -333,9 +333,14 @@ def record_supersessions(interrupt) -> list[AuditEntry]:
     return made
 
 
-def record_decision(decision) -> AuditEntry:
-    """Append ``decision``'s entry (after one for each decision it superseded); call inside its transaction."""
-    record_supersessions(decision.interrupt)
+def record_decision(decision, *, superseded: bool = True) -> AuditEntry:
+    """Append ``decision``'s entry (after one for each decision it superseded); call inside its transaction.
+
+    ``superseded`` False: the caller superseded nothing in this transaction, so
+    there is nothing to look for (every supersession is recorded in its own).
+    """
+    if superseded:
+        record_supersessions(decision.interrupt)
     return record(DECISION, decision_content(decision), subject=f"decision:{decision.pk}",
                   decision=decision, interrupt=decision.interrupt)
 

@@ -142,7 +142,7 @@ def decide(request, pk: int):
                 interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
             )
             decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
-                             seen=data["seen"] if "seen" in request.POST else None)
+                             seen=data["seen"] if "seen" in request.POST else None, fresh=True)
         except ProtocolError as refused:
             problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"))
     else:
