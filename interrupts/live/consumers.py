@@ -8,6 +8,7 @@ message or a reconnect never loses or repeats an event.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import weakref
@@ -55,50 +56,65 @@ class InboxConsumer(_PokeConsumer):
 
     ``pending`` is every pending interrupt (counted once per change, by
     ``relay``); ``mine`` is what waits for this socket's user (their
-    policies, their own decisions), counted by this process's ``Badges`` at
-    most once per ``RECOUNT_SECONDS`` for each user with an inbox open here,
-    and sent to each of their sockets in a message of its own.
+    policies, their own decisions). The socket hears both through this
+    process's ``Inboxes``, not a channel-layer group of its own.
     """
 
-    pokes = frozenset({"inbox.changed"})
+    # What this socket heard while it connected: sent after its first count,
+    # so a page always hears "pending" first and every change after it.
+    held: list[str] | None = None
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
             await self.close(code=UNAUTHENTICATED)
             return
-        await self.channel_layer.group_add(relay.INBOX_GROUP, self.channel_name)
+        self.held = []
+        await Inboxes.here().join(self)
         await self.accept()
-        Badges.here().add(self)
         await self.send_json({"type": "pending", **await self._counts()})
+        while self.held:
+            await self.send(text_data=self.held.pop(0))
+        self.held = None
 
     async def disconnect(self, code):
-        Badges.here().discard(self)
-        await self.channel_layer.group_discard(relay.INBOX_GROUP, self.channel_name)
+        await Inboxes.here().leave(self)
 
-    async def inbox_changed(self, message):
-        await self.send_json({"type": "changed", "reason": message["reason"], "thread": message["thread"],
-                              "pending": message["pending"]})
-        Badges.here().changed()
+    async def tell(self, text: str) -> None:
+        """Send one encoded message, or hold it until the connect has sent its counts."""
+        if self.held is not None:
+            self.held.append(text)
+        else:
+            await self.send(text_data=text)
 
     @database_sync_to_async
     def _counts(self) -> dict:
         return {"pending": selectors.pending_count(), "mine": selectors.waiting_count(self.scope["user"])}
 
 
-class Badges:
-    """The inbox sockets open in this process, by user, and the "mine" count each of their users is sent.
+class Inboxes:
+    """The inbox sockets open in this process (this event loop), by user, and what they hear.
 
-    A change (heard on any socket, whichever process made it) starts a round
-    ``RECOUNT_SECONDS`` later, unless one is due: one database visit that
-    reads the policies and the pending count once and each user's count once,
-    however many sockets they have open. A change heard while a round counts
-    starts another after it, so the last count always follows the last change.
+    The process, not each socket, is the member of the layer's inbox group:
+    a broadcast is one message to each process, encoded once here and
+    written to every local socket, where a group of sockets cost the layer a
+    message per socket (with Redis, a round trip each).
+
+    "mine": a change starts a round ``RECOUNT_SECONDS`` later, unless one is
+    due: one database visit that reads the policies and the pending count
+    once and each user's count once, however many sockets they have open. A
+    change heard while a round counts starts another after it, so the last
+    count always follows the last change.
     """
 
-    _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Badges] = weakref.WeakKeyDictionary()
+    # Writes to sockets between two chances for the loop's other work.
+    FAN_OUT_SLICE = 100
+    # Memberships of a layer group lapse (channels: after a day); renewed well before.
+    RENEW_SECONDS = 3600.0
+
+    _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Inboxes] = weakref.WeakKeyDictionary()
 
     @classmethod
-    def here(cls) -> Badges:
+    def here(cls) -> Inboxes:
         """This event loop's (each test runs its own loop; a server has one)."""
         loop = asyncio.get_running_loop()
         found = cls._per_loop.get(loop)
@@ -108,26 +124,83 @@ class Badges:
 
     def __init__(self) -> None:
         self.sockets: dict[int, set[InboxConsumer]] = {}
+        # Joining and leaving the layer's group, one at a time.
+        self.subscribing = asyncio.Lock()
+        self.channel: str | None = None
+        self.listening: list[asyncio.Task] = []
         self.round: asyncio.Task | None = None
         self.counting = False
         self.again = False
 
-    def add(self, consumer: InboxConsumer) -> None:
+    async def join(self, consumer: InboxConsumer) -> None:
+        """Count ``consumer`` among this process's inbox sockets; once this returns it hears every change."""
         self.sockets.setdefault(consumer.scope["user"].pk, set()).add(consumer)
+        async with self.subscribing:
+            if self.channel is None:
+                layer = consumer.channel_layer
+                channel = await layer.new_channel()
+                await layer.group_add(relay.INBOX_GROUP, channel)
+                self.channel = channel
+                # A fresh context: these outlive the socket whose connect started them.
+                self.listening = [asyncio.get_running_loop().create_task(job, context=contextvars.Context())
+                                  for job in (self._listen(layer, channel), self._renew(layer, channel))]
 
-    def discard(self, consumer: InboxConsumer) -> None:
+    async def leave(self, consumer: InboxConsumer) -> None:
         user_pk = getattr(consumer.scope.get("user"), "pk", None)
         found = self.sockets.get(user_pk)
-        if found is not None:
-            found.discard(consumer)
-            if not found:
-                del self.sockets[user_pk]
-        if not self.sockets and self.round is not None:
-            self.round.cancel()  # nobody left to tell
+        if found is None or consumer not in found:
+            return
+        found.discard(consumer)
+        if not found:
+            del self.sockets[user_pk]
+        async with self.subscribing:
+            if self.sockets or self.channel is None:
+                return
+            channel, self.channel = self.channel, None  # nobody left to tell
+            for task in self.listening:
+                task.cancel()
+            if self.round is not None:
+                self.round.cancel()
+            await consumer.channel_layer.group_discard(relay.INBOX_GROUP, channel)
+
+    async def _listen(self, layer, channel: str) -> None:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the layer's connection failed: pages read the database when they reconnect
+                logger.exception("receiving inbox broadcasts failed")
+                await asyncio.sleep(1)
+                continue
+            if message.get("type") == "inbox.changed":
+                await self._tell_everyone(json.dumps({
+                    "type": "changed", "reason": message["reason"], "thread": message["thread"],
+                    "pending": message["pending"]}))
+                self.changed()
+
+    async def _renew(self, layer, channel: str) -> None:
+        while True:
+            await asyncio.sleep(self.RENEW_SECONDS)
+            try:
+                await layer.group_add(relay.INBOX_GROUP, channel)
+            except Exception:
+                logger.exception("renewing the inbox subscription failed")
+
+    async def _tell_everyone(self, text: str, users=None) -> None:
+        written = 0
+        for consumer in [c for pk, found in self.sockets.items() if users is None or pk in users for c in found]:
+            try:
+                await consumer.tell(text)
+            except Exception:  # one broken socket must not keep the others from hearing
+                logger.exception("writing to an inbox socket failed")
+            written += 1
+            if written % self.FAN_OUT_SLICE == 0:
+                await asyncio.sleep(0)
 
     def changed(self) -> None:
         if self.round is None or self.round.done():
-            self.round = asyncio.get_running_loop().create_task(self._rounds())
+            self.round = asyncio.get_running_loop().create_task(self._rounds(), context=contextvars.Context())
         elif self.counting:
             self.again = True
         # else: a round is due and will count this change too
@@ -145,8 +218,7 @@ class Badges:
             finally:
                 self.counting = False
             for user_pk, text in counted.items():
-                for consumer in list(self.sockets.get(user_pk, ())):
-                    await consumer.send(text_data=text)
+                await self._tell_everyone(text, users={user_pk})
             if not self.again:
                 return
 

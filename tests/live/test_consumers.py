@@ -178,3 +178,14 @@ async def test_a_supervisor_whose_loop_stopped_does_not_swallow_broadcasts():
 
 async def _supervisor() -> supervisor.Supervisor:
     return supervisor.Supervisor()
+
+
+async def test_after_the_last_inbox_socket_left_the_next_one_still_hears_changes():
+    cookie = await session_cookie()
+    for _ in range(2):  # the process leaves the layer's group with its last socket, and joins again
+        communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+        assert connected
+        assert (await communicator.receive_json_from())["type"] == "pending"
+        await database_sync_to_async(relay.inbox_changed)(7, 3, "decided")
+        assert (await communicator.receive_json_from())["reason"] == "decided"
+        await communicator.disconnect()
