@@ -69,19 +69,22 @@ def _send(group: str, message: dict) -> None:
         logger.exception("broadcast to %s failed", group)
 
 
-# The last broadcast scheduled, per loop: each waits for the one before it, so
-# watchers hear this process's broadcasts in the order their changes committed.
-_latest: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
+# The last broadcast scheduled to each group, per loop: each waits for the one
+# before it, so a group's watchers hear this process's broadcasts in the order
+# their changes committed. Groups do not wait for each other: a busy thread's
+# events must not hold up the inbox.
+_latest: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Task]] = weakref.WeakKeyDictionary()
 # Strong references: the event loop keeps only weak ones to tasks.
 _sending: set[asyncio.Task] = set()
 
 
 def _schedule(layer, group: str, message: dict) -> None:
     loop = asyncio.get_running_loop()
-    task = loop.create_task(_deliver(_latest.get(loop), layer, group, message))
-    _latest[loop] = task
+    latest = _latest.setdefault(loop, {})
+    task = loop.create_task(_deliver(latest.get(group), layer, group, message))
+    latest[group] = task
     _sending.add(task)
-    task.add_done_callback(functools.partial(_sent, group))
+    task.add_done_callback(functools.partial(_sent, latest, group))
 
 
 async def _deliver(before: asyncio.Task | None, layer, group: str, message: dict) -> None:
@@ -90,8 +93,10 @@ async def _deliver(before: asyncio.Task | None, layer, group: str, message: dict
     await layer.group_send(group, message)
 
 
-def _sent(group: str, task: asyncio.Task) -> None:
+def _sent(latest: dict[str, asyncio.Task], group: str, task: asyncio.Task) -> None:
     _sending.discard(task)
+    if latest.get(group) is task:
+        del latest[group]
     if not task.cancelled() and task.exception() is not None:
         logger.error("broadcast to %s failed", group, exc_info=task.exception())
 
