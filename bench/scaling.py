@@ -50,7 +50,7 @@ from collections import Counter
 import httpx
 
 from backends import agent, arguments, backends, register_agent, served, served_cluster, session_cookie, ws_url
-from report import RESULTS, percentile, save, table
+from report import RESULTS, percentile, run_folder, save, table
 from ws_client import HandshakeRefused, WebSocket
 
 LEVELS = (1, 10, 50, 200)
@@ -362,6 +362,10 @@ def chart(results: dict, levels, measured: str, cpus: int) -> None:
     figure.suptitle(f"Countersign at 1–{max(levels)} runs at once (measured {measured}, {cpus} cores)")
     figure.tight_layout()
     figure.savefig(RESULTS_CHART, metadata={"Date": None})  # no timestamp in the file
+    if os.environ.get("BENCH_RUN"):  # this run's own copy, which `bench/summary.py --readme` puts back here
+        copy = run_folder(os.environ["BENCH_RUN"]) / RESULTS_CHART.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(copy, metadata={"Date": None})
     if os.environ.get("BENCH_CHART_PNG"):  # a PNG to look at, e.g. where nothing renders SVG
         figure.savefig(os.environ["BENCH_CHART_PNG"], dpi=80)
     plt.close(figure)

@@ -353,6 +353,14 @@ def main() -> None:
             text = replace_between(text, "bench:scaling", "\n".join(lines))
         README.write_text(text)
         print("rewrote the marked figures in README.md")
+        # The chart and its data that README.md shows: this run's, even if scaling.py ran by hand since.
+        for name in ("scaling.json", "scaling.svg"):
+            copy = run_folder(run) / name if run else None
+            if copy and copy.exists():
+                shutil.copyfile(copy, RESULTS / name)
+                print(f"bench/results/{name}: this run's")
+            elif scaled:
+                print(f"NOTE: no bench/results/runs/{run}/{name}: bench/results/{name} may not match README.md")
 
 
 if __name__ == "__main__":
