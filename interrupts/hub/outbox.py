@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..conf import settings
 from ..live import relay
-from ..models import Agent, Run
+from ..models import Agent, Run, Thread
 from . import log, wakeup
 from .refusals import Refusal
 
@@ -69,6 +69,7 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
     new_limit = limit if new_limit is None else min(new_limit, limit)
     now = timezone.now()
     taken: list[tuple[int, bool]] = []
+    delivering: dict[int, int] = {}  # runs taken that waited for their agent before: pk -> thread
     skipped: set[int] = set()  # agents at their limit, or locked by a concurrent claim
     room: dict[int, int] = {}  # agents this claim has locked: how many more runs each may stream
     with transaction.atomic():
@@ -85,35 +86,43 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
                     .exclude(agent_id__in=skipped)
                     .exclude(pk__in=[pk for pk, _ in taken])
                     .order_by("created_at", "pk")
-                    .values_list("pk", "agent_id")[:wanted]
+                    .values_list("pk", "agent_id", "attempts", "thread_id")[:wanted]
                 )
                 if not rows:
                     break
-                _lock_agents({agent for _pk, agent in rows} - room.keys() - skipped, room, skipped)
+                _lock_agents({row[1] for row in rows} - room.keys() - skipped, room, skipped)
                 # Each pass takes a run or rules an agent out, so the loop ends.
-                for pk, agent in rows:
+                for pk, agent, attempts, thread_pk in rows:
                     if agent in skipped:
                         continue
                     taken.append((pk, resumes))
+                    if attempts:
+                        delivering[pk] = thread_pk
                     room[agent] -= 1
                     if room[agent] <= 0:
                         skipped.add(agent)
+                if len(rows) < wanted:
+                    break  # that was every due run of the kind: each is taken now or its agent is full
         if not taken:
             return []
         due = [pk for pk, _ in taken]
-        Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
+        updated = Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
             status=Run.Status.STREAMING,
             claimed_by=worker,
             started_at=now,
             retry_at=None,
             lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
         )
-        claimed = {pk: (attempts, thread_pk, seq) for pk, attempts, thread_pk, seq in
-                   Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
-                   .values_list("pk", "attempts", "thread_id", "thread__last_seq")}
-        for attempts, thread_pk, seq in claimed.values():
-            if attempts:  # it was listed as waiting for its agent: the inbox drops it now
-                relay.inbox_changed(thread_pk, seq, relay.Reason.DELIVERY)
+        if updated != len(due):  # never, under the row locks or SQLite's one writer; if it were, only ours count
+            claimed = set(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
+                          .values_list("pk", flat=True))
+        else:
+            claimed = set(due)
+        if notify := {pk: thread for pk, thread in delivering.items() if pk in claimed}:
+            # They were listed as waiting for their agent: the inbox drops them now.
+            seqs = dict(Thread.objects.filter(pk__in=notify.values()).values_list("pk", "last_seq"))
+            for thread_pk in notify.values():
+                relay.inbox_changed(thread_pk, seqs[thread_pk], relay.Reason.DELIVERY)
         return [(pk, is_resume) for pk, is_resume in taken if pk in claimed]
 
 

@@ -100,12 +100,21 @@ class Supervisor:
             self.wakeup.clear()
 
     async def tick(self) -> None:
-        """One round: expire due interrupts, fail lost runs, claim and stream queued runs."""
+        """One round: claim and stream queued runs, expire due interrupts, fail lost runs.
+
+        Claiming first: a wake-up is nearly always a run just queued (a
+        decision's resume) that its agent is waiting for. A lost run settled
+        after the claim frees its agent's stream: the next round, at once, may use it.
+        """
         await sync_to_async(close_old_connections)()
+        await self._claim()
         await sync_to_async(decisions.expire_due)()
         for run in await sync_to_async(outbox.lapsed)(timezone.now()):
             if await sync_to_async(outbox.take_over)(run, self.worker):
                 await sync_to_async(streaming.recover)(run)
+                self.wakeup.set()
+
+    async def _claim(self) -> None:
         room, new_room = self.room()
         if room <= 0:
             return
@@ -119,6 +128,10 @@ class Supervisor:
             slot = Slot(resume=is_resume)
             self.slots.add(slot)
             self.stream(run_pk, slot=slot)
+        if claimed:
+            # The streams' first reads go before the rest of the round's: every
+            # sync_to_async call here waits its turn on the same one thread.
+            await asyncio.sleep(0)
 
     def room(self) -> tuple[int, int]:
         """Free slots: (for a resume, for a new run). New runs never take the resume_slots()."""

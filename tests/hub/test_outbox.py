@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from interrupts.hub import outbox, wakeup
 from interrupts.live import relay
-from interrupts.models import Event, Run
+from interrupts.models import Event, Run, Thread
 
 from .. import factories as make
 
@@ -116,6 +116,16 @@ def test_a_run_waiting_for_its_retry_time_is_not_due():
     assert claimed == [(due.pk, False)]
     assert Run.objects.get(pk=due.pk).retry_at is None  # claimed: no longer waiting
     assert Run.objects.get(pk=later.pk).status == "queued"
+
+
+def test_claiming_a_run_that_waited_for_its_agent_tells_the_inbox_at_its_thread_s_seq(monkeypatch):
+    told, real = [], relay.inbox_changed
+    monkeypatch.setattr(relay, "inbox_changed", lambda *args: (told.append(args), real(*args)))
+    retried = queued(attempts=2, retry_at=timezone.now() - timedelta(seconds=1))
+    Thread.objects.filter(pk=retried.thread_id).update(last_seq=7)  # the inbox is told up to its last event
+    first_try = queued()
+    assert sorted(pks(outbox.claim_due(10, "w"))) == sorted([retried.pk, first_try.pk])
+    assert told == [(retried.thread_id, 7, relay.Reason.DELIVERY)]
 
 
 def contended(step):
