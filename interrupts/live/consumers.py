@@ -38,8 +38,8 @@ class _PokeConsumer(AsyncJsonWebsocketConsumer):
 
     Channels runs ``close_old_connections`` in the one shared database thread
     before every message it hands a consumer; for a poke that only forwards
-    what it carries, a thousand sockets then queued behind each other, and
-    behind every stream's database work, to hear one broadcast.
+    what it carries, every watcher then queued behind each other, and behind
+    every stream's database work, to hear one broadcast.
     """
 
     pokes: frozenset[str] = frozenset()
@@ -51,7 +51,7 @@ class _PokeConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
 
-class InboxConsumer(_PokeConsumer):
+class InboxConsumer(AsyncJsonWebsocketConsumer):
     """ws/inbox/: a poke whenever interrupts are raised, decided or expire, and the counts.
 
     ``pending`` is every pending interrupt (counted once per change, by
@@ -174,9 +174,9 @@ class Inboxes:
                 await asyncio.sleep(1)
                 continue
             if message.get("type") == "inbox.changed":
-                await self._tell_everyone(json.dumps({
+                await self._tell(json.dumps({
                     "type": "changed", "reason": message["reason"], "thread": message["thread"],
-                    "pending": message["pending"]}))
+                    "pending": message["pending"]}), [c for found in self.sockets.values() for c in found])
                 self.changed()
 
     async def _renew(self, layer, channel: str) -> None:
@@ -187,9 +187,9 @@ class Inboxes:
             except Exception:
                 logger.exception("renewing the inbox subscription failed")
 
-    async def _tell_everyone(self, text: str, users=None) -> None:
+    async def _tell(self, text: str, consumers: list[InboxConsumer]) -> None:
         written = 0
-        for consumer in [c for pk, found in self.sockets.items() if users is None or pk in users for c in found]:
+        for consumer in consumers:
             try:
                 await consumer.tell(text)
             except Exception:  # one broken socket must not keep the others from hearing
@@ -218,7 +218,7 @@ class Inboxes:
             finally:
                 self.counting = False
             for user_pk, text in counted.items():
-                await self._tell_everyone(text, users={user_pk})
+                await self._tell(text, list(self.sockets.get(user_pk, ())))
             if not self.again:
                 return
 
