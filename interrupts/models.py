@@ -277,6 +277,26 @@ class Run(models.Model):
         return self.children.filter(resume_key__isnull=False).first()
 
 
+class ExactJSONField(models.JSONField):
+    """JSON kept as the text that was written: PostgreSQL's ``json``, not ``jsonb``.
+
+    ``jsonb`` re-spells what it stores (keys sorted, spacing and number
+    spellings normalised), so the log could not show an agent's exact bytes.
+    ``json`` keeps the text and still answers ``->`` and ``->>``; it has no
+    ``=`` or ``@>``, so lookups that compare a key's value need a cast to
+    ``jsonb``. SQLite keeps JSON as text already.
+    """
+
+    def db_type(self, connection):
+        return "json" if connection.vendor == "postgresql" else super().db_type(connection)
+
+    def from_db_value(self, value, expression, connection):
+        # psycopg decodes json itself (Django sets a text loader for jsonb only).
+        if value is None or not isinstance(value, (str, bytes, bytearray)):
+            return value
+        return super().from_db_value(value, expression, connection)
+
+
 class Event(models.Model):
     """One AG-UI event exactly as received: append-only, numbered per thread."""
 
@@ -286,7 +306,9 @@ class Event(models.Model):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.PositiveBigIntegerField(help_text="Position in the thread's event log.")
     type = models.CharField(max_length=64)
-    payload = models.JSONField(help_text="The event in wire (camelCase) form.")
+    # An agent's event is written as the text it sent (log.append_many), so its
+    # exact bytes stay in the audit; reading it gives the decoded JSON.
+    payload = ExactJSONField(help_text="The event in wire (camelCase) form, as the agent sent it.")
     # False for events Countersign itself wrote into the log (a RUN_ERROR for a
     # stream that broke), so the audit trail never passes them off as the agent's.
     from_agent = models.BooleanField(default=True)

@@ -58,12 +58,33 @@ def _log(run: Run, payload: dict, from_agent: bool) -> Event:
     return event
 
 
+class Received:
+    """One agent event as it arrived: its type, its JSON text exactly as sent, and that text decoded.
+
+    ``payload`` may be None for an event whose content the hub never reads
+    (the streamer decodes only what it needs: snapshots, deltas, the
+    terminal event): the text is what is stored.
+    """
+
+    __slots__ = ("type", "text", "payload")
+
+    def __init__(self, type: str, text: str, payload: dict | None = None) -> None:
+        self.type, self.text, self.payload = type, text, payload
+
+    @classmethod
+    def of(cls, payload: dict) -> Received:
+        return cls(payload["type"], json.dumps(payload), payload)
+
+
+# Events whose content folds into the thread: the streamer gives their payload.
+FOLDED = frozenset({"STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "STATE_DELTA"})
+
 # What a batch of events leaves unchanged in the thread (its state, its messages).
 _UNCHANGED = object()
 
 
-def _folded(run: Run, payloads: list[dict]) -> tuple[object, object]:
-    """The thread's state and messages after ``payloads`` (``_UNCHANGED`` where none of them says).
+def _folded(run: Run, events: list[Received]) -> tuple[object, object]:
+    """The thread's state and messages after ``events`` (``_UNCHANGED`` where none of them says).
 
     Worked out before ``append_many``'s transaction: a STATE_DELTA is the
     agent's JSON Patch, and applying it is work the agent chooses (see
@@ -72,8 +93,11 @@ def _folded(run: Run, payloads: list[dict]) -> tuple[object, object]:
     now writes it, and a thread streams one run at a time.
     """
     state = messages = _UNCHANGED
-    for payload in payloads:
-        kind = payload["type"]
+    for event in events:
+        kind = event.type
+        if kind not in FOLDED:
+            continue
+        payload = event.payload if event.payload is not None else json.loads(event.text)
         if kind == "STATE_SNAPSHOT":
             state = payload.get("snapshot")
         elif kind == "MESSAGES_SNAPSHOT":
@@ -178,8 +202,8 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now) -> None:
         setattr(run, name, value)
 
 
-def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> list[int] | None:
-    """Record events of ``run`` (wire JSON, as received) in order and fold their snapshots, atomically.
+def append_many(run: Run, events: list[Received | dict], worker: str | None = None) -> list[int] | None:
+    """Record events of ``run`` (as received, or wire JSON dicts) in order and fold their snapshots, atomically.
 
     Returns their sequence numbers, or None (nothing written) when the run
     has ended meanwhile, or ``worker`` no longer holds it: an operator
@@ -189,9 +213,10 @@ def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> li
     ``finish``, once the stream has ended cleanly after it. Watchers get one
     poke, for the last event, after commit.
     """
-    if not payloads:
+    if not events:
         return []
-    state, messages = _folded(run, payloads)
+    events = [event if isinstance(event, Received) else Received.of(event) for event in events]
+    state, messages = _folded(run, events)
     with transaction.atomic():
         # Locked before the thread's sequence numbers, in the order ``fail``
         # takes them (run, then thread): a RUN_ERROR recorded by anyone else
@@ -204,14 +229,14 @@ def append_many(run: Run, payloads: list[dict], worker: str | None = None) -> li
             holding = holding.filter(status=Run.Status.STREAMING, claimed_by=worker)
         if not holding.exists():
             return None
-        last = _next_seq(run.thread_id, len(payloads))
-        seqs = list(range(last - len(payloads) + 1, last + 1))
-        _insert_events(run, seqs, payloads)
+        last = _next_seq(run.thread_id, len(events))
+        seqs = list(range(last - len(events) + 1, last + 1))
+        _insert_events(run, seqs, events)
         if state is not _UNCHANGED:
             Thread.objects.filter(pk=run.thread_id).update(state=state)
         if messages is not _UNCHANGED:
             Thread.objects.filter(pk=run.thread_id).update(messages=messages)
-        thread_pk, event_type = run.thread_id, payloads[-1]["type"]
+        thread_pk, event_type = run.thread_id, events[-1].type
         relay.event_appended(thread_pk, last, event_type)
     return seqs
 
@@ -221,7 +246,7 @@ INSERT_ROWS = 500
 EVENT_COLUMNS = ("thread", "run", "seq", "type", "payload", "from_agent", "received_at")
 
 
-def _insert_events(run: Run, seqs: list[int], payloads: list[dict]) -> None:
+def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
     # Not bulk_create: building a model instance and its SQL per event cost
     # ~140 µs, most of the relay's time. PostgreSQL takes the rows by COPY
     # (~40 µs a row, against ~140 µs for a multi-row INSERT, whose parameters
@@ -233,8 +258,10 @@ def _insert_events(run: Run, seqs: list[int], payloads: list[dict]) -> None:
     table = quote(meta.db_table)
     columns = ", ".join(quote(meta.get_field(name).column) for name in EVENT_COLUMNS)
     received = connection.ops.adapt_datetimefield_value(timezone.now())
-    rows = [(run.thread_id, run.pk, seq, payload["type"][:64], json.dumps(payload), True, received)
-            for seq, payload in zip(seqs, payloads)]
+    # The payload column takes the agent's text as sent (json on PostgreSQL, text on SQLite).
+    thread_pk, run_pk = run.thread_id, run.pk
+    rows = [(thread_pk, run_pk, seq, event.type[:64], event.text, True, received)
+            for seq, event in zip(seqs, events)]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # The same connection, so the same transaction as the sequence numbers.

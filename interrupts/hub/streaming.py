@@ -17,13 +17,17 @@ in this process), ``append_many`` refusing a batch, a failed heartbeat.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from asgiref.sync import sync_to_async
+from django.db import connection
 
 from . import egress, log, outbox
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, settings
@@ -36,6 +40,53 @@ from ..protocol.sse import SSEReader
 from ..protocol.wire import parse_event, parse_frame
 
 logger = logging.getLogger(__name__)
+
+# Streaming's database work runs on threads of its own. Through asgiref's
+# default (thread-sensitive) executor every ORM call of the process shares one
+# thread, so 50 runs writing to PostgreSQL queued behind each other and behind
+# everything else the loop sends there. A few threads are enough: the work
+# holds the GIL except while it waits for the database, and more threads
+# only fight over it. SQLite takes one writer at a time and makes a blocked
+# one sleep in steps of milliseconds, so there one thread writes for all.
+DB_THREADS = {"postgresql": 3}
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                _executor = ThreadPoolExecutor(DB_THREADS.get(connection.vendor, 1),
+                                               thread_name_prefix="countersign-streaming-db")
+    return _executor
+
+
+def _released(function: Callable) -> Callable:
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            # These threads never see a request end, which is when Django
+            # closes connections: a PostgreSQL connection goes back to the
+            # pool after each call (a thread must not hold one while idle), and
+            # any connection an error may have broken is closed, not reused.
+            # SQLite's stays open: reopening it cost ~1 ms a call.
+            if not connection.in_atomic_block and (connection.vendor == "postgresql" or connection.errors_occurred):
+                connection.close()
+    return call
+
+
+def database(function: Callable) -> Callable:
+    """``function`` as a coroutine function that runs on streaming's database threads."""
+    return sync_to_async(_released(function), thread_sensitive=False, executor=_threads())
+
+# Events read but not yet written, at most: past this the reader waits for the
+# writer, so a database slower than the agent cannot make the hub hold a run's
+# whole stream in memory.
+MAX_PENDING = 4096
 
 
 class Stopped(Exception):
@@ -187,24 +238,75 @@ class RunStreamer:
         self.told = 0
         self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
         self.terminal: dict | None = None
-        # Events checked but not yet recorded: written per network read, so a
-        # fast agent's events share transactions and a slow one's are not delayed.
-        self.batch: list[dict] = []
+        # Events checked but not yet handed to the writer. The reader keeps
+        # reading while the writer records what came before, and the writer
+        # takes everything pending at once: a fast agent's events share
+        # transactions, and a slow one's are not delayed.
+        self.pending: list[log.Received] = []
+        self.more = asyncio.Event()  # set when events are pending, or reading is over
+        self.room = asyncio.Event()  # cleared while MAX_PENDING events wait
+        self.room.set()
+        self.reading_done = False
+        self.reading: asyncio.Task | None = None
+        self.writer: asyncio.Task | None = None
+        # What the writer failed with while the reader still read: the reader is cancelled and raises it.
+        self.write_failed: BaseException | None = None
+        # The batch being written on a database thread now: a cancelled writer
+        # cannot stop that thread, so whatever follows waits for it.
+        self.in_flight: asyncio.Future | None = None
+        self.in_flight_batch: list[log.Received] = []
         # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
         self.events_read = 0
         self.bytes_read = 0
 
-    async def _flush(self) -> None:
-        """Record the events taken since the last flush, in one transaction."""
-        if not self.batch:
+    async def _write(self) -> None:
+        """The writer: record pending events in order, a transaction per batch, until reading is over."""
+        while True:
+            if not self.pending:
+                if self.reading_done:
+                    return
+                self.more.clear()
+                await self.more.wait()
+                continue
+            batch, self.pending = self.pending, []
+            self.room.set()
+            self.in_flight_batch = batch
+            self.in_flight = asyncio.ensure_future(database(log.append_many)(self.run, batch, self.worker))
+            seqs = await asyncio.shield(self.in_flight)
+            if seqs is None:
+                self.settled_elsewhere = True
+                raise Stopped()
+            self._tell_batch(seqs, batch)
+
+    def _tell_batch(self, seqs: list[int], batch: list[log.Received]) -> None:
+        if seqs and seqs[-1] <= self.told:
+            return  # told already
+        for seq, event in zip(seqs, batch):
+            self._tell(seq, event.payload)
+
+    def _writer_ended(self, writer: asyncio.Task) -> None:
+        if writer.cancelled() or writer.exception() is None:
             return
-        batch, self.batch = self.batch, []
-        seqs = await sync_to_async(log.append_many)(self.run, batch, self.worker)
-        if seqs is None:
-            self.settled_elsewhere = True
-            raise Stopped()
-        for seq, payload in zip(seqs, batch):
-            self._tell(seq, payload)
+        if not self.reading_done:  # else the reader is waiting for the writer, and gets its error there
+            self.write_failed = writer.exception()
+            self.reading.cancel()
+
+    async def _drain(self) -> None:
+        """Wait until everything read is recorded (the writer's error, if it had one, is raised here)."""
+        self.reading_done = True
+        self.more.set()
+        await self.writer
+
+    async def _writes_settled(self) -> None:
+        """Wait for a write a cancelled writer left on its thread, and tell what it recorded."""
+        if self.in_flight is None:
+            return
+        try:
+            seqs = await asyncio.shield(self.in_flight)
+        except Exception:  # the writer's failure is reported where the writer ran
+            return
+        if seqs:
+            self._tell_batch(seqs, self.in_flight_batch)
 
     def _tell(self, seq: int, payload: dict) -> None:
         self.told = max(self.told, seq)
@@ -213,22 +315,24 @@ class RunStreamer:
 
     async def _tell_settled(self) -> None:
         """Give the listener how the run was ended elsewhere (the operator's RUN_ERROR), before its end."""
+        await self._writes_settled()
         if self.listener is None:
             return
-        rows = await sync_to_async(list)(
+        rows = await database(list)(
             Event.objects.filter(run_id=self.run.pk, seq__gt=self.told).order_by("seq").values_list("seq", "payload"))
         for seq, payload in rows:
             self._tell(seq, payload)
 
     async def _fail(self, code: str, message: str, raw=None) -> None:
-        event = await sync_to_async(log.fail)(self.run, code, message, raw)
+        await self._writes_settled()
+        event = await database(log.fail)(self.run, code, message, raw)
         if event is not None:
             self._tell(event.seq, event.payload)
         else:  # ended elsewhere first (an operator, another process): theirs is the ending
             self.settled_elsewhere = True
 
     def _take(self, frame) -> None:
-        """Check one frame and queue its event for the next flush; a Fault if it is wrong."""
+        """Check one frame and queue its event for the writer; a Fault if it is wrong."""
         self.events_read += 1
         if self.events_read > settings.COUNTERSIGN_MAX_RUN_EVENTS:
             raise Fault("TOO_MANY_EVENTS", f"The agent sent more than {settings.COUNTERSIGN_MAX_RUN_EVENTS} events in "
@@ -237,16 +341,22 @@ class RunStreamer:
             event = parse_frame(frame, max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
         except MalformedMessage as problem:
             raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {problem.message}", frame.data) from None
-        payload = json.loads(frame.data)
+        kind = event.type.value
+        payload = None
         # Valid AG-UI Countersign cannot hold (a NUL, a lone surrogate) is refused like any invalid
         # event; JSON text can only spell either as an escape, so most events skip the walk.
-        if storable.needs_check(frame.data) and (refused := storable.problem(payload, "The event")) is not None:
-            raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {refused.message}", frame.data)
+        if storable.needs_check(frame.data):
+            payload = json.loads(frame.data)
+            if (refused := storable.problem(payload, "The event")) is not None:
+                raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {refused.message}", frame.data)
         try:
             self.lifecycle.accept(event)
         except StreamFault as fault:
             raise Fault(fault.code, fault.message, frame.data) from None
-        self.batch.append(payload)
+        # The text is what is stored; it is decoded again only where someone reads it.
+        if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished):
+            payload = json.loads(frame.data)
+        self.pending.append(log.Received(kind, frame.data, payload))
         if self.lifecycle.finished:
             self.terminal = payload  # as received: interrupts keep every field the agent sent
 
@@ -286,25 +396,7 @@ class RunStreamer:
                         f"The agent answered {content_type or 'no content type'} (HTTP {response.status_code}), "
                         "not text/event-stream.",
                     )
-                reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
-                try:
-                    async for chunk in _chunks(response, self.lifecycle):
-                        self.bytes_read += len(chunk)
-                        if self.bytes_read > settings.COUNTERSIGN_MAX_RUN_BYTES:
-                            raise Fault("STREAM_TOO_LARGE",
-                                        f"The agent's stream for this run passed {settings.COUNTERSIGN_MAX_RUN_BYTES} "
-                                        "bytes (COUNTERSIGN_MAX_RUN_BYTES); the rest was not read.")
-                        for frame in reader.feed(chunk):
-                            self._take(frame)
-                        await self._flush()
-                    for frame in reader.close():
-                        self._take(frame)
-                except Exception:
-                    # What came before a fault is recorded before the fault is
-                    # (not on cancellation: then the run is no longer ours).
-                    await self._flush()
-                    raise
-                await self._flush()
+                await self._receive(response)
         try:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:
@@ -313,7 +405,46 @@ class RunStreamer:
         if refused is not None:
             raise Fault(*refused)
         # Only now, with nothing after the terminal event, does the run end as it said.
-        await sync_to_async(log.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
+        await database(log.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
+
+    async def _receive(self, response: httpx.Response) -> None:
+        """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""
+        reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+        self.reading = asyncio.current_task()
+        self.writer = asyncio.ensure_future(self._write())
+        self.writer.add_done_callback(self._writer_ended)
+        try:
+            try:
+                async for chunk in _chunks(response, self.lifecycle):
+                    self.bytes_read += len(chunk)
+                    if self.bytes_read > settings.COUNTERSIGN_MAX_RUN_BYTES:
+                        raise Fault("STREAM_TOO_LARGE",
+                                    f"The agent's stream for this run passed {settings.COUNTERSIGN_MAX_RUN_BYTES} "
+                                    "bytes (COUNTERSIGN_MAX_RUN_BYTES); the rest was not read.")
+                    for frame in reader.feed(chunk):
+                        self._take(frame)
+                    if self.pending:
+                        self.more.set()
+                        if len(self.pending) >= MAX_PENDING:
+                            self.room.clear()
+                            await self.room.wait()
+                for frame in reader.close():
+                    self._take(frame)
+            except asyncio.CancelledError:
+                # Cancelled by the writer's failure: that failure is this reader's.
+                # Any other cancellation (a shutdown, an operator, the run's clock) goes on.
+                if self.write_failed is None or asyncio.current_task().uncancel() > 0:
+                    raise
+                raise self.write_failed from None
+            except Exception:
+                # What came before a fault is recorded before the fault is
+                # (not on cancellation: then the run is no longer ours).
+                await self._drain()
+                raise
+            await self._drain()
+        finally:
+            if not self.writer.done():
+                self.writer.cancel()
 
     async def _heartbeat(self, stream: asyncio.Task) -> None:
         interval = max(settings.COUNTERSIGN_LEASE_SECONDS / 3, 0.1)
@@ -329,7 +460,7 @@ class RunStreamer:
                 stream.cancel()
                 return
             try:
-                kept = await sync_to_async(outbox.renew)(self.run.pk, self.worker)
+                kept = await database(outbox.renew)(self.run.pk, self.worker)
             except Exception:  # a missed beat is retried; the lease has room for two more
                 logger.exception("could not renew the claim on run %s", self.run.run_id)
                 continue
@@ -352,7 +483,7 @@ class RunStreamer:
                 await self._fail("AGENT_UNREACHABLE", f"Gave up after {tries} attempts; the last one: {fault.message}",
                                  fault.raw)
                 return
-            attempt = await sync_to_async(outbox.defer)(self.run, self.worker, fault.code, fault.message)
+            attempt = await database(outbox.defer)(self.run, self.worker, fault.code, fault.message)
             if attempt is not None:
                 logger.warning("run %s: agent unreachable (attempt %d): %s", self.run.run_id, attempt, fault.message)
             return  # None: another process settled the run meanwhile
@@ -435,7 +566,7 @@ async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = 
                      stop: asyncio.Event | None = None) -> None:
     """Stream the run ``run_pk``, which ``worker`` has claimed, to its end (or until ``stop`` is set)."""
     try:
-        run = await Run.objects.select_related("thread", "agent").aget(pk=run_pk)
+        run = await database(Run.objects.select_related("thread", "agent").get)(pk=run_pk)
     except BaseException:
         if listener is not None:
             listener.put_nowait(None)  # a waiting client is told the stream is over

@@ -30,7 +30,7 @@ def crash(app):
 def decide_offline(app, interrupt_pk):
     """Decide in a separate process with no server running: it commits and exits, nobody dispatches."""
     code = (
-        "from django.contrib.auth import get_user_model; from interrupts import decisions; "
+        "from django.contrib.auth import get_user_model; from interrupts.hub import decisions; "
         "from interrupts.models import Interrupt, Run; "
         f"i = Interrupt.objects.get(pk={interrupt_pk}); "
         "decisions.decide(i, get_user_model().objects.get(username='reviewer'), 'resolved', {'confirm': True}); "

@@ -8,6 +8,7 @@ test's event loop, with the database calls on asgiref's worker thread as under
 
 import asyncio
 import json
+import threading
 
 import pytest
 from ag_ui.core import RunAgentInput
@@ -64,6 +65,15 @@ class Agent(ScriptedAgent):
                     *body["messages"], {"id": "m-2", "role": "assistant", "content": "Hello, world"}]}),
                 frame(finished(body, {"type": "success"})),
             ])
+        if name == "exact":
+            self.calls[(name, body.get("threadId"))] += 1
+            return stream(handler, [
+                frame(started(body)),
+                *(f"data: {text}\n\n".encode() for text in EXACT_TEXTS),
+                # One event over two data lines: its text is the lines joined by LF.
+                b'data: {"type": "TEXT_MESSAGE_END",\ndata:  "messageId": "m-3"}\n\n',
+                frame(finished(body, {"type": "success"})),
+            ])
         if name == "signed":
             try:
                 check_signature(self.secret, handler.headers.get(signing.SIGNATURE_HEADER), handler.raw_body)
@@ -77,6 +87,14 @@ class Agent(ScriptedAgent):
             self.checked.append(approvals)
             name = "approve"
         super().answer(handler, name, body)
+
+
+# Spellings jsonb would change (key order, spacing, escapes, number forms), and text beyond ASCII.
+EXACT_TEXTS = [
+    '{"type":"TEXT_MESSAGE_START","role":"assistant","messageId":"m-3"}',
+    '{ "messageId" : "m-3", "type" : "TEXT_MESSAGE_CONTENT", "delta" : "caf\\u00e9 and caf\u00e9 \u2014 \U0001f600" }',
+    '{"type":"STATE_SNAPSHOT","snapshot":{"z":1.50,"a":1E2,"m":[true, null,-0]}}',
+]
 
 
 @pytest.fixture(scope="module")
@@ -316,3 +334,48 @@ async def test_the_agent_s_credential_travels_in_its_header(agent):
     assert headers["X-Agent-Key"] == "k-123"
     assert headers["Content-Type"] == "application/json" and headers["Accept"] == "text/event-stream"
     assert (await stored(run.pk)).status == "interrupted"
+
+
+# --- what is stored, and where the work runs ----------------------------------------------------
+
+
+async def test_an_agent_s_events_are_stored_as_the_exact_text_it_sent(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/exact/")
+    told = await streamed(run.pk)
+    assert (await stored(run.pk)).status == "succeeded"
+
+    @sync_to_async
+    def texts() -> list[tuple[str, object]]:
+        from django.db import connection
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT CAST(payload AS TEXT) FROM interrupts_event WHERE run_id = %s ORDER BY seq",
+                           [run.pk])
+            kept = [text for (text,) in cursor.fetchall()]
+        return list(zip(kept, Event.objects.filter(run_id=run.pk).order_by("seq").values_list("payload", flat=True)))
+
+    rows = await texts()
+    sent = [*EXACT_TEXTS, '{"type": "TEXT_MESSAGE_END",\n "messageId": "m-3"}']
+    assert [text for text, _payload in rows[1:-1]] == sent
+    # Read back, each is the JSON it spells, for every reader (API, history, gateway, listener).
+    assert [payload for _text, payload in rows[1:-1]] == [json.loads(text) for text in sent]
+    assert [payload for _seq, payload in told[1:-2]] == [json.loads(text) for text in sent]
+    thread = await sync_to_async(Thread.objects.get)(pk=run.thread_id)
+    assert thread.state == {"z": 1.5, "a": 100.0, "m": [True, None, 0]}
+
+
+async def test_a_run_streams_while_asgiref_s_shared_thread_is_busy(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/chat/")
+    # Everything sent to asgiref's thread-sensitive executor outside a request
+    # shares one thread; streaming's database work must not queue behind it.
+    release = threading.Event()
+    busy = asyncio.ensure_future(sync_to_async(release.wait)(10))
+    try:
+        await asyncio.sleep(0.05)
+        assert not busy.done()
+        told = await asyncio.wait_for(streaming.stream_run(run.pk, WORKER), 5)
+        assert told is None and not busy.done()
+    finally:
+        release.set()
+        await busy
+    ended = await stored(run.pk)
+    assert (ended.status, ended.thread.last_seq) == ("succeeded", 8)
