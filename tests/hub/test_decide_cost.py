@@ -1,0 +1,50 @@
+"""What one decision costs the database, through the REST API as a client sends it.
+
+The decision's own answer waits for every statement here, and the resume
+waits for the answer's commit: a statement crept back in shows here first.
+"""
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+
+from interrupts.models import Interrupt, Run
+
+from .. import factories as make
+
+pytestmark = pytest.mark.django_db
+
+SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+# Token and user, the interrupt, the policies' check, the permissions (2); BEGIN, the
+# re-read, the approvals, the UPDATE, the decision, the trail's tail and entry, the
+# batch, the resume's answers, its key, the resume; COMMIT; the inbox's count.
+# PostgreSQL adds the batch's row lock and the trail's advisory lock.
+STATEMENTS = {"sqlite": 18, "postgresql": 20}
+
+
+def raised(agent, user):
+    run = make.run(make.thread(agent=agent), status="interrupted", requested_by=user)
+    return make.interrupt(run, interrupt_id="int-1", response_schema=SCHEMA,
+                          raw={"id": "int-1", "reason": "confirmation", "responseSchema": SCHEMA})
+
+
+def test_an_approval_that_sends_the_resume_costs_a_fixed_number_of_statements():
+    user = make.user(username="reviewer")
+    token = Token.objects.create(user=user).key
+    agent = make.agent()
+    make.policy(agent=agent, allow_self_approval=True)
+    client = Client()
+
+    def approve(interrupt):
+        return client.post(f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve"},
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Token {token}")
+
+    assert approve(raised(agent, user)).status_code == 201  # the process reads the policies once
+    interrupt = raised(agent, user)
+    with CaptureQueriesContext(connection) as statements:
+        assert approve(interrupt).status_code == 201
+    assert len(statements) <= STATEMENTS[connection.vendor], "\n".join(q["sql"][:120] for q in statements)
+    assert Interrupt.objects.get(pk=interrupt.pk).status == "resolved"
+    assert Run.objects.filter(parent=interrupt.run, resume_key__isnull=False, status="queued").count() == 1
