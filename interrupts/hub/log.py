@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from contextlib import closing
 
 from ag_ui.core import CustomEvent, Interrupt as WireInterrupt, RunErrorEvent
 from django.db import connection, transaction
@@ -44,8 +45,18 @@ def _next_seq(thread_pk: int, count: int = 1) -> int:
     """Reserve ``count`` sequence numbers of the thread; the last one."""
     # The UPDATE takes the thread row's write lock (PostgreSQL) or the
     # database's (SQLite, IMMEDIATE): two writers can never get one number.
-    Thread.objects.filter(pk=thread_pk).update(last_seq=F("last_seq") + count, updated_at=timezone.now())
-    return Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+    # One statement (RETURNING) rather than an UPDATE and a SELECT: each
+    # statement gives up the GIL, and a database thread waits up to 5 ms to
+    # get it back from a busy event loop.
+    quote = connection.ops.quote_name
+    meta = Thread._meta
+    last_seq, updated_at = (quote(meta.get_field(name).column) for name in ("last_seq", "updated_at"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET {last_seq} = {last_seq} + %s, {updated_at} = %s "
+            f"WHERE {quote(meta.pk.column)} = %s RETURNING {last_seq}",
+            [count, connection.ops.adapt_datetimefield_value(timezone.now()), thread_pk])
+        return cursor.fetchone()[0]
 
 
 def _log(run: Run, payload: dict, from_agent: bool) -> Event:
@@ -241,8 +252,10 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
     return seqs
 
 
-# Rows per INSERT on SQLite: 7 parameters each stays far below its limit.
-INSERT_ROWS = 500
+# Rows per INSERT on SQLite: 7 parameters each, within the 32,766 SQLite
+# allows by default; a statement per 500 rows cost the writer a wait for the
+# GIL each (see _next_seq).
+INSERT_ROWS = 4096
 EVENT_COLUMNS = ("thread", "run", "seq", "type", "payload", "from_agent", "received_at")
 
 
@@ -262,14 +275,19 @@ def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
     thread_pk, run_pk = run.thread_id, run.pk
     rows = [(thread_pk, run_pk, seq, event.type[:64], event.text, True, received)
             for seq, event in zip(seqs, events)]
-    with connection.cursor() as cursor:
+    # The driver's own cursor, on the same connection (so in the same transaction
+    # as the sequence numbers), with Django's error translation kept: Django's
+    # cursor rewrites the SQL's placeholders on every call, and under DEBUG
+    # logged each 500-row INSERT by quoting its 3,500 parameters with a query
+    # of their own.
+    connection.ensure_connection()
+    with connection.wrap_database_errors, closing(connection.connection.cursor()) as cursor:
         if connection.vendor == "postgresql":
-            # The same connection, so the same transaction as the sequence numbers.
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
             return
-        placeholders = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ")"
+        placeholders = "(" + ", ".join(["?"] * len(EVENT_COLUMNS)) + ")"
         for start in range(0, len(rows), INSERT_ROWS):
             chunk = rows[start:start + INSERT_ROWS]
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(chunk))}",

@@ -428,6 +428,12 @@ class RunStreamer:
                         if len(self.pending) >= MAX_PENDING:
                             self.room.clear()
                             await self.room.wait()
+                        else:
+                            # A read that finds bytes buffered does not yield to the
+                            # loop: without this, an agent faster than the hub kept
+                            # the writer (and the sockets it pokes) waiting until
+                            # MAX_PENDING events had piled up.
+                            await asyncio.sleep(0)
                 for frame in reader.close():
                     self._take(frame)
             except asyncio.CancelledError:
