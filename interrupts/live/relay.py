@@ -9,6 +9,11 @@ they call ``event_appended`` or ``inbox_changed`` inside their transaction,
 and the message leaves only if it commits (a rolled-back change announces
 nothing). The reasons an inbox changes, and the names of the CUSTOM events
 Countersign itself writes into a thread's log, are defined here once.
+
+Where a supervisor runs (a serving process), the committed message is handed
+to its event loop (``wakeup.call_soon``) and sent from there: the database
+thread that committed does not wait for the layer. Elsewhere it is sent
+before the commit's caller goes on.
 """
 
 from __future__ import annotations
