@@ -256,14 +256,17 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
 # allows by default; a statement per 500 rows cost the writer a wait for the
 # GIL each (see _next_seq).
 INSERT_ROWS = 4096
+# From this many rows PostgreSQL takes them by COPY; a smaller batch (a slow
+# agent's event, a terminal one) by INSERT, one round trip where COPY takes two.
+COPY_ROWS = 32
 EVENT_COLUMNS = ("thread", "run", "seq", "type", "payload", "from_agent", "received_at")
 
 
 def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
     # Not bulk_create: building a model instance and its SQL per event cost
-    # ~140 µs, most of the relay's time. PostgreSQL takes the rows by COPY
-    # (~40 µs a row, against ~140 µs for a multi-row INSERT, whose parameters
-    # psycopg quotes one by one); SQLite by multi-row INSERT (~10 µs a row).
+    # ~140 µs, most of the relay's time. PostgreSQL takes a large batch by
+    # COPY (~40 µs a row, against ~140 µs for a multi-row INSERT, whose
+    # parameters psycopg quotes one by one); SQLite by multi-row INSERT.
     # Agent events only: they need no save() logic (the table is
     # append-only, guarded by triggers) and no signals.
     meta = Event._meta
@@ -282,12 +285,13 @@ def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
     # of their own.
     connection.ensure_connection()
     with connection.wrap_database_errors, closing(connection.connection.cursor()) as cursor:
-        if connection.vendor == "postgresql":
+        postgresql = connection.vendor == "postgresql"
+        if postgresql and len(rows) >= COPY_ROWS:
             with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
             return
-        placeholders = "(" + ", ".join(["?"] * len(EVENT_COLUMNS)) + ")"
+        placeholders = "(" + ", ".join(["%s" if postgresql else "?"] * len(EVENT_COLUMNS)) + ")"
         for start in range(0, len(rows), INSERT_ROWS):
             chunk = rows[start:start + INSERT_ROWS]
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(chunk))}",

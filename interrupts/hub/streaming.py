@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 # holds the GIL except while it waits for the database, and more threads
 # only fight over it. SQLite takes one writer at a time and makes a blocked
 # one sleep in steps of milliseconds, so there one thread writes for all.
-DB_THREADS = {"postgresql": 3}
+DB_THREADS = {"postgresql": 4}
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 

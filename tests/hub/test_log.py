@@ -202,3 +202,24 @@ def test_a_doubtful_proposal_reaches_the_interrupt_as_a_warning_for_its_reviewer
     doubts = [p for p in interrupt.problems if p["code"] == "DOUBTFUL_PROPOSAL"]
     assert len(doubts) == 2 and "'sendMail'" in doubts[0]["message"]
     assert {p["interrupt_id"] for p in doubts} == {"approve-tc-1"}
+
+
+@pytest.mark.parametrize("count", [3, log.COPY_ROWS + 8])  # PostgreSQL: by INSERT, then by COPY
+def test_a_batch_is_stored_in_order_as_the_text_received_and_numbered_after_what_came_before(count):
+    from django.db import connection
+
+    run = make.run(status=Run.Status.STREAMING, claimed_by="w")
+    log.append_many(run, [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id}], "w")
+    texts = [f'{{"type":"TEXT_MESSAGE_CONTENT", "messageId":"m", "delta":"\\u00e9 {n}"}}' for n in range(count)]
+    seqs = log.append_many(run, [log.Received("TEXT_MESSAGE_CONTENT", text) for text in texts], "w")
+    assert seqs == list(range(2, count + 2))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT seq, CAST(payload AS TEXT) FROM interrupts_event WHERE run_id = %s AND seq > 1 "
+                       "ORDER BY seq", [run.pk])
+        assert cursor.fetchall() == list(zip(seqs, texts))
+    assert [event.payload["delta"] for event in run.events.filter(seq__gt=1).order_by("seq")] == [
+        f"é {n}" for n in range(count)]
+    # A run its worker no longer holds takes nothing more.
+    assert log.append_many(run, [log.Received("TEXT_MESSAGE_END", '{"type":"TEXT_MESSAGE_END","messageId":"m"}')],
+                           "another-worker") is None
+    assert run.events.count() == count + 1

@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ag_ui.core import (
     CustomEvent,
     Interrupt,
@@ -399,3 +401,47 @@ def test_message_without_role_is_a_missing_field():
 def test_errors_are_json_ready():
     err = refusal(parse_run_input, {"threadId": "t"})
     assert json.loads(json.dumps(err.as_dict()))["code"] == "MISSING_FIELD"
+
+
+# -- one parse on pydantic's JSON path, where it agrees with the full one ---------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(value=_JSON)
+@settings(max_examples=200)
+def test_an_event_parsed_from_text_equals_the_one_parsed_from_its_decoded_json(value):
+    text = json.dumps({"type": "CUSTOM", "name": "n", "value": value}, ensure_ascii=False)
+    assert parse_event(text) == parse_event(json.loads(text))
+
+
+@pytest.mark.parametrize("text", [
+    '{"type":"CUSTOM","name":"n","value":NaN}',
+    '{"type":"CUSTOM","name":"n","value":-Infinity}',
+    '{"type":"CUSTOM","name":"n","value":1e400}',
+    '{"type":"CUSTOM","name":"n","value":' + "1" * 400 + '.0}',
+    '{"type":"CUSTOM","name":"n","value":' + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + '}',
+    '{"type":"CUSTOM","name":"n","value":1} trailing',
+    '{"type":"custom","name":"n"}',
+    '{"type":"TEXT_MESSAGE_CONTENT","messageId":"m"}',
+    '["RUN_STARTED"]',
+    '{"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"interrupt","interrupts":[]}}',
+])
+def test_text_the_json_path_cannot_take_is_refused_as_the_full_path_refuses_it(text):
+    # Bytes always take the full path (they are decoded first): the same refusal, word for word.
+    from_text, from_bytes = refusal(parse_event, text), refusal(parse_event, text.encode("utf-8"))
+    assert (from_text.code, from_text.message) == (from_bytes.code, from_bytes.message)
+
+
+def test_an_exponent_the_json_path_leaves_to_the_full_one_still_parses():
+    assert parse_event('{"type":"CUSTOM","name":"n","value":1e100}').value == 1e100
+
+
+def test_text_that_kept_its_bom_is_refused_as_json_loads_refuses_it():
+    # Bytes may open with a BOM (decoded as utf-8-sig); decoded text that still holds one is not JSON.
+    assert refusal(parse_event, '\ufeff{"type":"CUSTOM","name":"n","value":1}').message == (
+        "The event is not valid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig) at line 1, column 1.")
