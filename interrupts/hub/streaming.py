@@ -83,10 +83,12 @@ def database(function: Callable) -> Callable:
     """``function`` as a coroutine function that runs on streaming's database threads."""
     return sync_to_async(_released(function), thread_sensitive=False, executor=_threads())
 
-# Events read but not yet written, at most: past this the reader waits for the
-# writer, so a database slower than the agent cannot make the hub hold a run's
-# whole stream in memory.
-MAX_PENDING = 4096
+# Events (and their bytes) read but not yet written, at most: past either the
+# reader waits for the writer, so a database slower than the agent cannot make
+# the hub hold a run's whole stream in memory. Large: each batch costs the
+# writer a few waits for the GIL whatever its size (see log._next_seq).
+MAX_PENDING = 16384
+MAX_PENDING_BYTES = 16 * 1024 * 1024
 
 
 class Stopped(Exception):
@@ -243,6 +245,7 @@ class RunStreamer:
         # takes everything pending at once: a fast agent's events share
         # transactions, and a slow one's are not delayed.
         self.pending: list[log.Received] = []
+        self.pending_bytes = 0
         self.more = asyncio.Event()  # set when events are pending, or reading is over
         self.room = asyncio.Event()  # cleared while MAX_PENDING events wait
         self.room.set()
@@ -268,7 +271,7 @@ class RunStreamer:
                 self.more.clear()
                 await self.more.wait()
                 continue
-            batch, self.pending = self.pending, []
+            batch, self.pending, self.pending_bytes = self.pending, [], 0
             self.room.set()
             self.in_flight_batch = batch
             self.in_flight = asyncio.ensure_future(database(log.append_many)(self.run, batch, self.worker))
@@ -357,6 +360,7 @@ class RunStreamer:
         if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished):
             payload = json.loads(frame.data)
         self.pending.append(log.Received(kind, frame.data, payload))
+        self.pending_bytes += len(frame.data)
         if self.lifecycle.finished:
             self.terminal = payload  # as received: interrupts keep every field the agent sent
 
@@ -425,7 +429,7 @@ class RunStreamer:
                         self._take(frame)
                     if self.pending:
                         self.more.set()
-                        if len(self.pending) >= MAX_PENDING:
+                        if len(self.pending) >= MAX_PENDING or self.pending_bytes >= MAX_PENDING_BYTES:
                             self.room.clear()
                             await self.room.wait()
                         else:

@@ -379,3 +379,14 @@ async def test_a_run_streams_while_asgiref_s_shared_thread_is_busy(agent):
         await busy
     ended = await stored(run.pk)
     assert (ended.status, ended.thread.last_seq) == ("succeeded", 8)
+
+
+async def test_a_reader_ahead_of_its_writer_waits_for_it_and_every_event_is_recorded_in_order(agent, monkeypatch):
+    monkeypatch.setattr(streaming, "MAX_PENDING", 1)  # the reader waits for the writer after every event
+    run = await sync_to_async(claimed_run)(f"{agent.url}/chat/")
+    told = await streamed(run.pk)
+    types = ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+             "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    assert await log_of(run.pk) == [(seq, kind, True) for seq, kind in enumerate(types, start=1)]
+    assert [(seq, payload["type"]) for seq, payload in told[:-1]] == list(enumerate(types, start=1))
+    assert (await stored(run.pk)).status == "succeeded"
