@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from ..models import AuditEntry, Decision, Interrupt, Policy, Run
-from . import trail
+from ..models import Decision, Interrupt, Policy, Run
 from .refusals import Refusal
 
 DECIDE_PERMISSION = "interrupts.decide_interrupt"
@@ -142,23 +141,15 @@ def rules_held(interrupts: Iterable[Interrupt]) -> dict[int, Rule]:
 #
 # Deciding asks for the policy in force on every request, and reading every
 # policy with its groups and users is three queries (most of a decision's
-# reads). A process keeps what it read, and asks the audit trail whether it
-# still holds: every change to a policy, its groups or users, a group or a
-# user (a rename, a deletion) appends an entry there, in the change's own
-# transaction or right after it (apps.py connects the receivers), and nothing
-# else writes policies. So the policies read just after the trail's entry
-# ``tail`` are still in force while every entry after it is a decision or an
-# expiry. Entries are appended in order under one lock, each commit before
-# the next begins, so an entry is never seen after a later one; the tail is
-# held by its hash too, so a trail rolled back or replaced (a test's flush, a
-# restored backup) is never mistaken for the one read.
+# reads). A process keeps what it read, and asks the database whether it
+# still holds: triggers (migration 0018) give ``interrupts_policy_version`` a
+# fresh random token in every transaction that writes a policy, its groups or
+# users, or a group, whatever wrote it (the ORM with or without signals, a
+# fixture, raw SQL). The token is read before the policies, so a change that
+# commits in between makes the next check read them again; a rollback brings
+# back the old token with the old rows; a token is never reused.
 
-#: What the trail appends without changing who may decide.
-ROUTINE_ENTRIES = frozenset({trail.DECISION, trail.SUPERSEDED, trail.EXPIRY})
-#: Entries read per check at most; more since the last check (a burst in other processes) reads the policies again.
-CHECK_LIMIT = 200
-#: Seconds a process keeps what it read at most: a change made around the ORM (raw SQL, which the
-#: trail's verification names as tampering) still reaches every process within this.
+#: Seconds a process keeps what it read at most, even while the token stays (belt and braces).
 HELD_SECONDS = 10.0
 
 
@@ -166,50 +157,31 @@ HELD_SECONDS = 10.0
 class _Held:
     policies: list[Policy]  # most specific first, as ``in_force`` reads them; never shown (their agents may be renamed)
     rules: dict[int, Rule]
-    tail: tuple[int, str]  # the trail's last entry (seq, hash) when they were read; (0, "") for an empty trail
+    token: str | None  # interrupts_policy_version's token when they were read (None: no write since the table began)
     read_at: float  # time.monotonic()
 
 
 _last: _Held | None = None
 
 
-def _trail_tail() -> tuple[int, str]:
-    last = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
-    return tuple(last) if last else (0, "")
-
-
-def _still_held(held: _Held) -> tuple[int, str] | None:
-    """The trail's tail now if nothing but routine entries followed ``held.tail``, else None (read again)."""
-    if time.monotonic() - held.read_at > HELD_SECONDS:
-        return None
-    seq, hash_ = held.tail
+def _token() -> str | None:
     # Raw SQL: this runs on every decision, and the ORM's compiling costs more than the query.
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT seq, hash, kind FROM {AuditEntry._meta.db_table} WHERE seq >= %s ORDER BY seq LIMIT %s",
-                       [seq, CHECK_LIMIT])
-        rows = cursor.fetchall()
-    if seq:
-        if not rows or (rows[0][0], rows[0][1]) != (seq, hash_):
-            return None  # the entry read is gone or another one: not the trail the policies were read with
-        rows = rows[1:]
-    if len(rows) >= CHECK_LIMIT - 1 or any(kind not in ROUTINE_ENTRIES for _seq, _hash, kind in rows):
-        return None
-    return (rows[-1][0], rows[-1][1]) if rows else held.tail
+        cursor.execute("SELECT token FROM interrupts_policy_version WHERE id = 1")
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 def _held() -> _Held:
-    """The policies in force and their rules, read again only when the trail says they may have changed."""
+    """The policies in force and their rules, read again only when the database says they may have changed."""
     global _last
     held = _last
-    if held is not None and (tail := _still_held(held)) is not None:
-        if tail != held.tail:
-            held = _last = _Held(held.policies, held.rules, tail, held.read_at)
+    token = _token()
+    if held is not None and held.token == token and time.monotonic() - held.read_at <= HELD_SECONDS:
         return held
-    # The tail first: a change committed after it is read has an entry after it, seen at the next check.
-    tail = _trail_tail()
     policies = list(Policy.objects.prefetch_related("groups", "users"))
     policies.sort(key=lambda p: p.specificity, reverse=True)
-    held = _last = _Held(policies, {p.pk: _rule(p) for p in policies}, tail, time.monotonic())
+    held = _last = _Held(policies, {p.pk: _rule(p) for p in policies}, token, time.monotonic())
     return held
 
 
