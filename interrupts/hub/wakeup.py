@@ -58,7 +58,9 @@ def stop_stream(run_pk: int) -> None:
 def call_soon(callback: Callable[..., object], *args) -> bool:
     """Run ``callback(*args)`` on the serving event loop soon, from any thread; False if it will not run.
 
-    False when no supervisor runs here or its loop no longer runs: the caller
-    then does the work itself.
+    False when no supervisor runs here, its loop no longer runs, or the
+    listener only wakes (one that predates ``call_soon``): the caller then
+    does the work itself.
     """
-    return _listener is not None and _listener.call_soon(callback, *args)
+    call = getattr(_listener, "call_soon", None)
+    return call is not None and call(callback, *args)
