@@ -28,3 +28,16 @@ def pytest_collection_modifyitems(session, config, items):
     # Browser tests last: Playwright's sync API runs an event loop of its own,
     # which must not overlap the async tests.
     items.sort(key=lambda item: "/browser/" in str(item.path))
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory):
+    # The test database on SQLite is a file, as deployed: Django's default, an
+    # in-memory database shared between threads, refuses a second writer at
+    # once ("database table is locked") where a file waits its busy timeout,
+    # and the hub writes from more than one thread (streaming has its own).
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("database") / "test.sqlite3")
