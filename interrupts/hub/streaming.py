@@ -223,6 +223,23 @@ def recover(run: Run) -> None:
         )
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _DuplicateKey(key[:100])
+            seen.add(key)
+    return found
+
+
 class RunStreamer:
     """Streams one claimed run; ``listener`` (an asyncio.Queue) gets each recorded event."""
 
@@ -349,7 +366,14 @@ class RunStreamer:
         # Valid AG-UI Countersign cannot hold (a NUL, a lone surrogate) is refused like any invalid
         # event; JSON text can only spell either as an escape, so most events skip the walk.
         if storable.needs_check(frame.data):
-            payload = json.loads(frame.data)
+            # A key given twice hides its first value from the decoded view, and
+            # the text itself is what is stored: here that value could be what
+            # the check refuses, so duplicates are refused outright.
+            try:
+                payload = json.loads(frame.data, object_pairs_hook=_unique_keys)
+            except _DuplicateKey as twice:
+                raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: the key {twice.key!r} appears "
+                                               "twice in one object.", frame.data) from None
             if (refused := storable.problem(payload, "The event")) is not None:
                 raise Fault("MALFORMED_EVENT", f"The agent sent an invalid event: {refused.message}", frame.data)
         try:

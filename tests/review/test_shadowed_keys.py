@@ -39,8 +39,7 @@ def test_a_shadowed_duplicate_key_cannot_smuggle_what_the_door_refuses(escape):
     assert refused.value.code == "MALFORMED_EVENT"
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'")
-def test_a_stored_event_stays_queryable_on_postgresql():
+def test_a_stored_event_stays_queryable():
     run, streamer = _streamer()
     text = (f'{{"type":"RUN_STARTED","threadId":"{run.thread.thread_id}","runId":"{run.run_id}",'
             '"x":"\\u0000","x":"ok"}')
