@@ -16,6 +16,9 @@ import weakref
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
+from django.contrib.sessions.models import Session
+from django.utils import timezone
 
 from . import relay
 from ..hub import policies
@@ -69,11 +72,21 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=UNAUTHENTICATED)
             return
         self.held = []
-        await Inboxes.here().join(self)
-        await self.accept()
-        await self.send_json({"type": "pending", **await self._counts()})
-        while self.held:
-            await self.send(text_data=self.held.pop(0))
+        # The session this socket was opened with: the count rounds close the
+        # socket once it ended (logged out, expired) or its user may not log in.
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        here = Inboxes.here()
+        await here.join(self)
+        try:
+            await self.accept()
+            await self.send_json({"type": "pending", **await self._counts()})
+            while self.held:
+                await self.send(text_data=self.held.pop(0))
+        except BaseException:
+            # disconnect() is not called for a connect that failed: without this the
+            # socket would stay among this process's sockets, holding every broadcast.
+            await here.leave(self)
+            raise
         self.held = None
 
     async def disconnect(self, code):
@@ -211,24 +224,44 @@ class Inboxes:
             self.counting, self.again = True, False
             try:
                 users = {pk: next(iter(found)).scope["user"] for pk, found in self.sockets.items()}
-                counted = await database_sync_to_async(_count_for)(users)
+                sessions = {c.session_key for found in self.sockets.values() for c in found}
+                counted, live, active = await database_sync_to_async(_count_for)(users, sessions)
             except Exception:  # the next change tries again; the page keeps its last count meanwhile
                 logger.exception("counting the inbox badges failed")
                 return
             finally:
                 self.counting = False
+            ended = [c for pk, found in self.sockets.items() for c in found
+                     if c.session_key not in live or pk not in active]
             for user_pk, text in counted.items():
-                await self._tell(text, list(self.sockets.get(user_pk, ())))
+                # A deactivated user's own sockets hear their count fall to 0 before they close.
+                await self._tell(text, [c for c in self.sockets.get(user_pk, ()) if c.session_key in live])
+            for consumer in ended:
+                await consumer.close(code=UNAUTHENTICATED)  # logged out, expired or deactivated: nothing more
+                await self.leave(consumer)
             if not self.again:
                 return
 
 
-def _count_for(users: dict) -> dict[int, str]:
-    """The "mine" message for each of ``users`` (by pk), encoded: the policies and the pending count read once."""
+def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
+    """The "mine" message for each of ``users`` (by pk), encoded, and which of ``sessions`` are still live.
+
+    The policies and the pending count are read once. Each user is read
+    again: the one a socket connected with keeps the permissions and groups
+    it had then, and a reviewer removed from Reviewers, or deactivated, must
+    stop seeing work counted as theirs. A session is live while it exists,
+    has not expired; a socket stays open while its session is live and its
+    user active (the pks returned).
+    """
     pending = selectors.pending_count()
     in_force = policies.in_force() if users else []
-    return {pk: json.dumps({"type": "mine", "pending": pending, "mine": selectors.waiting_count(user, in_force)})
-            for pk, user in users.items()}
+    fresh = get_user_model().objects.filter(pk__in=list(users), is_active=True).in_bulk()
+    counted = {pk: json.dumps({"type": "mine", "pending": pending,
+                               "mine": selectors.waiting_count(fresh[pk], in_force) if pk in fresh else 0})
+               for pk in users}
+    live = set(Session.objects.filter(session_key__in=[k for k in sessions if k], expire_date__gt=timezone.now())
+               .values_list("session_key", flat=True))
+    return counted, live, set(fresh)
 
 
 class ThreadConsumer(_PokeConsumer):
