@@ -283,7 +283,7 @@ def machine_line(results: Results) -> str:
         parts.append(f"1-minute load average {min(loads):.1f}–{max(loads):.1f} while measuring")
     commits = sorted({d.get("commit", "") for d in documents} - {""})
     return (f"Measured {latest['measured_at'][:10]} at commit {', '.join(commits) or '?'} on "
-            + ", ".join(parts) + "; DEBUG on, as in the tests.")
+            + ", ".join(parts) + "; DEBUG off, static files collected, as deployed (bench/backends.PRODUCTION).")
 
 
 def replace_between(text: str, marker: str, body: str) -> str:
