@@ -130,10 +130,15 @@ def rule_for(interrupt: Interrupt) -> Rule:
 def rules_held(interrupts: Iterable[Interrupt]) -> dict[int, Rule]:
     """``rules_for`` by the policies this process holds (``_held``): one cheap query while none changed."""
     held = _held()
+    return _governing(interrupts, held.policies, held.rules)
+
+
+def _governing(interrupts: Iterable[Interrupt], policies: list[Policy], rules: dict[int, Rule]) -> dict[int, Rule]:
+    """Each interrupt's rule, by pk: its most specific policy's (``rules`` by policy pk), else the site default."""
     found = {}
     for interrupt in interrupts:
-        winner = _winner(held.policies, interrupt.run.agent_id, interrupt.reason, interrupt.tool_name)
-        found[interrupt.pk] = held.rules[winner.pk] if winner is not None else SITE_DEFAULT
+        winner = _winner(policies, interrupt.run.agent_id, interrupt.reason, interrupt.tool_name)
+        found[interrupt.pk] = rules[winner.pk] if winner is not None else SITE_DEFAULT
     return found
 
 
@@ -189,12 +194,7 @@ def rules_for(interrupts: Iterable[Interrupt], policies: list[Policy] | None = N
     """The policy in force for each interrupt, by pk, in a fixed number of queries (none given ``policies``,
     as ``in_force`` read them)."""
     policies = in_force() if policies is None else policies
-    rules = {p.pk: _rule(p) for p in policies}
-    found = {}
-    for interrupt in interrupts:
-        winner = _winner(policies, interrupt.run.agent_id, interrupt.reason, interrupt.tool_name)
-        found[interrupt.pk] = rules[winner.pk] if winner is not None else SITE_DEFAULT
-    return found
+    return _governing(interrupts, policies, {p.pk: _rule(p) for p in policies})
 
 
 def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
