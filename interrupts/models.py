@@ -20,6 +20,9 @@ from django.db.models import Q
 from rest_framework.authtoken.models import TokenProxy
 
 from .conf import MAX_CREDENTIAL_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS
+from .protocol import dialects
+
+DIALECT_CHOICES = [(name, dialect.label) for name, dialect in dialects.DIALECTS.items()]
 
 
 def masked(secret: str) -> str:
@@ -96,6 +99,13 @@ class Agent(models.Model):
     signing_secret = models.CharField(max_length=100, default=new_signing_secret, editable=False)
     builtin = models.BooleanField(
         default=False, help_text="One of the demo agents Countersign serves itself."
+    )
+    # How the agent raises and takes interrupts (protocol.dialects): the AG-UI
+    # contract itself, or a framework's older form of it.
+    dialect = models.CharField(
+        max_length=32, choices=DIALECT_CHOICES, default=dialects.AGUI,
+        help_text="How the agent raises interrupts: AG-UI's interrupt outcome (the default), or LangGraph's "
+                  "on_interrupt event (ag-ui-langgraph without emit_interrupt_outcome).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -183,10 +193,19 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class Settlement(models.TextChoices):
+    """What people did about a resume the agent refused (a failed resumed run)."""
+
+    RESENT = "resent", "Sent again"
+    REOPENED = "reopened", "Reopened for new answers"
+    CLOSED = "closed", "Closed"
+
+
 class Run(models.Model):
     """One runId: the input Countersign sent, how the run went and how it ended."""
 
     Status = RunStatus
+    Settlement = Settlement
 
     FINAL_STATUSES = (RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
@@ -208,6 +227,18 @@ class Run(models.Model):
     outcome = models.JSONField(null=True, blank=True)
     error_code = models.CharField(max_length=100, blank=True)
     error_message = models.TextField(blank=True)
+    # A fault of the stream found alongside the agent's own error (its
+    # RUN_ERROR came before RUN_STARTED): "CODE: message". error_code stays the agent's.
+    fault = models.TextField(blank=True)
+    # What Countersign noticed about how the run ended that its agent's
+    # registration should change (e.g. LangGraph's on_interrupt and no outcome).
+    notice = models.TextField(blank=True)
+    # For a resumed run that failed (the agent refused the answer): what was done
+    # about it, by whom and when; blank while nobody has (``hub.refused``).
+    settlement = models.CharField(max_length=16, choices=Settlement.choices, blank=True)
+    settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
+    settled_at = models.DateTimeField(null=True, blank=True)
     # A resume's idempotency key (thread + every (interruptId, status, payload)):
     # unique, so the same answers can never start two runs.
     resume_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
@@ -272,9 +303,19 @@ class Run(models.Model):
         kind = "resume" if self.resume_key else "run"
         return f"{kind} pending — agent unreachable, attempt {self.attempts}"
 
+    @property
+    def refused(self) -> bool:
+        """A resumed run the agent did not take, that nobody has dealt with yet: its batch waits for people."""
+        return self.status == RunStatus.FAILED and self.resume_key is not None and not self.settlement
+
     def resumed_by(self) -> Run | None:
-        """The run that sent this run's decisions back to the agent, once the batch was sent."""
-        return self.children.filter(resume_key__isnull=False).first()
+        """The run that sent this run's decisions back to the agent, once the batch was sent.
+
+        The latest resume, skipping one whose batch was reopened after the
+        agent refused it: those answers no longer stand.
+        """
+        return (self.children.filter(resume_key__isnull=False).exclude(settlement=Settlement.REOPENED)
+                .order_by("-created_at", "-pk").first())
 
 
 class ExactJSONField(models.JSONField):

@@ -95,7 +95,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 parent = Run.objects.select_related("thread").get(thread=thread, run_id=verdict.interrupted_run_id)
                 if not decisions.record_resume(parent, prepared, user):
                     return Accepted(verdict, None)
-                key = runs.resume_key(parent.run_id, verdict.idempotency_key)
+                key, _sent = runs.batch_resume_key(parent, verdict.idempotency_key)
                 # What the agent receives is Countersign's record, not the client's: the
                 # answers, attested, and the thread's state and messages as the agent
                 # last sent them. A client's own state could otherwise change what an
@@ -107,8 +107,10 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                               "parentRunId": parent.run_id, "resume": runs.resume_entries(parent),
                               "state": thread.state if thread.state is not None else {},
                               "messages": list(thread.messages or [])}
+                wire_input = runs.dialect_input(parent, wire_input)
             else:
                 runs.refuse_if_busy(thread)
+                runs.refuse_if_refused(thread)
                 # The client's conversation and state are the thread's record from now on
                 # (a resume sends the record, not whatever the client sends then).
                 recorded = {"messages": wire_input.get("messages") or []}

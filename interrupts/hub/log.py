@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import policies
+from . import policies, trail
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..conf import settings
 from ..live import relay
@@ -187,8 +187,8 @@ def _fitted(field: str, value: str, problems: list[dict], interrupt_id: str) -> 
     return value[:limit - 1] + "…"
 
 
-def _finish(run: Run, payload: dict, raised: list[Interrupt], now) -> None:
-    fields = {"finished_at": now, "lease_until": None}
+def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str = "") -> None:
+    fields = {"finished_at": now, "lease_until": None, "notice": notice}
     if payload["type"] == "RUN_ERROR":
         fields |= {
             "status": Run.Status.FAILED,
@@ -298,30 +298,72 @@ def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
                            [value for row in chunk for value in row])
 
 
-def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None) -> None:
+def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, notice: str = "") -> None:
     """End ``run`` as its terminal event says, once its stream closed cleanly.
 
     RUN_ERROR fails it with the agent's code; RUN_FINISHED succeeds, is
     cancelled, or (interrupt outcome) raises one pending ``Interrupt`` per
     item, with the tool call's name and proposed args from ``proposal``.
+    ``terminal`` is the end as the agent's dialect reads it
+    (``protocol.dialects``); ``notice`` what the dialect noticed.
+
+    An interrupt whose ``expiresAt`` had already passed when it was raised
+    never waits: it closes at once, and its batch with it (``expire_raised``).
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
     with transaction.atomic():
-        _finish(run, terminal, raised, now)
+        _finish(run, terminal, raised, now, notice)
+        thread_pk = run.thread_id
         if run.status == Run.Status.INTERRUPTED:
-            thread_pk = run.thread_id
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+            if any(row.expires_at is not None and row.expires_at <= now for row in raised):
+                _expire_raised(run, raised, now)
             relay.inbox_changed(thread_pk, seq, relay.Reason.RAISED)
+        elif run.status == Run.Status.FAILED and run.resume_key is not None:
+            seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+            relay.inbox_changed(thread_pk, seq, relay.Reason.REFUSED)
 
 
-def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
+def _expire_raised(run: Run, raised: list[Interrupt], now) -> None:
+    """Close a batch raised with an ``expiresAt`` already past: nobody could answer it in time.
+
+    Expired (not cancelled) with a reason that says so; the batch's other
+    interrupts close with it, as the expiry sweep does (a partial resume is
+    not allowed), and each closing is in the audit trail.
+    """
+    late = [row for row in raised if row.expires_at is not None and row.expires_at <= now]
+    names = ", ".join(row.interrupt_id for row in late)
+    for row in Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING):
+        mine = next((r for r in late if r.interrupt_id == row.interrupt_id), None)
+        if mine is None:
+            reason = f"closed with its batch: {names} had already expired when raised"
+        elif any(p.get("code") == "INVALID_EXPIRY" for p in row.problems or []):
+            reason = f"expiresAt {row.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
+        else:
+            reason = (f"expiresAt {row.raw.get('expiresAt')} had already passed when the agent raised it "
+                      f"({now:%Y-%m-%d %H:%M:%S} UTC)")
+        Interrupt.objects.filter(pk=row.pk, status=Interrupt.Status.PENDING).update(
+            status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1)
+        row.status, row.closed_at, row.closed_reason = Interrupt.Status.EXPIRED, now, reason[:300]
+        trail.record_expiry(row)
+    note(run, relay.Note.INTERRUPTS_EXPIRED, {
+        "runId": run.run_id, "whenRaised": True,
+        "interrupts": [{"id": row.interrupt_id, "expiresAt": row.raw.get("expiresAt")} for row in late],
+    })
+
+
+def fail(run: Run, code: str, message: str, raw: object = None, *,
+         agent_error: tuple[str, str] | None = None) -> Event | None:
     """End ``run`` as failed with a RUN_ERROR of Countersign's own, recorded in its log.
 
     Used for every fault of a stream (HTTP error, refused connection, timeout,
     malformed or misplaced events): the run never stays "streaming", and the
     log says why. Interrupts the run may have raised are closed, since the
-    stream that raised them cannot be trusted.
+    stream that raised them cannot be trusted. ``agent_error``: the agent's
+    own RUN_ERROR (code, message) that the fault was found on (one sent
+    before RUN_STARTED): the run's error is the agent's, and the fault is
+    kept beside it in ``Run.fault``.
     """
     if isinstance(raw, (str, bytes)) and len(raw) > MAX_RAW_IN_ERROR:
         raw = raw[:MAX_RAW_IN_ERROR] + (b"..." if isinstance(raw, bytes) else "…")
@@ -334,9 +376,14 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
         raw = raw.replace("\x00", "\\u0000")
     error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     now = timezone.now()
+    error_code, error_message, fault = code, message, ""
+    if agent_error is not None:
+        error_code, error_message = agent_error[0], agent_error[1].replace("\x00", "\\u0000")
+        fault = f"{code}: {message}"
     with transaction.atomic():
         ended = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).update(
-            status=Run.Status.FAILED, error_code=code[:100], error_message=message, finished_at=now, lease_until=None
+            status=Run.Status.FAILED, error_code=error_code[:100], error_message=error_message, fault=fault,
+            finished_at=now, lease_until=None,
         )
         if not ended:
             # Already settled elsewhere: its log must not gain a second ending.
@@ -351,7 +398,10 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
         if closed:
             thread_pk, seq = run.thread_id, event.seq
             relay.inbox_changed(thread_pk, seq, relay.Reason.CLOSED)
-    run.status, run.error_code, run.error_message = Run.Status.FAILED, code, message
+    run.status, run.error_code, run.error_message, run.fault = Run.Status.FAILED, error_code, error_message, fault
+    if run.resume_key is not None:
+        # A resume the agent did not take: its batch waits for people again (``refused``).
+        relay.inbox_changed(run.thread_id, event.seq, relay.Reason.REFUSED)
     return event
 
 

@@ -23,7 +23,7 @@ from ..live import relay
 from . import log, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
-from ..protocol import signing
+from ..protocol import dialects, signing
 from ..protocol.contract import ThreadGate, check_input, idempotency_key
 from ..protocol.wire import dump
 from .refusals import Refusal
@@ -103,13 +103,50 @@ def gate_fingerprint(thread: Thread | None) -> tuple:
     return (pending, last)
 
 
-def resume_key(interrupted_run_id: str, contract_key: str) -> str:
+def resume_key(interrupted_run_id: str, contract_key: str, round: int = 0) -> str:
     """The unique key of the resume of one interrupted run.
 
     The contract's key is (thread, answers); the run is added so that a later
     batch reusing the same interrupt ids and answers still gets its own resume.
+    ``round`` counts the times the batch was reopened after its agent refused
+    the answers: the same answers given again then make a new resume.
     """
-    return hashlib.sha256(f"{interrupted_run_id}\n{contract_key}".encode()).hexdigest()
+    text = f"{interrupted_run_id}\n{contract_key}" + (f"\nround {round}" if round else "")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def batch_resume_key(interrupted: Run, contract_key: str) -> tuple[str, Run | None]:
+    """The key the resume of ``interrupted`` with these answers takes, and the run that already has it.
+
+    Answers given again after the batch was reopened (its agent refused them)
+    are a new resume: the key then counts the reopenings. Exact only under
+    the batch's lock (``decisions.lock_batch``), as every caller holds it.
+    """
+    key = resume_key(interrupted.run_id, contract_key)
+    existing = Run.objects.filter(resume_key=key).first()
+    if existing is not None and existing.settlement == Run.Settlement.REOPENED:
+        rounds = Run.objects.filter(parent=interrupted, resume_key__isnull=False,
+                                    settlement=Run.Settlement.REOPENED).count()
+        key = resume_key(interrupted.run_id, contract_key, rounds)
+        existing = Run.objects.filter(resume_key=key).first()
+    return key, existing
+
+
+def refuse_if_refused(thread: Thread) -> None:
+    """Refuse new input while the thread's last resume was refused and nobody has dealt with it.
+
+    The agent did not take the answers: people send them again, reopen the
+    batch or close it (``refused``) before the thread moves on, so an answer
+    is never silently dropped by the next message.
+    """
+    last = Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
+    if last is not None and last.refused:
+        raise Refusal(
+            "ANSWER_REFUSED",
+            f"The agent refused the answers sent by run {last.run_id} ({last.error_code}): send them again, "
+            "reopen the batch for new answers, or close it before the thread takes new input.",
+            run_id=last.run_id,
+        )
 
 
 def check_id(kind: str, value: str) -> None:
@@ -204,6 +241,7 @@ def start_run(
         check_input(_new_input_gate(thread), RunAgentInput.model_construct(
             thread_id=thread.thread_id, run_id=run_input["runId"], resume=None), timezone.now())
         refuse_if_busy(thread)
+        refuse_if_refused(thread)
         # The user's message is part of the conversation from now on, even if
         # the agent never sends a MESSAGES_SNAPSHOT.
         Thread.objects.filter(pk=thread.pk).update(messages=messages)
@@ -260,7 +298,10 @@ def resume_entries(interrupted: Run) -> list[dict]:
         closing = live[interrupt_pk][-1]
         interrupt = closing.interrupt
         payload = closing.payload if closing.status == Decision.Status.RESOLVED else None
+        # The reviewer's metadata, what the interrupt's framework needs to
+        # continue (``dialects.entry_metadata``), and Countersign's attestation, last.
         metadata = {**(closing.metadata or {}),
+                    **dialects.entry_metadata(interrupt.raw, closing.status, payload),
                     signing.METADATA_KEY: attestation(interrupt, thread_id, closing.status, payload,
                                                       live[interrupt_pk])}
         entry = ResumeEntry(interrupt_id=interrupt.interrupt_id, status=closing.status, payload=payload,
@@ -278,11 +319,10 @@ def queue_resume(interrupted: Run, user=None) -> Run:
     """
     thread = interrupted.thread
     entries = resume_entries(interrupted)
-    key = resume_key(interrupted.run_id,
-                     idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries]))
     # Exact: every caller holds the batch's lock (``decisions.lock_batch``), so
     # no other resume of this batch can be written between this and the insert.
-    existing = Run.objects.filter(resume_key=key).first()
+    key, existing = batch_resume_key(
+        interrupted, idempotency_key(thread.thread_id, [ResumeEntry.model_validate(e) for e in entries]))
     if existing is not None:
         return existing
     run_input = {
@@ -296,7 +336,17 @@ def queue_resume(interrupted: Run, user=None) -> Run:
         "forwardedProps": {},
         "resume": entries,
     }
+    run_input = dialect_input(interrupted, run_input)
     return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key)
+
+
+def dialect_input(interrupted: Run, run_input: dict) -> dict:
+    """A resume's RunAgentInput as the agent's framework takes it (``protocol.dialects``)."""
+    dialect = dialects.for_agent(interrupted.agent.dialect)
+    if not dialect.reshapes_resume:
+        return run_input
+    batch = list(Interrupt.objects.filter(run=interrupted).order_by("pk").values_list("raw", flat=True))
+    return dialect.resume_input(run_input, batch)
 
 
 def cancel(run: Run, user=None, *, by: str = "") -> bool:

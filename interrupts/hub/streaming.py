@@ -22,17 +22,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from ag_ui.core import Interrupt as WireInterrupt
 from asgiref.sync import sync_to_async
 from django.db import connection
 
 from . import egress, log, outbox
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, settings
 from ..models import Event, Interrupt, Run, Thread
-from ..protocol import signing, storable
+from ..protocol import dialects, signing, storable
 from ..protocol.contract import duplicate_ids
 from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
@@ -98,9 +99,12 @@ class Stopped(Exception):
 class Fault(Exception):
     """A stream fault found by the hub, with the code of the RUN_ERROR it records."""
 
-    def __init__(self, code: str, message: str, raw: object = None, *, unreached: bool = False) -> None:
+    def __init__(self, code: str, message: str, raw: object = None, *, unreached: bool = False,
+                 agent_error: tuple[str, str] | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.raw = code, message, raw
+        # (code, message) of the agent's own RUN_ERROR, when the fault is where it came.
+        self.agent_error = agent_error
         # True when the agent provably did not take the run (nothing was
         # accepted): trying again later cannot make it act twice.
         self.unreached = unreached
@@ -166,7 +170,7 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
 
 
 
-def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:
+def unrecordable(interrupts: Sequence[WireInterrupt]) -> tuple[str, str] | None:
     """Why an interrupt outcome cannot be recorded, as (code, message), or None.
 
     ``TOO_MANY_INTERRUPTS``: more than ``MAX_INTERRUPTS``.
@@ -177,7 +181,7 @@ def unrecordable(lifecycle: RunLifecycle) -> tuple[str, str] | None:
     # Ids only: this runs on the event loop, and checking the interrupts'
     # schemas (log.finish does that, on a worker thread) is work the
     # agent can make long.
-    interrupts = list(lifecycle.interrupts)
+    interrupts = list(interrupts)
     if len(interrupts) > MAX_INTERRUPTS:
         return "TOO_MANY_INTERRUPTS", (f"The run ended with {len(interrupts)} interrupts; Countersign takes at most "
                                        f"{MAX_INTERRUPTS} at once, for a team to answer together.")
@@ -202,25 +206,56 @@ def recover(run: Run) -> None:
     already have acted on it.
     """
     lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
+    dialect = dialects.for_agent(run.agent.dialect)
     terminal = None
+    customs = []
     for payload in run.events.filter(from_agent=True).order_by("seq").values_list("payload", flat=True):
         try:
             lifecycle.accept(parse_event(payload))
         except ProtocolError:
             break
+        if payload.get("type") == "CUSTOM" and dialect.keeps(payload.get("name")):
+            customs.append(payload)
         if lifecycle.finished:
             terminal = payload
-    refused = unrecordable(lifecycle) if terminal is not None else None
-    if refused is not None:
-        log.fail(run, *refused)
-    elif terminal is not None:
-        log.finish(run, terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)))
+    if terminal is not None:
+        ending = Ending.of(dialect, lifecycle, terminal, customs, run.run_id)
+        if ending.refused is not None:
+            log.fail(run, *ending.refused)
+        else:
+            log.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
+                       notice=ending.notice)
     else:
         log.fail(
             run, "WORKER_LOST",
             f"The process streaming this run ({run.claimed_by or 'unknown'}) stopped before the run ended; "
             "it was not sent again, since the agent may already have acted on it.",
         )
+
+
+class Ending:
+    """How a run whose stream ended cleanly is recorded: its terminal event as its dialect reads it.
+
+    ``refused`` is (code, message) when that ending cannot be recorded
+    (``unrecordable``), ``notice`` what the dialect noticed about the run.
+    """
+
+    __slots__ = ("terminal", "refused", "notice")
+
+    def __init__(self, terminal: dict, refused: tuple[str, str] | None, notice: str) -> None:
+        self.terminal, self.refused, self.notice = terminal, refused, notice
+
+    @classmethod
+    def of(cls, dialect: dialects.Dialect, lifecycle: RunLifecycle, terminal: dict, customs: list[dict],
+           run_id: str) -> Ending:
+        read = dialect.terminal(terminal, customs, run_id)
+        if read is terminal:
+            interrupts = lifecycle.interrupts  # parsed already
+        else:
+            outcome = read.get("outcome") if read.get("type") == "RUN_FINISHED" else None
+            raw = outcome.get("interrupts") if isinstance(outcome, dict) and outcome.get("type") == "interrupt" else []
+            interrupts = [WireInterrupt.model_validate(item) for item in raw or []]
+        return cls(read, unrecordable(interrupts), dialect.notice(terminal, customs))
 
 
 class _DuplicateKey(ValueError):
@@ -257,6 +292,9 @@ class RunStreamer:
         self.told = 0
         self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
         self.terminal: dict | None = None
+        # The agent's framework, and the CUSTOM events it says matter for how the run ends.
+        self.dialect = dialects.for_agent(run.agent.dialect)
+        self.customs: list[dict] = []
         # Events checked but not yet handed to the writer. The reader keeps
         # reading while the writer records what came before, and the writer
         # takes everything pending at once: a fast agent's events share
@@ -343,9 +381,9 @@ class RunStreamer:
         for seq, payload in rows:
             self._tell(seq, payload)
 
-    async def _fail(self, code: str, message: str, raw=None) -> None:
+    async def _fail(self, code: str, message: str, raw=None, agent_error: tuple[str, str] | None = None) -> None:
         await self._writes_settled()
-        event = await database(log.fail)(self.run, code, message, raw)
+        event = await database(log.fail)(self.run, code, message, raw, agent_error=agent_error)
         if event is not None:
             self._tell(event.seq, event.payload)
         else:  # ended elsewhere first (an operator, another process): theirs is the ending
@@ -379,10 +417,18 @@ class RunStreamer:
         try:
             self.lifecycle.accept(event)
         except StreamFault as fault:
-            raise Fault(fault.code, fault.message, frame.data) from None
+            agent_error = None
+            if kind == "RUN_ERROR":
+                # The agent's own error, out of place (before RUN_STARTED): the run
+                # fails with the agent's code, and the fault is kept beside it.
+                agent_error = (getattr(event, "code", None) or "RUN_ERROR", getattr(event, "message", "") or "")
+            raise Fault(fault.code, fault.message, frame.data, agent_error=agent_error) from None
         # The text is what is stored; it is decoded again only where someone reads it.
-        if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished):
+        if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished
+                                or kind == "CUSTOM"):
             payload = json.loads(frame.data)
+        if kind == "CUSTOM" and self.dialect.keeps(payload.get("name")):
+            self.customs.append(payload)
         self.pending.append(log.Received(kind, frame.data, payload))
         self.pending_bytes += len(frame.data)
         if self.lifecycle.finished:
@@ -429,11 +475,12 @@ class RunStreamer:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:
             raise Fault(fault.code, fault.message) from None
-        refused = unrecordable(self.lifecycle)
-        if refused is not None:
-            raise Fault(*refused)
+        ending = Ending.of(self.dialect, self.lifecycle, self.terminal, self.customs, self.run.run_id)
+        if ending.refused is not None:
+            raise Fault(*ending.refused)
         # Only now, with nothing after the terminal event, does the run end as it said.
-        await database(log.finish)(self.run, self.terminal, proposals(self.lifecycle, self.run.thread))
+        await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
+                                   notice=ending.notice)
 
     async def _receive(self, response: httpx.Response) -> None:
         """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""
@@ -553,7 +600,7 @@ class RunStreamer:
                     if fault.unreached:
                         await self._unreached(fault)
                     else:
-                        await self._fail(fault.code, fault.message, fault.raw)
+                        await self._fail(fault.code, fault.message, fault.raw, fault.agent_error)
                 except MalformedStream as problem:
                     if problem.code == "FRAME_TOO_LARGE":
                         await self._fail("EVENT_TOO_LARGE",

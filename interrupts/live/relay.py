@@ -45,6 +45,8 @@ class Reason(enum.StrEnum):
     REVISED = "revised"  # a decision was replaced by its author
     EXPIRED = "expired"  # interrupts passed their expiresAt
     DELIVERY = "delivery"  # a run started, or stopped, waiting for its agent
+    REFUSED = "refused"  # a resumed run failed: the agent refused the answers, which wait for people
+    SETTLED = "settled"  # someone sent a refused answer again, reopened its batch or closed it
 
 
 class Note(enum.StrEnum):
@@ -53,6 +55,7 @@ class Note(enum.StrEnum):
     DELIVERY_FAILED = "countersign.delivery_failed"
     RETRY_REQUESTED = "countersign.retry_requested"
     INTERRUPTS_EXPIRED = "countersign.interrupts_expired"
+    REFUSED_ANSWER_SETTLED = "countersign.refused_answer_settled"
 
 
 def thread_group(thread_pk: int) -> str:

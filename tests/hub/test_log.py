@@ -178,7 +178,7 @@ def test_an_interrupt_id_too_long_to_echo_fails_the_run_with_a_code(field):
     lifecycle.accept(RunStartedEvent(thread_id="t", run_id="r"))
     lifecycle.accept(RunFinishedEvent.model_validate(
         {"threadId": "t", "runId": "r", "outcome": {"type": "interrupt", "interrupts": [item]}}))
-    code, message = unrecordable(lifecycle)
+    code, message = unrecordable(lifecycle.interrupts)
     assert code == "ID_TOO_LONG" and "201 characters" in message
 
 

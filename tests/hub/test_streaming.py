@@ -195,7 +195,6 @@ async def test_a_run_that_succeeds_keeps_the_agent_s_state_and_conversation(agen
 @pytest.mark.parametrize("path, code, recorded_first", [
     ("malformed", "MALFORMED_EVENT", ["RUN_STARTED"]),
     ("unknown-type", "MALFORMED_EVENT", ["RUN_STARTED"]),
-    ("error-first", "NOT_STARTED", []),
     ("no-terminal", "INCOMPLETE_STREAM", ["RUN_STARTED", "TEXT_MESSAGE_START"]),
     ("after-end", "AFTER_END", ["RUN_STARTED", "RUN_FINISHED"]),
     ("wrong-run", "RUN_MISMATCH", []),
@@ -217,6 +216,19 @@ async def test_a_faulty_stream_fails_the_run_with_the_hub_s_own_run_error(agent,
     assert error["code"] == code and error["message"] == ended.error_message
     assert told[-2][1] == error and told[-1] is None
     assert not await Interrupt.objects.filter(run_id=run.pk, status="pending").aexists()
+
+
+async def test_an_agent_error_before_run_started_keeps_the_agent_s_code_and_the_fault_beside_it(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/error-first/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    # The run's error is the agent's own; the lifecycle fault is recorded as well.
+    assert (ended.status, ended.error_code) == ("failed", "BOOM")
+    assert ended.fault.startswith("NOT_STARTED: ")
+    log = await log_of(run.pk)
+    assert [(kind, mine) for _seq, kind, mine in log] == [("RUN_ERROR", False)]
+    error = await sync_to_async(lambda: Event.objects.get(run_id=run.pk, type="RUN_ERROR").payload)()
+    assert error["code"] == "NOT_STARTED" and '"BOOM"' in error["rawEvent"]
 
 
 async def test_a_malformed_event_is_kept_raw_in_the_run_error(agent):
