@@ -153,10 +153,11 @@ def _continuation(interrupt: object) -> dict | None:
     metadata = interrupt["metadata"]
     if PAYLOAD_KEY in metadata:
         try:
-            size = len(json.dumps(metadata[PAYLOAD_KEY], ensure_ascii=False, allow_nan=False).encode())
+            text = json.dumps(metadata[PAYLOAD_KEY], ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError, RecursionError):
             return None  # not JSON TanStack could read back
-        if size > MAX_PAYLOAD_BYTES:
+        if len(text.encode()) > MAX_PAYLOAD_BYTES:
             return None
-        continuation["payload"] = metadata[PAYLOAD_KEY]
+        # A copy: the entry is the resume's, the stored interrupt stays as the agent sent it.
+        continuation["payload"] = json.loads(text)
     return continuation
