@@ -7,6 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..hub import decisions, policies
+from ..hub.refused import refusal_text as refused_text
 from ..conf import (ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS,
                     MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
@@ -165,18 +166,34 @@ class RunSerializer(serializers.ModelSerializer):
         help_text="For a run queued again because its agent could not be reached: "
                   "'resume pending — agent unreachable, attempt N'; empty otherwise.",
     )
+    refused = serializers.BooleanField(
+        read_only=True, help_text="A resume that failed and that nobody has dealt with yet: POST resend/, "
+                                  "reopen/ or close/ on it.")
+    refusal = serializers.SerializerMethodField(
+        help_text="For a failed resume: 'The agent refused the answer: <code> <message>'; empty otherwise.")
+    settled_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = Run
         fields = ["id", "run_id", "thread", "agent", "parent", "status", "origin", "input", "outcome", "error_code",
-                  "error_message", "resumed_by", "delivery", "attempts", "retry_at", "last_error", "created_at",
+                  "error_message", "fault", "notice", "refused", "refusal", "settlement", "settled_by", "settled_at",
+                  "resumed_by", "delivery", "attempts", "retry_at", "last_error", "created_at",
                   "started_at", "finished_at"]
         extra_kwargs = {
+            "fault": {"help_text": "A stream fault found beside the agent's own error (its RUN_ERROR came before "
+                                   "RUN_STARTED): 'CODE: message'. error_code stays the agent's."},
+            "notice": {"help_text": "What Countersign noticed about how the run ended (e.g. LangGraph's "
+                                    "on_interrupt without an outcome: register the agent's dialect)."},
+            "settlement": {"help_text": "What was done about a refused answer: resent, reopened or closed."},
             "attempts": {"help_text": "Tries that failed because the agent could not be reached."},
             "retry_at": {"help_text": "When the next try is due (queued runs waiting for their agent)."},
             "last_error": {"help_text": "Why the last try failed."},
         }
 
+    def get_refusal(self, run) -> str:
+        if run.resume_key is None or run.status != Run.Status.FAILED:
+            return ""
+        return refused_text(run)
 
 
 class EventSerializer(serializers.ModelSerializer):

@@ -23,6 +23,9 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.RunDetail.as_view(), name="run-detail"),
     path("runs/<str:run_id>/retry/", views.RetryRun.as_view(), name="run-retry"),
     path("runs/<str:run_id>/cancel/", views.CancelRun.as_view(), name="run-cancel"),
+    path("runs/<str:run_id>/resend/", views.ResendRun.as_view(), name="run-resend"),
+    path("runs/<str:run_id>/reopen/", views.ReopenRun.as_view(), name="run-reopen"),
+    path("runs/<str:run_id>/close/", views.CloseRun.as_view(), name="run-close"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: anonymous visitors go to the login page, like every page.
     path("docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),

@@ -13,7 +13,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthentic
 from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
-from ..hub import decisions, outbox, policies, runs
+from ..hub import decisions, outbox, policies, refused, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
@@ -181,6 +181,45 @@ class CancelRun(RunLookup, generics.GenericAPIView):
             raise Refusal("NOT_RUNNING", f"Run {run.run_id} is {run.status}: it already ended, "
                           "there is nothing to stop.", status=409)
         return Response(s.RunSerializer(_reread(run)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class _SettleRun(RunLookup, generics.GenericAPIView):
+    """Deal with an answer the agent refused (the run named is the failed resume).
+
+    Refusals: 409 ``NOT_REFUSED`` (not a failed resume), 409 ``ALREADY_SETTLED``,
+    403 ``NOT_ELIGIBLE`` / ``SELF_APPROVAL`` (neither staff nor eligible for
+    every interrupt of the batch), 404, 409 ``AMBIGUOUS_RUN_ID``.
+    """
+
+    @extend_schema(request=None, responses={200: s.RunSerializer})
+    def post(self, request, run_id):
+        run = self.get_object()
+        self.settle(run, request.user)
+        return Response(s.RunSerializer(_reread(run)).data)
+
+
+class ResendRun(_SettleRun):
+    """Send the refused answers again, unchanged, as a new run (201: the new run).
+
+    Also 409 ``RUN_IN_PROGRESS`` while the thread streams another run.
+    """
+
+    @extend_schema(request=None, responses={201: s.RunSerializer})
+    def post(self, request, run_id):
+        again = refused.resend(self.get_object(), request.user)
+        return Response(s.RunSerializer(_reread(again)).data, status=status.HTTP_201_CREATED)
+
+
+class ReopenRun(_SettleRun):
+    """Return the refused batch's interrupts to pending (their answers kept, superseded, in the audit trail)."""
+
+    settle = staticmethod(refused.reopen)
+
+
+class CloseRun(_SettleRun):
+    """Close the refused batch: its interrupts end cancelled, and the thread takes new input again."""
+
+    settle = staticmethod(refused.close)
 
 
 class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -14,7 +14,7 @@ from django.db.models import Count, Func, IntegerField, Max, OuterRef, Prefetch,
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..hub import policies
+from ..hub import policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 
 SORTS = {
@@ -212,7 +212,24 @@ def _live_decisions(queryset):
 
 def resumed_by(run_pks) -> dict[int, Run]:
     """The resume run of each interrupted run that has one."""
-    return {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)}
+    # Oldest first, so the latest resume wins (a refused answer sent again); a
+    # resume whose batch was reopened no longer stands for it.
+    return {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)
+            .exclude(settlement=Run.Settlement.REOPENED).order_by("created_at", "pk")}
+
+
+def refused_answers(limit: int = 50, thread=None) -> list[Run]:
+    """Resumed runs that failed and that nobody has dealt with yet (``hub.refused``), latest first.
+
+    Each carries ``refusal_text``, the sentence people read.
+    """
+    found = Run.objects.filter(status=Run.Status.FAILED, resume_key__isnull=False, settlement="")
+    if thread is not None:
+        found = found.filter(thread=thread)
+    rows = list(found.select_related("thread", "agent", "parent").order_by("-finished_at", "-pk")[:limit])
+    for run in rows:
+        run.refusal_text = refused.refusal_text(run)
+    return rows
 
 
 def awaiting_agent(limit: int = 50) -> list[Run]:
@@ -281,12 +298,13 @@ def user_messages(thread: Thread) -> dict[str, str]:
 def _resumed_by(run_pk):
     """The runId of the run that sent back the decisions of run ``run_pk`` (an OuterRef), or NULL."""
     return Subquery(Run.objects.filter(parent=run_pk, resume_key__isnull=False)
-                    .order_by("-created_at", "-pk").values("run_id")[:1])
+                    .exclude(settlement=Run.Settlement.REOPENED).order_by("-created_at", "-pk").values("run_id")[:1])
 
 
 def runs():
     """Runs with their thread, agent and parent, and ``resumed_by_run_id`` (``Run.resumed_by``'s runId)."""
-    return Run.objects.select_related("thread", "agent", "parent").annotate(resumed_by_run_id=_resumed_by(OuterRef("pk")))
+    return Run.objects.select_related("thread", "agent", "parent", "settled_by").annotate(
+        resumed_by_run_id=_resumed_by(OuterRef("pk")))
 
 
 def interrupts():

@@ -9,6 +9,7 @@ urlpatterns = [
     path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
     path("runs/<int:pk>/retry/", views.retry_run, name="retry-run"),
     path("runs/<int:pk>/cancel/", views.cancel_run, name="cancel-run"),
+    path("runs/<int:pk>/<str:how>/", views.settle_run, name="settle-run"),
     path("threads/", views.threads, name="threads"),
     path("threads/start/", views.start_run, name="start-thread"),
     path("threads/<str:thread_id>/", views.thread_detail, name="thread"),

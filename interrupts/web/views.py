@@ -14,7 +14,7 @@ import json
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
-from django.http import StreamingHttpResponse
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -22,7 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, THREAD_EVENTS_LIMIT
-from ..hub import decisions, outbox, policies, runs, trail
+from ..hub import decisions, outbox, policies, refused, runs, trail
 from ..reads import history, selectors
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
@@ -113,6 +113,8 @@ def inbox(request):
         "scope_query": _without(request.GET, "page", "format", "scope"),
         "now": timezone.now(),
         "awaiting": selectors.awaiting_agent(),
+        "refused_answers": selectors.refused_answers(),
+        "settle_actions": SETTLE_ACTIONS,
     }
     if request.htmx and request.htmx.target == "inbox-list":
         return render(request, "interrupts/_inbox_list.html", context)
@@ -171,6 +173,34 @@ def retry_run(request, pk: int):
     return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
 
 
+#: What people may do about an answer the agent refused, with each button's words (``hub.refused``).
+SETTLE_ACTIONS = (("resend", "Send again"), ("reopen", "Reopen to answer again"), ("close", "Close the batch"))
+_SETTLED_SAID = {"resend": "Sent the answers again as {new}.", "reopen": "Reopened: the batch waits for new answers.",
+                 "close": "Closed the batch: the thread takes new input."}
+
+
+@require_POST
+def settle_run(request, pk: int, how: str):
+    """Resend, reopen or close the batch whose answers the agent refused (run ``pk``, the failed resume)."""
+    run = get_object_or_404(Run.objects.select_related("thread"), pk=pk)
+    settle = {"resend": refused.resend, "reopen": refused.reopen, "close": refused.close}.get(how)
+    if settle is None:
+        raise Http404("No such action.")
+    try:
+        result = settle(run, request.user)
+    except ProtocolError as problem:
+        said, ok = problem.message, False
+    else:
+        said, ok = _SETTLED_SAID[how].format(new=getattr(result, "run_id", "")), True
+    if request.htmx:
+        on_thread = bool(request.POST.get("on_thread"))
+        return render(request, "interrupts/_refused.html", {
+            "refused_answers": selectors.refused_answers(thread=run.thread if on_thread else None),
+            "refused_on_thread": on_thread, "refused_said": said, "settle_actions": SETTLE_ACTIONS})
+    (messages.success if ok else messages.error)(request, said)
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("thread", args=[run.thread.thread_id])))
+
+
 @require_POST
 def cancel_run(request, pk: int):
     """Stop run (staff): end a streaming or waiting run with CANCELLED_BY_OPERATOR; back to its thread."""
@@ -199,8 +229,8 @@ def edit_preview(request, pk: int):
         edited = form.cleaned_data["edited_args"]
         try:
             errors = payload_errors(interrupt.response_schema, {"approved": True, EDITED_ARGS: edited})
-        except ProtocolError as refused:  # the agent's schema cannot be used (REMOTE_REF, UNSAFE_PATTERN, ...)
-            errors = [{"path": "", "message": refused.message}]
+        except ProtocolError as problem:  # the agent's schema cannot be used (REMOTE_REF, UNSAFE_PATTERN, ...)
+            errors = [{"path": "", "message": problem.message}]
     return render(request, "interrupts/_edit_preview.html", {
         "interrupt": interrupt, "edited": edited, "edited_json": json.dumps(edited, ensure_ascii=False),
         "errors": errors,
@@ -230,6 +260,8 @@ def thread_detail(request, thread_id: str):
         "pending": selectors.thread_pending(thread),
         "start_form": StartRunForm(initial={"agent": thread.agent.name}),
         "runs": selectors.thread_runs(thread),
+        "refused_answers": selectors.refused_answers(thread=thread),
+        "settle_actions": SETTLE_ACTIONS,
     })
 
 

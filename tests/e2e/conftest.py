@@ -1,6 +1,8 @@
+import re
 import subprocess
 import time
 
+import httpx
 import pytest
 
 from ..servers import ROOT, ServedApp, free_port
@@ -28,7 +30,8 @@ def hub(tmp_path_factory, scripted):
     ).start()
     with app.api() as api:
         for name in ["approve", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
-                     "agent-error", "interrupt-then-noise", "duplicate-ids", "slow-finish", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger"]:
+                     "agent-error", "interrupt-then-noise", "duplicate-ids", "slow-finish", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger",
+                     "refuse-error", "refuse-early", "refuse-http", "refuse-fault"]:
             response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})
             assert response.status_code == 201, response.text
         # A port nobody listens on: connection refused.
@@ -42,6 +45,17 @@ def hub(tmp_path_factory, scripted):
 def api(hub):
     with hub.api() as client:
         yield client
+
+
+def logged_in(app) -> httpx.Client:
+    """A browser-like client of ``app``, logged in as the demo reviewer through the login form."""
+    browser = httpx.Client(base_url=app.url, follow_redirects=False, timeout=30)
+    page = browser.get("/accounts/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    response = browser.post("/accounts/login/", headers={"Referer": f"{app.url}/accounts/login/"},
+                            data={"username": "reviewer", "password": "countersign", "csrfmiddlewaretoken": token})
+    assert response.status_code == 302, response.text
+    return browser
 
 
 def wait_for(check, timeout=15.0, interval=0.05):

@@ -200,10 +200,27 @@ class ScriptedAgent(LoopbackAgent):
             write(handler, frame(started(body)) + frame(finished(body, {"type": "success"})))
             time.sleep(3)
             return
+        if name.startswith("refuse-") and body.get("resume") and self.calls[(name, body.get("threadId"))] == 2:
+            # The first resume of each thread is refused, each path its own way;
+            # any later one (sent again, or new answers) goes through.
+            return self.refuse(handler, name, body)
+        if name.startswith("refuse-"):
+            return stream(handler, approve_interrupt(body))
         script = SCRIPTS.get(name)
         if script is None:
             return send(handler, 404, "application/json", b'{"detail": "no such script"}')
         stream(handler, script(body))  # the hub hangs up after a fault, as it should
+
+    def refuse(self, handler, name, body) -> None:
+        if name == "refuse-http":
+            return send(handler, 500, "application/json", b'{"detail": "approval store unavailable"}')
+        if name == "refuse-early":  # a RUN_ERROR before RUN_STARTED, as TanStack AI answers an unknown interrupt
+            return stream(handler, [frame({"type": "RUN_ERROR", "code": "unknown-interrupt",
+                                           "message": "No pending interrupt int-1"})])
+        if name == "refuse-fault":
+            return stream(handler, [frame(started(body)), b"data: {not json\n\n"])
+        return stream(handler, [frame(started(body)), frame({"type": "RUN_ERROR", "code": "STALE_APPROVAL",
+                                                              "message": "The approval came too late"})])
 
     def calls_per_run(self, threads, resumes: bool | None = None) -> Counter:
         """How many POSTs each runId of ``threads`` got (only resumes, or only new runs, if asked)."""

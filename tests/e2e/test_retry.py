@@ -7,16 +7,14 @@ SIGKILL and started again on the same port; it writes every call it gets to a
 file, so the count survives its death.
 """
 
-import re
 import time
 from datetime import datetime
 
-import httpx
 import pytest
 
 from ..agui import answers
 from ..servers import ServedApp, free_port
-from .conftest import events, pending, run_of, start, wait_for
+from .conftest import events, logged_in, pending, run_of, start, wait_for
 from .scripted_agent import AgentProcess
 
 BASE = 2.0  # seconds before the first retry; each later one waits twice as long
@@ -36,16 +34,6 @@ def agent(tmp_path):
     yield process
     if process.process.poll() is None:
         process.kill()
-
-
-def logged_in(app) -> httpx.Client:
-    browser = httpx.Client(base_url=app.url, follow_redirects=False, timeout=30)
-    page = browser.get("/accounts/login/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-    response = browser.post("/accounts/login/", headers={"Referer": f"{app.url}/accounts/login/"},
-                            data={"username": "reviewer", "password": "countersign", "csrfmiddlewaretoken": token})
-    assert response.status_code == 302, response.text
-    return browser
 
 
 def when(value: str) -> float:

@@ -55,12 +55,12 @@ def seen(request, client):
 
 PAGES = {
     # name: (url, queries)
-    "inbox, waiting for me": (lambda w: "/inbox/", 16),
-    "inbox, all pending": (lambda w: "/inbox/?scope=all", 17),
-    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 17),
-    "inbox, page 2": (lambda w: "/inbox/?page=2", 16),
+    "inbox, waiting for me": (lambda w: "/inbox/", 17),
+    "inbox, all pending": (lambda w: "/inbox/?scope=all", 18),
+    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 18),
+    "inbox, page 2": (lambda w: "/inbox/?page=2", 17),
     "threads": (lambda w: "/threads/", 13),
-    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 14),
+    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
     "audit": (lambda w: "/audit/", 27),
     "agents and policies": (lambda w: "/registry/", 10),
 }

@@ -1,0 +1,163 @@
+"""Answers the agent refused: a resumed run that failed, and what people do about it.
+
+A resume can fail like any run: the agent answers RUN_ERROR (before or after
+RUN_STARTED), an HTTP error, a broken stream, or cannot be reached at all.
+Its batch's interrupts were decided, so without this module nothing would be
+pending and nobody could answer again: the answers would be lost. Instead a
+failed resumed run is *refused* (``Run.refused``) until someone settles it,
+and while it is the thread takes no new input (``runs.refuse_if_refused``).
+Three ways to settle it, each one function here, each under the batch's lock
+(``decisions.lock_batch``) so two people settling at once do it once:
+
+* ``resend``: the same answers again as a new run (a transient failure);
+* ``reopen``: the batch's interrupts return to pending, their answers
+  superseded (kept in the audit trail); a new decision makes a new resume;
+* ``close``: the batch's interrupts end cancelled and the thread moves on.
+
+Staff may settle any refused answer; otherwise only someone eligible to
+decide every interrupt of the batch (``policies.refusal``). Each settlement
+is an audit entry (``resume.settled``) and a note in the thread's log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..live import relay
+from ..models import Interrupt, Run
+from . import decisions, log, policies, runs, trail
+from .refusals import Refusal
+
+SETTLED = "resume.settled"
+
+#: How much of the agent's error message the audit entry keeps (the run keeps it whole).
+MAX_ERROR_IN_TRAIL = 500
+
+
+def refusal_text(run: Run) -> str:
+    """How a refused answer reads to people: the agent's code and message."""
+    message = run.error_message.strip()
+    return f"The agent refused the answer: {run.error_code}" + (f" {message}" if message else "")
+
+
+def _refused(run: Run) -> Run:
+    """``run`` re-read under its batch's lock, refused with ``NOT_REFUSED`` (409) unless it is a refused answer."""
+    current = Run.objects.select_related("thread", "agent", "parent").get(pk=run.pk)
+    if current.resume_key is None or current.parent_id is None:
+        raise Refusal("NOT_REFUSED", f"Run {current.run_id} is not a resume: it sent no answers.", status=409)
+    if current.status != Run.Status.FAILED:
+        raise Refusal("NOT_REFUSED", f"Run {current.run_id} is {current.status}: the agent did not refuse its "
+                                     "answers.", status=409)
+    if current.settlement:
+        who = current.settled_by.get_username() if current.settled_by_id else "someone"
+        raise Refusal("ALREADY_SETTLED", f"Run {current.run_id}'s refused answer was already dealt with: "
+                                         f"{current.get_settlement_display().lower()} by {who}.",
+                      status=409, settlement=current.settlement, settled_by=who)
+    return current
+
+
+def refuse_unless_may_settle(user, run: Run) -> None:
+    """Staff, or someone eligible to decide every interrupt of the refused batch; else the policy's refusal (403)."""
+    if user.is_staff:
+        return
+    batch = list(Interrupt.objects.filter(run_id=run.parent_id).select_related("run"))
+    rules = policies.rules_held(batch)
+    for interrupt in batch:
+        problem = policies.refusal(user, rules[interrupt.pk], interrupt)
+        if problem is not None:
+            raise problem
+
+
+def _settle(run: Run, user, settlement: str, now) -> None:
+    if not Run.objects.filter(pk=run.pk, settlement="").update(settlement=settlement, settled_by=user,
+                                                                settled_at=now):
+        raise Refusal("ALREADY_SETTLED", f"Run {run.run_id}'s refused answer was just dealt with by someone else.",
+                      status=409)
+    run.settlement, run.settled_by, run.settled_at = settlement, user, now
+
+
+def _record(run: Run, user, settlement: str, **more) -> None:
+    trail.record(SETTLED, {
+        "run": run.pk,
+        "threadId": run.thread.thread_id,
+        "runId": run.run_id,
+        "parentRunId": run.parent.run_id,
+        "errorCode": run.error_code,
+        "errorMessage": run.error_message[:MAX_ERROR_IN_TRAIL],
+        "fault": run.fault[:MAX_ERROR_IN_TRAIL],
+        "settlement": settlement,
+        "by": user.get_username(),
+        **more,
+    }, subject=f"run:{run.pk}")
+    event = log.note(run, relay.Note.REFUSED_ANSWER_SETTLED,
+                     {"runId": run.run_id, "settlement": settlement, "by": user.get_username(), **more})
+    relay.inbox_changed(run.thread_id, event.seq, relay.Reason.SETTLED)
+
+
+def resend(run: Run, user) -> Run:
+    """Send the refused answers again, unchanged, as a new run; returns it.
+
+    The new run's input is the refused one's with a fresh runId: the same
+    answers, attestations and parentRunId (signed afresh when sent). Refused
+    with ``RUN_IN_PROGRESS`` while the thread streams another run.
+    """
+    refuse_unless_may_settle(user, run)
+    with transaction.atomic():
+        decisions.lock_batch(run.parent_id)
+        run = _refused(run)
+        runs.refuse_if_busy(run.thread)
+        now = timezone.now()
+        run_input = {**run.input, "runId": runs.new_run_id()}
+        _settle(run, user, Run.Settlement.RESENT, now)
+        # A key of its own: the refused run keeps the answers' key, and each
+        # re-send is one new run, never two.
+        key = hashlib.sha256(f"{run.resume_key}\nresent as {run_input['runId']}".encode()).hexdigest()
+        again = runs.enqueue(run.thread, run.agent, run_input, user=user, parent=run.parent, resume_key=key)
+        _record(run, user, Run.Settlement.RESENT, resentAs=again.run_id)
+        return again
+
+
+def reopen(run: Run, user) -> list[Interrupt]:
+    """Return the refused batch's interrupts to pending; their answers stay in the trail, superseded.
+
+    A new decision on each then makes a new resume (``runs.batch_resume_key``
+    counts the reopenings, so the same answers given again are sent again).
+    Interrupts that closed without a decision (expired) stay closed.
+    """
+    refuse_unless_may_settle(user, run)
+    with transaction.atomic():
+        decisions.lock_batch(run.parent_id)
+        run = _refused(run)
+        now = timezone.now()
+        _settle(run, user, Run.Settlement.REOPENED, now)
+        decided = list(Interrupt.objects.filter(
+            run_id=run.parent_id, status__in=[Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED]
+        ).select_related("run__thread").order_by("pk"))
+        for interrupt in decided:
+            interrupt.decisions.filter(superseded_at__isnull=True).update(superseded_at=now)
+            Interrupt.objects.filter(pk=interrupt.pk).update(
+                status=Interrupt.Status.PENDING, closed_at=None, closed_reason="", version=F("version") + 1)
+            trail.record_supersessions(interrupt)
+        _record(run, user, Run.Settlement.REOPENED, interruptIds=[i.interrupt_id for i in decided])
+        return decided
+
+
+def close(run: Run, user) -> list[Interrupt]:
+    """End the refused batch: its interrupts close cancelled, and the thread takes new input again."""
+    refuse_unless_may_settle(user, run)
+    with transaction.atomic():
+        decisions.lock_batch(run.parent_id)
+        run = _refused(run)
+        now = timezone.now()
+        _settle(run, user, Run.Settlement.CLOSED, now)
+        reason = f"Closed by {user.get_username()} after the agent refused the answer ({run.error_code})."
+        closing = list(Interrupt.objects.filter(run_id=run.parent_id).exclude(status=Interrupt.Status.EXPIRED)
+                       .order_by("pk"))
+        Interrupt.objects.filter(pk__in=[i.pk for i in closing]).update(
+            status=Interrupt.Status.CANCELLED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1)
+        _record(run, user, Run.Settlement.CLOSED, interruptIds=[i.interrupt_id for i in closing])
+        return closing
