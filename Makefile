@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 # dependencies are its own, not the app's.
 LG_VENV := .venv-langgraph
 LG_REQUIREMENTS := tests/external/requirements-langgraph.txt
+# The external TanStack AI agent is a node program with its own pinned packages.
+TS_PEER := tests/external/tanstack
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -45,6 +47,12 @@ $(LG_VENV)/.installed: $(LG_REQUIREMENTS) | check-python
 	$(LG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(LG_REQUIREMENTS)
 	@touch $@
 
+# Reinstalled (npm ci: exactly the lock file) when package-lock.json changes.
+$(TS_PEER)/node_modules/.installed: $(TS_PEER)/package-lock.json
+	@command -v npm >/dev/null || { echo "The TanStack AI test agent needs node and npm (apt-get install nodejs npm)."; exit 1; }
+	cd $(TS_PEER) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 serve: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_reviewer
@@ -65,11 +73,11 @@ browser:
 	  fi; \
 	fi
 
-test: venv $(LG_VENV)/.installed browser
+test: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed browser
 	$(PY) -m pytest
 
 # The same suite against PostgreSQL and Redis (started on loopback by bin/services).
-test-scale: venv $(LG_VENV)/.installed browser
+test-scale: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
 	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL"; \
 	  $(PY) -m pytest
@@ -108,4 +116,4 @@ bench: venv $(VENV)/.bench-installed
 	  if [ -n "$$failed" ]; then echo "Not measured:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(LG_VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
+	rm -rf $(VENV) $(LG_VENV) $(TS_PEER)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
