@@ -308,6 +308,14 @@ class Run(models.Model):
         """A resumed run the agent did not take, that nobody has dealt with yet: its batch waits for people."""
         return self.status == RunStatus.FAILED and self.resume_key is not None and not self.settlement
 
+    @property
+    def refusal_text(self) -> str:
+        """How a failed resume reads to people: the agent's code and message ("" for any other run)."""
+        if self.resume_key is None or self.status != RunStatus.FAILED:
+            return ""
+        message = self.error_message.strip()
+        return f"The agent refused the answer: {self.error_code}" + (f" {message}" if message else "")
+
     def resumed_by(self) -> Run | None:
         """The run that sent this run's decisions back to the agent, once the batch was sent.
 

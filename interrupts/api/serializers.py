@@ -7,7 +7,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..hub import decisions, policies
-from ..hub.refused import refusal_text as refused_text
 from ..conf import (ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS,
                     MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
@@ -169,7 +168,8 @@ class RunSerializer(serializers.ModelSerializer):
     refused = serializers.BooleanField(
         read_only=True, help_text="A resume that failed and that nobody has dealt with yet: POST resend/, "
                                   "reopen/ or close/ on it.")
-    refusal = serializers.SerializerMethodField(
+    refusal = serializers.CharField(
+        source="refusal_text", read_only=True,
         help_text="For a failed resume: 'The agent refused the answer: <code> <message>'; empty otherwise.")
     settled_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -189,11 +189,6 @@ class RunSerializer(serializers.ModelSerializer):
             "retry_at": {"help_text": "When the next try is due (queued runs waiting for their agent)."},
             "last_error": {"help_text": "Why the last try failed."},
         }
-
-    def get_refusal(self, run) -> str:
-        if run.resume_key is None or run.status != Run.Status.FAILED:
-            return ""
-        return refused_text(run)
 
 
 class EventSerializer(serializers.ModelSerializer):

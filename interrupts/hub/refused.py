@@ -38,12 +38,6 @@ SETTLED = "resume.settled"
 MAX_ERROR_IN_TRAIL = 500
 
 
-def refusal_text(run: Run) -> str:
-    """How a refused answer reads to people: the agent's code and message."""
-    message = run.error_message.strip()
-    return f"The agent refused the answer: {run.error_code}" + (f" {message}" if message else "")
-
-
 def _refused(run: Run) -> Run:
     """``run`` re-read under its batch's lock, refused with ``NOT_REFUSED`` (409) unless it is a refused answer."""
     current = Run.objects.select_related("thread", "agent", "parent").get(pk=run.pk)

@@ -14,7 +14,7 @@ from django.db.models import Count, Func, IntegerField, Max, OuterRef, Prefetch,
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..hub import policies, refused
+from ..hub import policies
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 
 SORTS = {
@@ -219,17 +219,11 @@ def resumed_by(run_pks) -> dict[int, Run]:
 
 
 def refused_answers(limit: int = 50, thread=None) -> list[Run]:
-    """Resumed runs that failed and that nobody has dealt with yet (``hub.refused``), latest first.
-
-    Each carries ``refusal_text``, the sentence people read.
-    """
+    """Resumed runs that failed and that nobody has dealt with yet (``hub.refused``), latest first."""
     found = Run.objects.filter(status=Run.Status.FAILED, resume_key__isnull=False, settlement="")
     if thread is not None:
         found = found.filter(thread=thread)
-    rows = list(found.select_related("thread", "agent", "parent").order_by("-finished_at", "-pk")[:limit])
-    for run in rows:
-        run.refusal_text = refused.refusal_text(run)
-    return rows
+    return list(found.select_related("thread", "agent", "parent").order_by("-finished_at", "-pk")[:limit])
 
 
 def awaiting_agent(limit: int = 50) -> list[Run]:

@@ -31,7 +31,7 @@ def refused_batch(count=1, agent=None):
 
 def test_a_failed_resume_is_refused_until_settled_and_holds_new_input():
     interrupted, _asked, resume, reviewer = refused_batch()
-    assert resume.refused and refused.refusal_text(resume) == (
+    assert resume.refused and resume.refusal_text == (
         "The agent refused the answer: STALE_APPROVAL The approval came too late.")
     with pytest.raises(Refusal) as held:
         runs.start_run(interrupted.agent, user=reviewer, thread_id=interrupted.thread.thread_id, message="next")
