@@ -314,7 +314,12 @@ class Run(models.Model):
         if self.resume_key is None or self.status != RunStatus.FAILED:
             return ""
         message = self.error_message.strip()
-        return f"The agent refused the answer: {self.error_code}" + (f" {message}" if message else "")
+        # Countersign's own endings say what happened; any other code is the agent's.
+        said = {"CANCELLED_BY_OPERATOR": "The resume was stopped before the agent took the answer",
+                "WORKER_LOST": "The resume was lost before the agent took the answer",
+                "AGENT_UNREACHABLE": "The agent could not be reached with the answer"}.get(
+            self.error_code, "The agent refused the answer")
+        return f"{said}: {self.error_code}" + (f" {message}" if message else "")
 
     def resumed_by(self) -> Run | None:
         """The run that sent this run's decisions back to the agent, once the batch was sent.
