@@ -8,17 +8,22 @@
 // resolutions its middleware read); the interrupts are TanStack's own generic
 // interrupts (defineInterrupt + onInterruptBoundary), so every binding,
 // schema hash and resume check is the package's. The server keeps nothing
-// between runs but the refuse-once thread set: a resume is accepted only if
-// its entries carry the `tanstack:interruptContinuation` TanStack rebuilds the
-// request from, as an ephemeral chat() server requires.
+// between runs (but which threads the refusing paths refused once): a resume
+// is accepted only if its entries carry the `tanstack:interruptContinuation`
+// TanStack rebuilds the request from, as an ephemeral chat() server requires.
 //
 // Paths (see tests/external/README.md):
 //   /review/       one interrupt `review-refund` (payload, response schema)
 //   /pair/         two interrupts in one batch: `confirm-email`, `confirm-invoice`
-//   /refuse-once/  as /review/, but the first resume of each thread ends in
-//                  RUN_ERROR (code `peer-refused`); later resumes are accepted
-//   POST /_continuation/  {interrupt} -> {continuation}: TanStack's own
-//                  genericInterruptContinuationFromDescriptor, for comparison
+//   /refuse-once/  as /review/, but the model fails the first resume of each
+//                  thread: RUN_STARTED, then RUN_ERROR `peer-refused`
+//   /refuse-early/ as /review/, but the first resume of each thread is refused
+//                  before it starts, as TanStack refuses a resume it cannot
+//                  match: a lone RUN_ERROR `peer-refused`
+//                  (later resumes of a thread are accepted on both)
+//   POST /_continuation/  {interrupts: [...]} -> {continuations: [... or null]}:
+//                  TanStack's own genericInterruptContinuationFromDescriptor
+//                  (what its client puts on each resume entry), for comparison
 //   GET <path>health      {"status":"ok","agent":{"name":...}}
 import http from 'node:http'
 import {
@@ -112,10 +117,23 @@ function pair() {
 const SCENARIOS = {
   '/review/': { name: 'review', raise: review },
   '/pair/': { name: 'pair', raise: pair },
-  '/refuse-once/': { name: 'refuse-once', raise: review, refuseOnce: true },
+  '/refuse-once/': { name: 'refuse-once', raise: review, refuse: 'model' },
+  '/refuse-early/': { name: 'refuse-early', raise: review, refuse: 'resolution' },
 }
-// Threads whose first resume /refuse-once/ has refused already.
+// `<path> <threadId>` of each thread whose first resume was refused already.
 const refused = new Set()
+
+// Whether this resume is the first of its thread on a refusing path (and so is refused).
+function refusing(scenario, params) {
+  const seen = `${scenario.name} ${params.threadId}`
+  if (!scenario.refuse || refused.has(seen)) return false
+  refused.add(seen)
+  return true
+}
+
+function refusal() {
+  return Object.assign(new Error('The peer refuses the first resume of every thread.'), { code: 'peer-refused' })
+}
 
 // `how each interrupt was answered`, in batch order: the model's whole reply.
 function verdicts(resolutions) {
@@ -130,7 +148,7 @@ function verdicts(resolutions) {
 }
 
 // The fake model: one text message saying what it was told.
-function fakeAdapter(reply) {
+function fakeAdapter(reply, fail = false) {
   return {
     kind: 'text',
     name: 'countersign-fake',
@@ -141,6 +159,7 @@ function fakeAdapter(reply) {
       const text = reply()
       // Provider adapters open the run themselves; chat() forwards one RUN_STARTED.
       yield { type: 'RUN_STARTED', runId: options.runId, threadId: options.threadId, timestamp: Date.now() }
+      if (fail) throw refusal()
       yield { type: 'TEXT_MESSAGE_START', messageId, role: 'assistant', timestamp: Date.now() }
       yield { type: 'TEXT_MESSAGE_CONTENT', messageId, delta: text, timestamp: Date.now() }
       yield { type: 'TEXT_MESSAGE_END', messageId, timestamp: Date.now() }
@@ -160,6 +179,7 @@ function fakeAdapter(reply) {
 
 function run(scenario, params) {
   const resuming = (params.resume?.length ?? 0) > 0
+  const refuse = resuming && refusing(scenario, params) ? scenario.refuse : null
   let answered = []
   const middleware = {
     name: `countersign-${scenario.name}`,
@@ -169,17 +189,13 @@ function run(scenario, params) {
       return { interrupts: scenario.raise() }
     },
     onInterruptResolution(_ctx, resolutions) {
-      if (scenario.refuseOnce && !refused.has(params.threadId)) {
-        refused.add(params.threadId)
-        const error = new Error('The peer refuses the first resume of every thread.')
-        error.code = 'peer-refused'
-        throw error
-      }
+      if (refuse === 'resolution') throw refusal()
       answered = resolutions.all()
     },
   }
   return chat({
-    adapter: fakeAdapter(() => (resuming ? `Resumed: ${verdicts(answered)}.` : 'Nothing to review.')),
+    adapter: fakeAdapter(() => (resuming ? `Resumed: ${verdicts(answered)}.` : 'Nothing to review.'),
+      refuse === 'model'),
     messages: params.messages,
     threadId: params.threadId,
     runId: params.runId,
@@ -232,8 +248,10 @@ async function handle(req, res) {
     return sendJson(res, error.status ?? 400, { detail: error.message })
   }
   if (path === '/_continuation/') {
-    const continuation = genericInterruptContinuationFromDescriptor(body.interrupt)
-    return sendJson(res, 200, { continuation: continuation ?? null })
+    const continuations = (body.interrupts ?? []).map(
+      (interrupt) => genericInterruptContinuationFromDescriptor(interrupt) ?? null,
+    )
+    return sendJson(res, 200, { continuations })
   }
   const scenario = SCENARIOS[path]
   if (!scenario) return sendJson(res, 404, { detail: `no agent at ${path}` })
