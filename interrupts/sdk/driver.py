@@ -4,14 +4,21 @@ The driver owns the run's frame so agent authors cannot get it wrong:
 RUN_STARTED first; the state and messages snapshots before an interrupt
 outcome (the spec's state-at-the-boundary rule); exactly one terminal event,
 RUN_FINISHED or RUN_ERROR with a code, whatever the agent did.
+
+It also owns what an agent endpoint does with one HTTP request (``respond``):
+the method, credential, content type, size, signature and body checks, in
+that order, and their refusals. The servers are thin adapters around it:
+``views`` for Django, ``asgi`` for any ASGI server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 from ag_ui.core import (
     BaseEvent,
@@ -23,9 +30,13 @@ from ag_ui.core import (
     RunStartedEvent,
 )
 
+from ..protocol import signing, storable
+from ..protocol.errors import MalformedMessage, refusal_body
+from ..protocol.sse import CONTENT_TYPE, encode_event
+from ..protocol.wire import parse_run_input
 from .agent import Agent, AgentError, InvalidOutcome, RunOutcome
 from .context import RunContext
-from .verify import attested_approvals
+from .verify import BadSignature, attested_approvals, check_signature
 
 logger = logging.getLogger(__name__)
 
@@ -130,3 +141,120 @@ async def run(agent: Agent, run_input: RunAgentInput, *, attested: bool = False)
         if not task.done():
             # The client went away mid-run: stop the agent too.
             task.cancel()
+
+
+# --- One HTTP request to an agent endpoint, whatever server receives it ----------------
+
+#: Bytes a request body may have, for a server with no bound of its own (the
+#: ASGI app): the hub's COUNTERSIGN_MAX_REQUEST_BYTES default, which a Django
+#: view gets as DATA_UPLOAD_MAX_MEMORY_SIZE. The SDK cannot read interrupts/conf.py
+#: (it knows no Django), so tests/sdk/test_asgi.py holds the two equal.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+#: An event-stream answer's headers. No caching, and no buffering: proxies
+#: such as nginx would otherwise hold events back.
+STREAM_HEADERS = {"Content-Type": CONTENT_TYPE, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+class BodyTooLarge(Exception):
+    """Raised by a server's ``read_body``: the body passes the server's bound (413 ``TOO_LARGE``)."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A 4xx JSON answer, with the body every Countersign HTTP refusal has: ``{code, detail, ...}``.
+
+    Built by ``protocol.errors.refusal_body``, as the hub's are
+    (interrupts.hub.refusals), so the SDK needs nothing of the hub to answer alike.
+    """
+
+    status: int
+    body: dict
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def refusal(status: int, code: str, detail: str, *, headers: Mapping[str, str] | None = None, **details) -> Refusal:
+    return Refusal(status, refusal_body(code, detail, **details), dict(headers or {}))
+
+
+async def _resolved(value):
+    if callable(value):
+        value = value()
+        if inspect.isawaitable(value):
+            value = await value
+    return value
+
+
+def media_type(header: str | None) -> str:
+    """The media type of a Content-Type header, without its parameters (``charset``): case does not count."""
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+async def sse(events: AsyncIterator[BaseEvent]) -> AsyncIterator[bytes]:
+    """``events`` as the bytes of a ``text/event-stream``, one frame each, as the agent emits them."""
+    async for event in events:
+        yield encode_event(event).encode()
+
+
+async def respond(agent: Agent, *, method: str, content_type: str | None, signature: str | None,
+                  read_body: Callable[[], Awaitable[bytes]], authorized: Callable[[], object] | None = None,
+                  signing_secret: Callable[[], str | None | Awaitable[str | None]] | None = None,
+                  require_signature: Callable[[], bool] | None = None) -> Refusal | AsyncIterator[bytes]:
+    """The answer to one request: a ``Refusal``, or the event stream's bytes (``STREAM_HEADERS``, status 200).
+
+    ``content_type`` and ``signature`` are the request's Content-Type and
+    ``Countersign-Signature`` headers. ``read_body`` returns the raw body, or
+    raises ``BodyTooLarge``. ``authorized`` says whether the request carries
+    a valid credential (None: any request may run the agent).
+
+    A body that is not a valid RunAgentInput gets a 400 JSON body naming the
+    problem (``code``, ``detail``, ``field``) and never reaches the agent.
+
+    With a signing secret (``agent.signing_secret``, or ``signing_secret()``
+    asked on every request, so a rotation takes effect at once) the raw body
+    is checked against its ``Countersign-Signature`` before anything else
+    reads it: an unsigned (when ``agent.require_signature``, or
+    ``require_signature()``, says so), forged or stale request is answered
+    with an event stream whose RUN_ERROR has code ``BAD_SIGNATURE``, which
+    any AG-UI client shows as the run's failure. A signed resume then has each
+    answer's fingerprint checked (``BAD_FINGERPRINT``) before the agent runs.
+    """
+    if method != "POST":
+        return refusal(405, "METHOD_NOT_ALLOWED", "POST a RunAgentInput as JSON.", headers={"Allow": "POST"})
+    if authorized is not None and not await _resolved(authorized):
+        return refusal(401, "UNAUTHORIZED", "This agent needs a valid credential.")
+    kind = media_type(content_type)
+    if kind != "application/json":
+        return refusal(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"Send the RunAgentInput as application/json, not {kind or 'no content type'}.",
+        )
+    try:
+        body = await read_body()
+    except BodyTooLarge:
+        return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts.")
+    secret = await _resolved(signing_secret) if signing_secret is not None else agent.signing_secret
+    required = await _resolved(require_signature) if require_signature is not None else agent.require_signature
+    bad_signature = None
+    if secret and (signature is not None or required):
+        try:
+            check_signature(secret, signature, body, tolerance=agent.signature_tolerance)
+        except BadSignature as problem:
+            bad_signature = problem
+    elif not secret and require_signature is not None and required:
+        # Told to insist, with no secret to check against: refuse rather than answer unverified.
+        bad_signature = BadSignature("This agent accepts only signed requests, and has no signing secret set.")
+    try:
+        run_input = parse_run_input(body)
+    except MalformedMessage as problem:
+        if bad_signature is not None:
+            return sse(refused(None, bad_signature))
+        return refusal(400, problem.code, problem.message, **problem.details)
+    if bad_signature is not None:
+        # Parsed only to name the run in RUN_STARTED: the agent never sees it.
+        return sse(refused(run_input, bad_signature))
+    unstorable = storable.problem(run_input.model_dump(), "The RunAgentInput")  # text no encoder can send back
+    if unstorable is not None:
+        return refusal(400, unstorable.code, unstorable.message, **unstorable.details)
+    attested = bool(secret) and signature is not None
+    return sse(run(agent, run_input, attested=attested))

@@ -80,8 +80,16 @@ def conversation_tool_call_ids(run_input: RunAgentInput, interrupt_id: str) -> l
 
     An agent keeps nothing between runs, so the SDK cannot know which tool
     call an interrupt it raised was about. The conversation Countersign
-    signed holds every call the agent proposed; an agent that can tell
-    exactly (``Agent.tool_call_ids_for``) binds the answer tighter.
+    signs is the agent's last MESSAGES_SNAPSHOT (plus the user's messages):
+    it holds a call the agent proposed only if a snapshot did. An SDK
+    agent's does: ``ctx.tool_call`` records the call and the driver sends
+    MESSAGES_SNAPSHOT at every interrupt. An agent that streams a call only
+    as TOOL_CALL_START/ARGS/END (by hand, or through ``ctx.emit``, which
+    records nothing) and interrupts on it sends no snapshot holding it, so
+    the default refuses every answer to that interrupt with
+    ``BAD_FINGERPRINT``: such an agent must say which call it was
+    (``Agent.tool_call_ids_for``, from the interrupt id or the state), which
+    also binds the answer tighter.
     """
     ids: list[str | None] = [None]
     for message in run_input.messages or []:
