@@ -30,7 +30,7 @@ from ag_ui.core import (
     RunStartedEvent,
 )
 
-from ..protocol import signing, storable
+from ..protocol import storable
 from ..protocol.errors import MalformedMessage, refusal_body
 from ..protocol.sse import CONTENT_TYPE, encode_event
 from ..protocol.wire import parse_run_input

@@ -19,8 +19,7 @@ import pytest
 from django.test import AsyncRequestFactory, override_settings
 
 from interrupts import conf
-from interrupts.protocol import signing
-from interrupts.sdk import Agent, RunOutcome, interrupt
+from interrupts.sdk import Agent
 from interrupts.sdk.asgi import agent_app
 from interrupts.sdk.driver import MAX_REQUEST_BYTES
 from interrupts.sdk.views import agent_view
