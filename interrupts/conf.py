@@ -30,6 +30,7 @@ from .protocol.schema import (  # noqa: F401  (named here: every limit in one pl
     MAX_VALIDATION_STEPS,
 )
 from .protocol.wire import MAX_DEPTH as MAX_JSON_DEPTH  # noqa: F401
+from .sdk.driver import MAX_REQUEST_BYTES as SDK_MAX_REQUEST_BYTES
 
 MIB = 1024 * 1024
 
@@ -83,7 +84,8 @@ DEFAULTS: dict[str, Any] = {
     # ones get 413 TOO_LARGE. 16 MiB: above the event limit, so a gateway client
     # can send back a conversation holding an event the hub accepted. Django's
     # DATA_UPLOAD_MAX_MEMORY_SIZE.
-    "COUNTERSIGN_MAX_REQUEST_BYTES": 16 * MIB,
+    # The SDK's own bound (an agent served without Django reads it there): one number.
+    "COUNTERSIGN_MAX_REQUEST_BYTES": SDK_MAX_REQUEST_BYTES,
     # Seconds a client may leave a connection silent while sending its request,
     # or between two requests on it, before `manage.py serve` closes it.
     "COUNTERSIGN_HTTP_IDLE_TIMEOUT": 30.0,

@@ -11,7 +11,8 @@
                 return RunOutcome.interrupt([interrupt("approve-deploy", "countersign:deploy")])
             ...
 
-Serve it with ``interrupts.sdk.views.agent_view(Deployer())`` or drive it
+Serve it with ``interrupts.sdk.views.agent_view(Deployer())`` in Django, with
+``interrupts.sdk.asgi.agent_app(Deployer())`` under any ASGI server (no Django), or drive it
 directly with ``interrupts.sdk.driver.run``. Nothing here but ``views`` knows
 Django.
 """
