@@ -9,7 +9,10 @@ urlpatterns = [
     path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
     path("runs/<int:pk>/retry/", views.retry_run, name="retry-run"),
     path("runs/<int:pk>/cancel/", views.cancel_run, name="cancel-run"),
-    path("runs/<int:pk>/<str:how>/", views.settle_run, name="settle-run"),
+    # An answer the agent refused: one view, one door per way of settling it.
+    path("runs/<int:pk>/resend/", views.settle_run, {"how": "resend"}, name="settle-resend"),
+    path("runs/<int:pk>/reopen/", views.settle_run, {"how": "reopen"}, name="settle-reopen"),
+    path("runs/<int:pk>/close/", views.settle_run, {"how": "close"}, name="settle-close"),
     path("threads/", views.threads, name="threads"),
     path("threads/start/", views.start_run, name="start-thread"),
     path("threads/<str:thread_id>/", views.thread_detail, name="thread"),

@@ -14,7 +14,7 @@ import json
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
-from django.http import Http404, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -183,9 +183,7 @@ _SETTLED_SAID = {"resend": "Sent the answers again as {new}.", "reopen": "Reopen
 def settle_run(request, pk: int, how: str):
     """Resend, reopen or close the batch whose answers the agent refused (run ``pk``, the failed resume)."""
     run = get_object_or_404(Run.objects.select_related("thread"), pk=pk)
-    settle = {"resend": refused.resend, "reopen": refused.reopen, "close": refused.close}.get(how)
-    if settle is None:
-        raise Http404("No such action.")
+    settle = {"resend": refused.resend, "reopen": refused.reopen, "close": refused.close}[how]
     try:
         result = settle(run, request.user)
     except ProtocolError as problem:

@@ -25,7 +25,6 @@ def failed(api, agent):
         ("x-silent", "TIMEOUT", ["sent nothing for 1.5 s"]),
         ("x-malformed", "MALFORMED_EVENT", ["invalid event", "JSON"]),
         ("x-unknown-type", "MALFORMED_EVENT", ["TELEPORT"]),
-        ("x-error-first", "NOT_STARTED", ["RUN_ERROR before RUN_STARTED", "BOOM", "exploded early"]),
         ("x-no-terminal", "INCOMPLETE_STREAM", ["TEXT_MESSAGE_START"]),
         ("x-after-end", "AFTER_END", ["TEXT_MESSAGE_START"]),
         ("x-wrong-run", "RUN_MISMATCH", ["someone-elses-run"]),
@@ -51,6 +50,16 @@ def test_the_offending_data_is_kept_in_the_error_event(api):
     # What came before the fault is in the log too: nothing is dropped.
     assert [e["type"] for e in log] == ["RUN_STARTED", "RUN_ERROR"]
     assert log[0]["from_agent"] is True
+
+
+def test_an_agents_error_before_run_started_keeps_its_code_and_the_lifecycle_fault_beside_it(api):
+    run, log = failed(api, "x-error-first")
+    assert (run["error_code"], run["error_message"]) == ("BOOM", "exploded early")
+    assert run["fault"].startswith("NOT_STARTED: ") and "RUN_ERROR before RUN_STARTED" in run["fault"]
+    # The log's ending is Countersign's (the agent's RUN_ERROR was out of place), with the agent's event in it.
+    last = log[-1]
+    assert last["from_agent"] is False and last["payload"]["code"] == "NOT_STARTED"
+    assert '"BOOM"' in last["payload"]["rawEvent"]
 
 
 def test_an_agents_own_run_error_fails_the_run_with_its_code(api):

@@ -8,7 +8,7 @@ one. The hub is a real daphne serving the whole app.
 
 import pytest
 
-from ..agui import answers
+from ..agui import answers, post_run, resume_body
 from .conftest import events, finished_run, logged_in, pending, run_of, start, wait_for
 
 REFUSALS = {
@@ -118,3 +118,53 @@ def test_only_a_failed_resume_can_be_settled(api):
     assert failed["status"] == "failed" and failed["refused"] is False and failed["refusal"] == ""
     refused = api.post(f"/api/runs/{run['run_id']}/close/")
     assert refused.status_code == 409 and refused.json()["code"] == "NOT_REFUSED"
+
+
+# --- through the gateway: an AG-UI client's resume the agent refuses ------------------------------------
+
+
+@pytest.fixture
+def gateway(hub):
+    headers = {"Authorization": f"Token {hub.token}"}
+
+    async def call(agent: str, body: dict):
+        streamed = await post_run(f"{hub.url}/agui/{agent}/", body, headers=headers)
+        assert streamed.status == 200
+        assert streamed.problems(severities=("error", "warning")) == []
+        return streamed
+
+    return call
+
+
+def new_input(thread: str, run: str) -> dict:
+    return {"threadId": thread, "runId": run, "messages": [], "state": {}, "tools": [], "context": [],
+            "forwardedProps": {}}
+
+
+APPROVE = [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+
+
+@pytest.mark.parametrize("path", ["refuse-error", "refuse-early"])
+async def test_a_client_s_resume_the_agent_refuses_can_be_answered_again_through_the_gateway(gateway, api, path):
+    thread = f"gw-{path}"
+    first = await gateway(f"x-{path}", new_input(thread, "r1"))
+    refused = await gateway(f"x-{path}", resume_body(first, thread, "r2", APPROVE))
+    assert refused.last["type"] == "RUN_ERROR"
+    assert run_of(api, "r2", thread)["refused"] is True
+    # New input waits; the client is told why, as a RUN_ERROR with a code.
+    held = await gateway(f"x-{path}", new_input(thread, "r3"))
+    assert held.types == ["RUN_STARTED", "RUN_ERROR"] and held.last["code"] == "ANSWER_REFUSED"
+    assert api.post(f"/api/runs/r2/reopen/", params={"thread": thread}).status_code == 200
+    again = await gateway(f"x-{path}", resume_body(first, thread, "r4", APPROVE))
+    assert again.last["type"] == "RUN_FINISHED" and (again.last.get("outcome") or {}).get("type") != "interrupt"
+    assert run_of(api, "r4", thread)["status"] == "succeeded"
+
+
+async def test_after_closing_a_refused_answer_the_client_starts_afresh_through_the_gateway(gateway, api):
+    thread = "gw-refuse-close"
+    first = await gateway("x-refuse-http", new_input(thread, "r1"))
+    refused = await gateway("x-refuse-http", resume_body(first, thread, "r2", APPROVE))
+    assert refused.last["type"] == "RUN_ERROR" and refused.last["code"] == "HTTP_ERROR"
+    assert api.post("/api/runs/r2/close/", params={"thread": thread}).status_code == 200
+    fresh = await gateway("x-refuse-http", new_input(thread, "r3"))
+    assert fresh.last["outcome"]["type"] == "interrupt"
