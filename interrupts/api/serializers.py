@@ -11,6 +11,7 @@ from ..conf import (ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_MESSAG
                     MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
+from ..reads import selectors
 
 
 class AgentSerializer(serializers.ModelSerializer):
@@ -228,13 +229,19 @@ class InterruptSerializer(serializers.ModelSerializer):
         help_text="Whether the requesting user may decide it now (eligible, and not their own request).")
     refusal = serializers.SerializerMethodField(
         help_text="Why the requesting user may not decide it (NOT_ELIGIBLE, SELF_APPROVAL), or null.")
+    subagent_run_id = serializers.SerializerMethodField(
+        help_text="The subagent run that raised it, as the agent sent it (subagentRunId); null when the root "
+                  "agent raised it. The agent's own text: attribution, not a link.")
 
     class Meta:
         model = Interrupt
-        fields = ["id", "interrupt_id", "run", "thread", "agent", "reason", "message", "status", "tool_call_id",
-                  "tool_name", "proposed_args", "response_schema", "supports_edits", "expires_at", "metadata",
-                  "problems", "closed_reason", "created_at", "closed_at", "policy", "approvals", "can_decide",
-                  "refusal"]
+        fields = ["id", "interrupt_id", "run", "subagent_run_id", "thread", "agent", "reason", "message", "status",
+                  "tool_call_id", "tool_name", "proposed_args", "response_schema", "supports_edits", "expires_at",
+                  "metadata", "problems", "closed_reason", "created_at", "closed_at", "policy", "approvals",
+                  "can_decide", "refusal"]
+
+    def get_subagent_run_id(self, interrupt) -> str | None:
+        return selectors.subagent_run_id(interrupt)
 
     def get_supports_edits(self, interrupt) -> bool:
         return supports_edits(interrupt.response_schema)

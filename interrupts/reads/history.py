@@ -33,6 +33,12 @@ def _args_text(text: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) if decoded else text
 
 
+def _subagent(interrupt: dict) -> str | None:
+    # As selectors.subagent_run_id reads an interrupt row: a non-empty string, or nothing.
+    value = interrupt.get("subagentRunId")
+    return value if isinstance(value, str) and value else None
+
+
 def fold(events, said: dict[str, str] | None = None) -> list[Item]:
     """Items for events given as (seq, type, payload, run_id, from_agent), in order.
 
@@ -52,7 +58,9 @@ def fold(events, said: dict[str, str] | None = None) -> list[Item]:
             outcome = (payload.get("outcome") or {}).get("type", "success") if kind == "RUN_FINISHED" else "error"
             items.append(Item("run-end", seq, run_id, data={
                 "outcome": outcome,
-                "interrupts": [i.get("id") for i in (payload.get("outcome") or {}).get("interrupts", [])],
+                # Each raised interrupt's id, and the subagent run that raised it when the agent says so.
+                "interrupts": [{"id": i.get("id"), "subagent_run_id": _subagent(i)}
+                               for i in (payload.get("outcome") or {}).get("interrupts", [])],
                 "code": payload.get("code"),
                 "message": payload.get("message"),
                 "from_agent": from_agent,

@@ -309,6 +309,17 @@ def interrupts():
             .annotate(standing=Coalesce(Subquery(standing), 0)).order_by("created_at", "pk"))
 
 
+def subagent_run_id(interrupt: Interrupt) -> str | None:
+    """Which subagent's run raised ``interrupt``, as its agent said (AG-UI ``subagentRunId``); None for the root.
+
+    Read from the interrupt as sent (``raw``), whole: agent text, for pages
+    to escape and cut, never to link. The wire model lets only a string
+    through; anything else stored here is not an id.
+    """
+    value = interrupt.raw.get("subagentRunId") if isinstance(interrupt.raw, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
 def interrupt_details():
     """``interrupts`` with every decision (and its user) and ``resumed_by_run_id``: the run that sent them back."""
     return interrupts().prefetch_related(Prefetch("decisions", Decision.objects.select_related("user"))
@@ -399,13 +410,20 @@ class AuditRow:
 
     @property
     def accepted(self) -> str:
-        """Whether the resumed run took the answer: "accepted", "refused", "pending", or "" (never sent)."""
+        """Whether the resumed run took the answer: "accepted", "refused", "cancelled", "pending", or "" (never sent).
+
+        A resumed run the agent ended as cancelled (RUN_FINISHED outcome
+        ``cancelled``) stopped; it did not refuse the answer (that is a
+        RUN_ERROR, which fails the run).
+        """
         if self.resume is None:
             return ""
         if self.resume.status in (Run.Status.SUCCEEDED, Run.Status.INTERRUPTED):
             return "accepted"
-        if self.resume.status in (Run.Status.FAILED, Run.Status.CANCELLED):
+        if self.resume.status == Run.Status.FAILED:
             return "refused"
+        if self.resume.status == Run.Status.CANCELLED:
+            return "cancelled"
         return "pending"
 
     def as_dict(self) -> dict:
@@ -415,6 +433,7 @@ class AuditRow:
             "agent": i.run.agent.name,
             "interruptedRun": i.run.run_id,
             "interruptId": i.interrupt_id,
+            "subagentRunId": subagent_run_id(i),
             "reason": i.reason,
             "message": i.message,
             "toolCallId": i.tool_call_id or None,
