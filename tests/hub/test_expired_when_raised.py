@@ -1,0 +1,225 @@
+"""An interrupt raised with an ``expiresAt`` already past never waits (``log.finish``, ``_expire_raised``).
+
+It is expired at once with a reason that says so, on the card, in the API and
+in the audit trail (an expiry entry each); its batch closes with it (a partial
+resume is not allowed); and the thread takes new input. A future expiresAt
+still waits.
+"""
+
+import asyncio
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.urls import reverse
+from django.utils import timezone
+
+from interrupts.hub import decisions, log, outbox, runs, streaming, trail
+from interrupts.hub.refusals import Refusal
+from interrupts.live import relay
+from interrupts.models import AuditEntry, Event, Interrupt, Run
+from interrupts.protocol.errors import ProtocolError
+
+from .. import factories as make
+from ..e2e.scripted_agent import ScriptedAgent, finished, started
+from ..loopback import frame, stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAST = "2020-01-01T00:00:00Z"
+WORKER = "test-worker"
+
+
+def future() -> str:
+    return (timezone.now() + timedelta(days=1)).isoformat().replace("+00:00", "Z")
+
+
+def batch(*expiries) -> list[dict]:
+    """One interrupt per expiry given (None: no expiresAt), ids a, b, c, ..."""
+    items = []
+    for n, expires in enumerate(expiries):
+        item = {"id": "abcdefgh"[n], "reason": "confirmation", "message": f"Step {n}?"}
+        if expires is not None:
+            item["expiresAt"] = expires
+        items.append(item)
+    return items
+
+
+def raised(items: list[dict]) -> Run:
+    """A streaming run that ended raising ``items``, recorded as the streamer records it."""
+    run = make.run(status="streaming")
+    ids = {"threadId": run.thread.thread_id, "runId": run.run_id}
+    terminal = {"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": items}}
+    log.append_many(run, [{"type": "RUN_STARTED", **ids}, terminal])
+    log.finish(run, terminal)
+    return Run.objects.select_related("thread", "agent").get(pk=run.pk)
+
+
+def closed(run: Run) -> dict[str, Interrupt]:
+    return {i.interrupt_id: i for i in Interrupt.objects.filter(run=run)}
+
+
+def expiry_entries(run: Run) -> dict[str, dict]:
+    entries = AuditEntry.objects.filter(interrupt__run=run, kind=trail.EXPIRY).select_related("interrupt")
+    return {e.interrupt.interrupt_id: json.loads(e.content)["data"] for e in entries}
+
+
+# --- the hub ------------------------------------------------------------------------------
+
+
+def test_an_interrupt_past_its_expiry_when_raised_is_expired_at_once_and_its_batch_with_it():
+    run = raised(batch(PAST, None, future()))
+    found = closed(run)
+    assert {iid: i.status for iid, i in found.items()} == {"a": "expired", "b": "expired", "c": "expired"}
+    assert found["a"].closed_reason.startswith(f"expiresAt {PAST} had already passed when the agent raised it (")
+    for sibling in ("b", "c"):
+        assert found[sibling].closed_reason == "closed with its batch: a had already expired when raised"
+    assert all(i.closed_at is not None for i in found.values())
+    # The run still ended as the agent said: it raised them.
+    assert run.status == "interrupted"
+    # Each closing is in the audit trail, as stored, and the chain verifies.
+    entries = expiry_entries(run)
+    assert set(entries) == {"a", "b", "c"}
+    assert entries["a"]["closedReason"] == found["a"].closed_reason and entries["a"]["status"] == "expired"
+    assert entries["a"]["expiresAt"].startswith("2020-01-01T00:00:00")
+    assert not trail.verify(save=False).problems
+    # The thread's log says so too: a note of Countersign's own after the agent's end.
+    note = Event.objects.filter(run=run, type="CUSTOM").get()
+    assert not note.from_agent and note.payload["name"] == relay.Note.INTERRUPTS_EXPIRED
+    assert note.payload["value"] == {"runId": run.run_id, "whenRaised": True,
+                                     "interrupts": [{"id": "a", "expiresAt": PAST}]}
+
+
+def test_the_thread_takes_new_input_at_once():
+    run = raised(batch(PAST, None))
+    started_next = runs.start_run(run.agent, thread_id=run.thread.thread_id, message="next")
+    assert started_next.thread_id == run.thread_id and "resume" not in started_next.input
+
+
+def test_a_future_expiry_still_waits_and_blocks_new_input():
+    run = raised(batch(future(), None))
+    found = closed(run)
+    assert {iid: i.status for iid, i in found.items()} == {"a": "pending", "b": "pending"}
+    assert found["a"].closed_reason == "" and found["a"].closed_at is None
+    assert not expiry_entries(run) and not Event.objects.filter(run=run, type="CUSTOM").exists()
+    with pytest.raises(ProtocolError) as refused:
+        runs.start_run(run.agent, thread_id=run.thread.thread_id, message="next")
+    assert refused.value.code == "PENDING_INTERRUPTS"
+
+
+def test_an_unreadable_expiry_is_due_at_once_and_says_why():
+    run = raised(batch("tomorrow"))
+    [interrupt] = closed(run).values()
+    assert interrupt.status == "expired"
+    assert interrupt.closed_reason == "expiresAt 'tomorrow' is not an ISO-8601 timestamp"
+    assert [p["code"] for p in interrupt.problems] == ["INVALID_EXPIRY"]
+    assert set(expiry_entries(run)) == {"a"}
+
+
+def test_an_answer_to_it_is_refused_with_its_reason():
+    run = raised(batch(PAST, None))
+    sibling = closed(run)["b"]
+    with pytest.raises(Refusal) as refused:
+        decisions.decide(sibling, make.user(), "resolved", {"approved": True})
+    assert refused.value.code == "EXPIRED"
+    assert "closed with its batch: a had already expired when raised" in refused.value.message
+    assert not Run.objects.filter(parent=run).exists()
+
+
+# --- what people see ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def reviewer(client):
+    user = make.user(is_staff=True)
+    client.force_login(user)
+    return user
+
+
+def test_the_api_shows_it_expired_with_its_reason_and_refuses_an_answer(client, reviewer):
+    run = raised(batch(PAST, None))
+    found = closed(run)
+    assert client.get("/api/interrupts/").json()["results"] == []  # nothing pending
+    body = client.get(f"/api/interrupts/{found['a'].pk}/").json()
+    assert (body["status"], body["closed_reason"]) == ("expired", found["a"].closed_reason)
+    answer = client.post(f"/api/interrupts/{found['b'].pk}/decide/", {"action": "approve"},
+                         content_type="application/json")
+    assert answer.status_code == 409
+    problem = answer.json()
+    assert problem["code"] == "EXPIRED" and "already expired when raised" in problem["detail"]
+
+
+def test_the_inbox_has_no_card_for_it_and_an_answer_from_a_stale_card_says_why(client, reviewer):
+    run = raised(batch(PAST, None))
+    inbox = client.get(reverse("inbox"), {"scope": "all"}).content.decode()
+    assert 'data-interrupt-id="a"' not in inbox and 'data-testid="inbox-count">0<' in inbox
+    # A card loaded before it closed: its answer comes back with the reason at the batch.
+    sibling = closed(run)["b"]
+    answered = client.post(reverse("decide", args=[sibling.pk]), {"action": "approve"},
+                           HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"batch-{run.pk}").content.decode()
+    [error] = re.findall(r'data-testid="card-error"><p>([^<]*)</p>', answered)
+    assert error == "Interrupt b expired: closed with its batch: a had already expired when raised"
+
+
+def test_the_audit_page_and_thread_page_say_it_expired_and_the_thread_takes_input(client, reviewer):
+    run = raised(batch(PAST, None))
+    audit = client.get(reverse("audit"), {"outcome": "expired"}).content.decode()
+    assert audit.count('data-testid="audit-row"') == 2
+    assert f"<strong>expired</strong>: expiresAt {PAST} had already passed when the agent raised it" in audit
+    assert "<strong>expired</strong>: closed with its batch: a had already expired when raised" in audit
+    [row_a] = [r for r in json.loads(b"".join(client.get(reverse("audit"), {"format": "json"}).streaming_content))
+               if r["interruptId"] == "a"]
+    assert row_a["status"] == "expired" and [t["kind"] for t in row_a["trail"]] == [trail.EXPIRY]
+    thread = client.get(reverse("thread", args=[run.thread.thread_id])).content.decode()
+    assert "data-blocked-reason hidden" in thread and 'type="submit" disabled' not in thread
+    assert relay.Note.INTERRUPTS_EXPIRED.value in thread
+
+
+# --- through a real stream ------------------------------------------------------------------
+
+
+class Agent(ScriptedAgent):
+    """``late`` raises a batch whose first interrupt expired long ago; ``later`` one due tomorrow."""
+
+    def answer(self, handler, name, body) -> None:
+        if name in ("late", "later"):
+            expiry = PAST if name == "late" else future()
+            return stream(handler, [frame(started(body)), frame(finished(body, {
+                "type": "interrupt", "interrupts": batch(expiry, None)}))])
+        super().answer(handler, name, body)
+
+
+@pytest.fixture(scope="module")
+def agent():
+    served = Agent().start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+async def closed_after():
+    yield
+    # The database calls ran on asgiref's worker thread: close its connection there.
+    await sync_to_async(connections.close_all)()
+
+
+def streamed_run(url: str) -> Run:
+    run = runs.start_run(make.agent(url=url), user=make.user(), message="go")
+    assert outbox.claim_due(1, WORKER) == [(run.pk, False)]
+    return run
+
+
+@pytest.mark.parametrize("path, statuses", [("late", {"a": "expired", "b": "expired"}),
+                                            ("later", {"a": "pending", "b": "pending"})])
+async def test_a_streamed_batch_is_closed_at_once_only_when_already_expired(agent, closed_after, path, statuses):
+    run = await sync_to_async(streamed_run)(f"{agent.url}/{path}/")
+    await asyncio.wait_for(streaming.stream_run(run.pk, WORKER), 20)
+    ended = await Run.objects.aget(pk=run.pk)
+    assert ended.status == "interrupted"
+    found = await sync_to_async(closed)(ended)
+    assert {iid: i.status for iid, i in found.items()} == statuses
+    entries = await sync_to_async(expiry_entries)(ended)
+    assert set(entries) == ({"a", "b"} if path == "late" else set())
