@@ -215,7 +215,7 @@ def resumed_by(run_pks) -> dict[int, Run]:
     # Oldest first, so the latest resume wins (a refused answer sent again); a
     # resume whose batch was reopened no longer stands for it.
     return {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)
-            .exclude(settlement=Run.Settlement.REOPENED).order_by("created_at", "pk")}
+            .exclude(settlement=Run.Settlement.REOPENED).select_related("settled_by").order_by("created_at", "pk")}
 
 
 def refused_answers(limit: int = 50, thread=None) -> list[Run]:
