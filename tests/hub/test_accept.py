@@ -242,3 +242,12 @@ def test_a_resume_of_a_thread_that_keeps_changing_gives_up_with_thread_busy(monk
     assert len(checks) == accept.ACCEPT_ATTEMPTS
     assert not Decision.objects.filter(user=client).exists()
     assert not Run.objects.filter(parent=interrupt.run).exists()
+
+
+def test_a_client_s_input_without_tools_or_context_reaches_the_agent_with_empty_ones():
+    # Some agents (TanStack AI's chat()) refuse a RunAgentInput without these arrays.
+    agent = make.agent()
+    accepted = accept.accept_input(agent, RunAgentInput.model_validate(
+        {"threadId": "gw-bare", "runId": "r1", "messages": []}), make.user(), worker="w")
+    sent = accepted.run.input
+    assert (sent["tools"], sent["context"], sent["forwardedProps"]) == ([], [], {})
