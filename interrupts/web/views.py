@@ -270,12 +270,20 @@ def thread_events(request, thread_id: str):
         after = max(int(request.GET.get("after", 0)), 0)
     except ValueError:
         after = 0
+    refused_answers = selectors.refused_answers(thread=thread)
+    if request.GET.get("part") == "refused":
+        # The answers the agent refused, as the thread page shows them: it
+        # asks when the count it holds (X-Refused) is not the thread's.
+        return render(request, "interrupts/_refused.html", {
+            "refused_answers": refused_answers, "refused_on_thread": True, "settle_actions": SETTLE_ACTIONS})
     events = selectors.thread_events(thread, after=after, limit=500)
     pending = selectors.thread_has_pending(thread)
     items = history.fold(events, selectors.user_messages(thread))
     response = render(request, "interrupts/_history.html", {"items": items, "thread": thread})
     response["X-Last-Seq"] = str(events[-1][0] if events else after)
-    response["X-Pending"] = "1" if pending else "0"
+    # A refused answer holds the thread like a pending decision does.
+    response["X-Pending"] = "1" if pending or refused_answers else "0"
+    response["X-Refused"] = str(len(refused_answers))
     return response
 
 

@@ -119,6 +119,7 @@
           const reached = Number(response.headers.get("X-Last-Seq"));
           appendHistory(history, html);
           setStartAllowed(response.headers.get("X-Pending") !== "1");
+          refreshRefused(response.headers.get("X-Refused"));
           if (reached <= lastSeq) break;
           lastSeq = reached;
           history.dataset.lastSeq = String(lastSeq);
@@ -161,6 +162,21 @@
     }
     enhance(history);
     window.scrollTo({ top: document.body.scrollHeight });
+  }
+
+  // The thread's answers the agent refused: fetched again when their count changed.
+  async function refreshRefused(count) {
+    const section = document.getElementById("refused");
+    const history = $("#history");
+    if (!section || count === null || section.dataset.count === count || !history) return;
+    const response = await fetch(`${history.dataset.eventsUrl}?part=refused`, { credentials: "same-origin" });
+    if (!response.ok || response.redirected) return;
+    const holder = document.createElement("div");
+    holder.innerHTML = await response.text();
+    const fresh = holder.querySelector("#refused");
+    if (!fresh) return;
+    section.replaceWith(fresh);
+    if (window.htmx) window.htmx.process(fresh);
   }
 
   function setStartAllowed(allowed) {
