@@ -42,7 +42,7 @@ from .hub import accept, refusals, supervisor
 from .hub.refusals import Refusal
 from .hub.tokens import FailedTokenThrottle, too_many_failures
 from .models import Agent, Event, Run
-from .protocol import storable
+from .protocol import dialects, storable
 from .protocol.errors import MalformedMessage, ProtocolError
 from .protocol.sse import CONTENT_TYPE, encode_event, format_frame
 from .protocol.wire import dump, parse_run_input
@@ -103,15 +103,41 @@ def _frame(payload: dict) -> str:
     return format_frame(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
 
 
-async def _live(listener: asyncio.Queue):
+class _AsRead:
+    """The events of one run as its agent's dialect reads them: the terminal event as the hub recorded it.
+
+    An agent that raises interrupts some other way (LangGraph's on_interrupt)
+    ends with a RUN_FINISHED that says nothing of them; the client gets the
+    interrupt outcome Countersign raised instead, with the ids a resume
+    names (``dialects``). The others' events pass as they are.
+    """
+
+    def __init__(self, dialect: dialects.Dialect, run_id: str) -> None:
+        self.dialect, self.run_id, self.customs = dialect, run_id, []
+
+    def __call__(self, payload: dict) -> dict:
+        kind = payload.get("type")
+        if kind == "CUSTOM" and self.dialect.keeps(payload.get("name")):
+            self.customs.append(payload)
+        elif kind == "RUN_FINISHED" and payload.get("runId") == self.run_id:
+            return self.dialect.terminal(payload, self.customs, self.run_id)
+        return payload
+
+
+def _as_read(agent: Agent, run_id: str):
+    dialect = dialects.for_agent(agent.dialect)
+    return None if dialect.name == dialects.AGUI else _AsRead(dialect, run_id)
+
+
+async def _live(listener: asyncio.Queue, read=None):
     while True:
         item = await listener.get()
         if item is None:
             return
-        yield _frame(item[1])
+        yield _frame(item[1] if read is None else read(item[1]))
 
 
-async def _replay(run: Run):
+async def _replay(run: Run, read=None):
     """The recorded events of ``run``, following it to its end if it still streams."""
     after = 0
     while True:
@@ -121,7 +147,7 @@ async def _replay(run: Run):
         ]
         for seq, payload in events:
             after = seq
-            yield _frame(payload)
+            yield _frame(payload if read is None else read(payload))
         status = await Run.objects.values_list("status", flat=True).aget(pk=run.pk)
         if status not in (Run.Status.QUEUED, Run.Status.STREAMING) and not events:
             return
@@ -192,12 +218,12 @@ async def agui(request: HttpRequest, agent: str):
             "sends the resume to the agent when they approve in its inbox.")))
     if accepted.verdict.kind == "replay":
         background.release(slot)  # nothing is sent to the agent
-        return _sse(_replay(accepted.run))
+        return _sse(_replay(accepted.run, _as_read(registered, accepted.run.run_id)))
     listener: asyncio.Queue = asyncio.Queue()
     # Streamed by the supervisor, not this request: if the client goes away
     # the run is still recorded to its end. The slot is freed when it ends.
     background.stream(accepted.run.pk, listener, slot=slot)
-    return _sse(_live(listener))
+    return _sse(_live(listener, _as_read(registered, accepted.run.run_id)))
 
 
 @csrf_exempt  # a refusal, whoever asks; it changes nothing

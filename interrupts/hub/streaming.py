@@ -447,7 +447,8 @@ class RunStreamer:
         )
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
-        body = json.dumps(self.run.input, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        body = json.dumps(self.dialect.outgoing(self.run.input), separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode()
         headers["Content-Type"] = "application/json"
         headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
         # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,

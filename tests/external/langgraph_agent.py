@@ -33,6 +33,11 @@ same threadId on two paths names two unrelated threads):
                refuses when several interrupts are pending.
 ``/parallel-stock/`` the same graph with the stock ag_ui_langgraph mapping, to
                show what an unmodified agent does with a multi-entry resume.
+
+``--default-config`` serves every graph in ag_ui_langgraph's own default
+configuration instead (no interrupt outcome: CUSTOM on_interrupt events and a
+plain RUN_FINISHED), as an agent registered with the ``langgraph-legacy``
+dialect is served.
 """
 
 from __future__ import annotations
@@ -279,7 +284,13 @@ class MappedResumeAgent(LangGraphAgent):
 # The app.
 
 
-def make_agent(cls, name: str, graph, *, legacy_on_interrupt: bool, raw_events: bool) -> LangGraphAgent:
+def make_agent(cls, name: str, graph, *, legacy_on_interrupt: bool, raw_events: bool,
+               default_config: bool = False) -> LangGraphAgent:
+    if default_config:
+        # ag_ui_langgraph's own defaults, as most deployments serve it: one CUSTOM
+        # on_interrupt per interrupt and a RUN_FINISHED without outcome
+        # (emit_interrupt_outcome=False), RAW events and rawEvent copies on.
+        return cls(name=name, graph=graph)
     return cls(
         name=name,
         graph=graph,
@@ -289,11 +300,12 @@ def make_agent(cls, name: str, graph, *, legacy_on_interrupt: bool, raw_events: 
     )
 
 
-def create_app(*, legacy_on_interrupt: bool = False, raw_events: bool = False) -> FastAPI:
+def create_app(*, legacy_on_interrupt: bool = False, raw_events: bool = False,
+               default_config: bool = False) -> FastAPI:
     # One checkpointer per graph: checkpoints are keyed by thread id alone, so
     # a shared one would mix two graphs' states under the same threadId.
     app = FastAPI(title="Countersign test agent (LangGraph)")
-    opts = {"legacy_on_interrupt": legacy_on_interrupt, "raw_events": raw_events}
+    opts = {"legacy_on_interrupt": legacy_on_interrupt, "raw_events": raw_events, "default_config": default_config}
     endpoints = [
         ("/approve/", make_agent(LangGraphAgent, "approve", build_approve(InMemorySaver()), **opts)),
         ("/form/", make_agent(LangGraphAgent, "form", build_form(InMemorySaver()), **opts)),
@@ -322,8 +334,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="emit a RAW event per LangGraph event and rawEvent copies (the package's default; off here)",
     )
+    parser.add_argument(
+        "--default-config",
+        action="store_true",
+        help="serve every graph with ag_ui_langgraph's default configuration (no interrupt outcome: "
+        "CUSTOM on_interrupt events and a plain RUN_FINISHED; RAW events on); overrides the two options above",
+    )
     args = parser.parse_args(argv)
-    app = create_app(legacy_on_interrupt=args.legacy_on_interrupt, raw_events=args.raw_events)
+    app = create_app(legacy_on_interrupt=args.legacy_on_interrupt, raw_events=args.raw_events,
+                     default_config=args.default_config)
 
     config = uvicorn.Config(app, host=HOST, port=args.port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)

@@ -43,3 +43,7 @@ class Dialect:
     def resume_input(self, run_input: dict, interrupts: list[dict]) -> dict:
         """The RunAgentInput of a resume (``interrupts``: the batch as raised, in order) as the agent takes it."""
         return run_input
+
+    def outgoing(self, run_input: dict) -> dict:
+        """The RunAgentInput as sent to the agent, from the one recorded (``Run.input``, which the hub reads)."""
+        return run_input
