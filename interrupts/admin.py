@@ -44,8 +44,8 @@ class AdminAgentForm(AgentForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AdminAgentForm
-    list_display = ["name", "url", "builtin", "credential", "created_at"]
-    list_filter = ["builtin"]
+    list_display = ["name", "url", "dialect", "builtin", "credential", "created_at"]
+    list_filter = ["builtin", "dialect"]
     search_fields = ["name", "url", "description"]
     actions = ["rotate_signing_secret"]
 

@@ -28,8 +28,8 @@ class AgentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Agent
-        fields = ["id", "name", "url", "description", "auth_header", "auth_value", "credential", "capabilities",
-                  "builtin", "created_at", "notices"]
+        fields = ["id", "name", "url", "description", "dialect", "auth_header", "auth_value", "credential",
+                  "capabilities", "builtin", "created_at", "notices"]
         read_only_fields = ["builtin", "created_at"]
 
     def validate(self, attrs):

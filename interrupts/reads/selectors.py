@@ -336,11 +336,25 @@ def policies_listed():
 
 
 def agents_overview():
-    """Agents with their last run and pending count."""
+    """Agents with their last run, pending count and latest notice (``latest_notice``), in one query."""
     return Agent.objects.annotate(
         pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING)),
         last_run=Max("runs__created_at"),
+        **latest_notice(OuterRef("pk")),
     ).order_by("name")
+
+
+def latest_notice(agent) -> dict:
+    """Annotations of an agent (``agent``: its pk, an OuterRef): its latest run with a notice, and when it ended.
+
+    ``notice``: what Countersign noticed about that run (``Run.notice``, e.g.
+    LangGraph's on_interrupt with no outcome); ``notice_run_id``,
+    ``notice_at``: which run, when. NULL when no run of it has one.
+    """
+    noticed = Run.objects.filter(agent=agent).exclude(notice="").order_by("-created_at", "-pk")
+    return {"notice": Subquery(noticed.values("notice")[:1]),
+            "notice_run_id": Subquery(noticed.values("run_id")[:1]),
+            "notice_at": Subquery(noticed.values("finished_at")[:1])}
 
 
 def policies_overview(in_force: list[Policy] | None = None) -> list:

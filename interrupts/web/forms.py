@@ -5,7 +5,7 @@ import json
 from django import forms
 
 from ..conf import ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_JSON_CHARS, MAX_MESSAGE_CHARS
-from ..models import Agent, Policy
+from ..models import DIALECT_CHOICES, Agent, Policy
 from ..protocol import storable
 
 
@@ -70,13 +70,18 @@ class AgentForm(forms.ModelForm):
         help_text="Sent to the agent in the header above. Leave empty to keep the current one.",
     )
     clear_auth_value = forms.BooleanField(required=False, label="Remove the stored credential")
+    # Left out of a post (a script's, an older page's): the agent keeps the dialect it has.
+    dialect = forms.ChoiceField(choices=DIALECT_CHOICES, required=False, help_text=Agent._meta.get_field(
+        "dialect").help_text)
 
     class Meta:
         model = Agent
-        fields = ["name", "url", "description", "auth_header", "auth_value", "capabilities"]
+        fields = ["name", "url", "description", "dialect", "auth_header", "auth_value", "capabilities"]
 
     def clean(self):
         cleaned = super().clean()
+        if not cleaned.get("dialect"):
+            cleaned["dialect"] = self.instance.dialect
         if cleaned.get("auth_value"):
             # Typed in this change: the model keeps it even if the URL moves.
             self.instance.credential_given = True

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from interrupts.models import Agent
+from interrupts.protocol import dialects
 
 
 class Command(BaseCommand):
@@ -22,6 +23,10 @@ class Command(BaseCommand):
         add.add_argument("url", help="Where RunAgentInput is POSTed.")
         add.add_argument("--header", metavar="K:V", help="A header with the agent's credential, e.g. 'Authorization:Bearer x'.")
         add.add_argument("--description", default="")
+        add.add_argument("--dialect", choices=list(dialects.DIALECTS),
+                         help="How the agent raises interrupts: 'agui' (an interrupt outcome, the default) or "
+                              "'langgraph-legacy' (ag-ui-langgraph without emit_interrupt_outcome). "
+                              "Left out: a new agent gets 'agui', an existing one keeps its own.")
         remove = sub.add_parser("remove", help="Remove an agent that has no runs.")
         remove.add_argument("name")
         rotate = sub.add_parser("rotate-secret", help="Give an agent a new signing secret and print it once.")
@@ -34,10 +39,13 @@ class Command(BaseCommand):
         for agent in Agent.objects.order_by("name"):
             credential = f"  {agent.auth_header}: {agent.masked_auth_value}" if agent.auth_value else ""
             builtin = "  (built-in)" if agent.builtin else ""
-            self.stdout.write(f"{agent.name}  {agent.url}{credential}{builtin}")
+            dialect = f"  dialect {agent.dialect}" if agent.dialect != dialects.AGUI else ""
+            self.stdout.write(f"{agent.name}  {agent.url}{credential}{dialect}{builtin}")
 
-    def do_add(self, name, url, header, description, **options):
+    def do_add(self, name, url, header, description, dialect, **options):
         fields = {"url": url, "description": description}
+        if dialect:
+            fields["dialect"] = dialect
         if header:
             key, sep, value = header.partition(":")
             if not sep or not key.strip() or not value.strip():
