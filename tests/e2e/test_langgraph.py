@@ -158,3 +158,20 @@ def _form_answer(schema: dict) -> dict:
         else:
             answer[name] = "x"
     return answer
+
+
+def test_after_an_expiry_new_input_cannot_answer_the_graph_through_forwarded_props(lg_api):
+    # ag-ui-langgraph answers the interrupt its graph still holds with
+    # forwardedProps.command.resume; after the interrupt expired here, new input
+    # carrying one would submit a form nobody answered. Countersign never sends it.
+    run = start(lg_api, "lg-form-short")
+    thread = run["thread"]
+    [asked] = wait_for(lambda: pending(lg_api, thread))
+    wait_for(lambda: lg_api.get(f"/api/interrupts/{asked['id']}/").json()["status"] == "expired")
+    sneaked = lg_api.post(f"/api/threads/{thread}/runs/", json={
+        "message": "carry on", "forwarded_props": {"command": {"resume": _form_answer(asked["response_schema"])}}})
+    assert sneaked.status_code == 201, sneaked.text
+    ended = finished_run(lg_api, sneaked.json()["run_id"])
+    # The graph asked again (its pause replayed), rather than taking the smuggled answer.
+    assert ended["status"] == "interrupted"
+    assert state(lg_api, thread).get("decision") != "submitted"

@@ -211,7 +211,10 @@ def test_new_input_never_carries_a_resume_of_its_own():
     assert LEGACY.outgoing(given)["forwardedProps"] == {"command": {"goto": "x"}, "y": 2}
     plain = {"threadId": "t1", "runId": "r4", "messages": [], "forwardedProps": {"y": 2}}
     assert LEGACY.outgoing(plain) is plain
-    assert dialects.for_agent("agui").outgoing(given) is given
+    # Nor for an agent of the plain dialect: ag-ui-langgraph served with
+    # emit_interrupt_outcome reads the same channel, outside the inbox.
+    assert dialects.for_agent("agui").outgoing(given)["forwardedProps"] == {"command": {"goto": "x"}, "y": 2}
+    assert dialects.for_agent("agui").outgoing(plain) is plain
 
 
 def test_the_dialect_is_registered_under_its_name():

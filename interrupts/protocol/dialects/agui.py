@@ -45,5 +45,21 @@ class Dialect:
         return run_input
 
     def outgoing(self, run_input: dict) -> dict:
-        """The RunAgentInput as sent to the agent, from the one recorded (``Run.input``, which the hub reads)."""
+        """The RunAgentInput as sent to the agent, from the one recorded (``Run.input``, which the hub reads).
+
+        Never with a ``forwardedProps.command.resume``: ag-ui-langgraph (and
+        LangGraph's own clients) answer the interrupt the graph still holds
+        with it, outside the inbox: after an interrupt expired or was closed
+        here, new input carrying one would approve what nobody decided.
+        """
+        return without_command_resume(run_input)
+
+
+def without_command_resume(run_input: dict) -> dict:
+    """``run_input`` without ``forwardedProps.command.resume`` (the rest of a client's command stays)."""
+    forwarded = run_input.get("forwardedProps")
+    command = forwarded.get("command") if isinstance(forwarded, dict) else None
+    if not isinstance(command, dict) or "resume" not in command:
         return run_input
+    return {**run_input, "forwardedProps": {**forwarded, "command": {
+        k: v for k, v in command.items() if k != "resume"}}}

@@ -32,7 +32,7 @@ import re
 
 from .. import storable, wire
 from ..errors import MalformedMessage
-from .agui import LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect
+from .agui import LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, without_command_resume
 
 #: The reason ag-ui-langgraph gives an interrupt whose value names none.
 DEFAULT_REASON = "langgraph:interrupt"
@@ -123,8 +123,7 @@ class LegacyLangGraph(Dialect):
             return {k: v for k, v in run_input.items() if k != "resume"}
         # New input carrying a resume of its own would answer whatever the graph
         # still holds (an interrupt Countersign closed unanswered): never sent.
-        return {**run_input, "forwardedProps": {**forwarded, "command": {
-            k: v for k, v in command.items() if k != "resume"}}}
+        return without_command_resume(run_input)
 
 
 def _interrupt(event: dict, run_id: str, position: int) -> dict:
