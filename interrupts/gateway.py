@@ -124,20 +124,41 @@ class _AsRead:
         return payload
 
 
-def _as_read(agent: Agent, run_id: str):
-    dialect = dialects.for_agent(agent.dialect)
-    return None if dialect.name == dialects.AGUI else _AsRead(dialect, run_id)
+class _ForClient:
+    """The events of one run as the gateway's client gets them, each as the frames to send.
+
+    As its agent's dialect reads them (``_AsRead``), and always opening with
+    RUN_STARTED: a run that ended before its agent started it (an HTTP
+    error, a broken connection, the agent's own RUN_ERROR sent first) holds
+    only Countersign's RUN_ERROR, and an AG-UI stream begins with
+    RUN_STARTED. The client's run did start, here; a contract refusal opens
+    the same way (``_refused``).
+    """
+
+    def __init__(self, agent: Agent, thread_id: str, run_id: str) -> None:
+        dialect = dialects.for_agent(agent.dialect)
+        self.read = None if dialect.name == dialects.AGUI else _AsRead(dialect, run_id)
+        self.thread_id, self.run_id, self.opened = thread_id, run_id, False
+
+    def __call__(self, payload: dict) -> str:
+        frames = ""
+        if not self.opened:
+            self.opened = True
+            if payload.get("type") != "RUN_STARTED":
+                frames = encode_event(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id,
+                                                      timestamp=int(time.time() * 1000)))
+        return frames + _frame(payload if self.read is None else self.read(payload))
 
 
-async def _live(listener: asyncio.Queue, read=None):
+async def _live(listener: asyncio.Queue, client: _ForClient):
     while True:
         item = await listener.get()
         if item is None:
             return
-        yield _frame(item[1] if read is None else read(item[1]))
+        yield client(item[1])
 
 
-async def _replay(run: Run, read=None):
+async def _replay(run: Run, client: _ForClient):
     """The recorded events of ``run``, following it to its end if it still streams."""
     after = 0
     while True:
@@ -147,7 +168,7 @@ async def _replay(run: Run, read=None):
         ]
         for seq, payload in events:
             after = seq
-            yield _frame(payload if read is None else read(payload))
+            yield client(payload)
         status = await Run.objects.values_list("status", flat=True).aget(pk=run.pk)
         if status not in (Run.Status.QUEUED, Run.Status.STREAMING) and not events:
             return
@@ -218,12 +239,12 @@ async def agui(request: HttpRequest, agent: str):
             "sends the resume to the agent when they approve in its inbox.")))
     if accepted.verdict.kind == "replay":
         background.release(slot)  # nothing is sent to the agent
-        return _sse(_replay(accepted.run, _as_read(registered, accepted.run.run_id)))
+        return _sse(_replay(accepted.run, _ForClient(registered, run_input.thread_id, accepted.run.run_id)))
     listener: asyncio.Queue = asyncio.Queue()
     # Streamed by the supervisor, not this request: if the client goes away
     # the run is still recorded to its end. The slot is freed when it ends.
     background.stream(accepted.run.pk, listener, slot=slot)
-    return _sse(_live(listener, _as_read(registered, accepted.run.run_id)))
+    return _sse(_live(listener, _ForClient(registered, run_input.thread_id, accepted.run.run_id)))
 
 
 @csrf_exempt  # a refusal, whoever asks; it changes nothing
