@@ -39,13 +39,16 @@ def _subagent(interrupt: dict) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def fold(events, said: dict[str, str] | None = None) -> list[Item]:
+def fold(events, said: dict[str, str] | None = None, raised: dict[str, dict] | None = None) -> list[Item]:
     """Items for events given as (seq, type, payload, run_id, from_agent), in order.
 
     ``said`` maps a run id to the user message its input carried, shown at
     the run's start (it is part of the input, not of the agent's stream).
+    ``raised`` maps a run that paused to its outcome as Countersign read it:
+    a run of another dialect (LangGraph's on_interrupt) ends with a
+    RUN_FINISHED that says nothing of its interrupts, and must not read as success.
     """
-    said = said or {}
+    said, raised = said or {}, raised or {}
     items: list[Item] = []
     open_text: dict[str, Item] = {}
     open_calls: dict[str, Item] = {}
@@ -55,6 +58,8 @@ def fold(events, said: dict[str, str] | None = None) -> list[Item]:
             items.append(Item("run-start", seq, run_id, data={"parent": payload.get("parentRunId"),
                                                                 "user": said.get(run_id)}))
         elif kind in ("RUN_FINISHED", "RUN_ERROR"):
+            if kind == "RUN_FINISHED" and from_agent and not payload.get("outcome") and run_id in raised:
+                payload = {**payload, "outcome": raised[run_id]}  # the dialect's reading
             outcome = (payload.get("outcome") or {}).get("type", "success") if kind == "RUN_FINISHED" else "error"
             items.append(Item("run-end", seq, run_id, data={
                 "outcome": outcome,

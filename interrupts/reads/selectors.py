@@ -278,15 +278,24 @@ def thread_events(thread: Thread, after: int = 0, limit: int | None = None) -> l
     return list(queryset[:limit] if limit else queryset)
 
 
-def user_messages(thread: Thread) -> dict[str, str]:
-    """For each run of the thread that carried a new user message, its text."""
-    said = {}
-    for run_id, run_input in Run.objects.filter(thread=thread).values_list("run_id", "input"):
+def run_facts(thread: Thread) -> tuple[dict[str, str], dict[str, dict]]:
+    """What the thread's history shows beside its events, in one query: (``said``, ``raised``).
+
+    ``said``: for each run that carried a new user message, its text (part
+    of the input, not of the agent's stream). ``raised``: for each run that
+    paused, the interrupt outcome as Countersign read it, which for an agent
+    of another dialect (LangGraph's on_interrupt) is not in its RUN_FINISHED.
+    """
+    said, raised = {}, {}
+    for run_id, run_input, status, outcome in Run.objects.filter(thread=thread).values_list(
+            "run_id", "input", "status", "outcome"):
         messages = (run_input or {}).get("messages") or []
         last = messages[-1] if messages else None
         if last and last.get("role") == "user" and not run_input.get("resume") and isinstance(last.get("content"), str):
             said[run_id] = last["content"]
-    return said
+        if status == Run.Status.INTERRUPTED and isinstance(outcome, dict):
+            raised[run_id] = outcome
+    return said, raised
 
 
 def _resumed_by(run_pk):

@@ -252,7 +252,7 @@ def thread_detail(request, thread_id: str):
     events = selectors.thread_events(thread, limit=THREAD_EVENTS_LIMIT)
     return render(request, "interrupts/thread.html", {
         "thread": thread,
-        "items": history.fold(events, selectors.user_messages(thread)),
+        "items": history.fold(events, *selectors.run_facts(thread)),
         "last_seq": events[-1][0] if events else 0,
         "truncated": len(events) == THREAD_EVENTS_LIMIT,
         "pending": selectors.thread_pending(thread),
@@ -278,7 +278,7 @@ def thread_events(request, thread_id: str):
             "refused_answers": refused_answers, "refused_on_thread": True, "settle_actions": SETTLE_ACTIONS})
     events = selectors.thread_events(thread, after=after, limit=500)
     pending = selectors.thread_has_pending(thread)
-    items = history.fold(events, selectors.user_messages(thread))
+    items = history.fold(events, *selectors.run_facts(thread))
     response = render(request, "interrupts/_history.html", {"items": items, "thread": thread})
     response["X-Last-Seq"] = str(events[-1][0] if events else after)
     # A refused answer holds the thread like a pending decision does.

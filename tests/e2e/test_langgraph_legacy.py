@@ -214,3 +214,14 @@ def test_a_run_recovered_from_its_recorded_events_raises_the_same_interrupts():
     assert [(i, m) for i, m, _ in raised] == [(interrupt_id(run.run_id, 0), "a"), (interrupt_id(run.run_id, 1), "b")]
     assert [r["metadata"][METADATA_KEY]["langgraphId"] for _, _, r in raised] == ids
     assert Run.objects.get(pk=run.pk).status == Run.Status.INTERRUPTED
+
+
+def test_the_thread_page_shows_a_legacy_pause_as_a_pause_not_a_success(lg, hub):
+    run, asked = approval(lg)
+    browser = logged_in(hub)
+    try:
+        page = browser.get(f"/threads/{run['thread']}/").text
+    finally:
+        browser.close()
+    assert "paused for 1 decision" in page and asked["interrupt_id"] in page
+    assert "outcome-success" not in page
