@@ -118,7 +118,7 @@ class InterruptInline(admin.TabularInline):
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
     list_display = ["run_id", "thread", "agent", "status", "parent", "created_at", "finished_at"]
-    list_filter = ["status", "agent"]
+    list_filter = ["status", "settlement", "agent"]
     search_fields = ["run_id", "thread__thread_id", "error_code", "error_message"]
     date_hierarchy = "created_at"
     list_select_related = ["thread", "agent", "parent"]
