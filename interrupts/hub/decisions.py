@@ -38,7 +38,7 @@ from django.utils import timezone
 from . import policies, log, runs, trail
 from ..live import relay
 from ..models import Decision, Interrupt, Run
-from ..protocol import signing
+from ..protocol import dialects, signing
 from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation
 from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
@@ -95,17 +95,28 @@ def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> Resum
 
 
 def refuse_reserved_metadata(metadata, interrupt_id: str) -> None:
-    """Refuse an answer whose metadata claims Countersign's own key (``RESERVED_METADATA_KEY``).
+    """Refuse an answer whose metadata claims a key Countersign writes (``RESERVED_METADATA_KEY``).
 
     ``metadata.countersign`` is the attestation Countersign writes on every
     entry it sends (who approved, under which policy, the fingerprint): a
-    reviewer or client who could write it could name someone else.
+    reviewer or client who could write it could name someone else. The
+    framework adapters' keys (``dialects.RESERVED_METADATA_KEYS``: TanStack's
+    continuation, which says which request the answer is for) likewise.
     """
-    if isinstance(metadata, dict) and signing.METADATA_KEY in metadata:
+    if not isinstance(metadata, dict):
+        return
+    if signing.METADATA_KEY in metadata:
         raise ContractViolation(
             "RESERVED_METADATA_KEY",
             f"Metadata key {signing.METADATA_KEY!r} of interrupt {interrupt_id}'s answer is written by "
             "Countersign itself (who approved, the policy, the fingerprint); leave it out.",
+            interrupt_id=interrupt_id,
+        )
+    if claimed := sorted(dialects.RESERVED_METADATA_KEYS & metadata.keys()):
+        raise ContractViolation(
+            "RESERVED_METADATA_KEY",
+            f"Metadata key {claimed[0]!r} of interrupt {interrupt_id}'s answer is written by Countersign from "
+            "the interrupt the agent raised (what the agent's framework needs to continue); leave it out.",
             interrupt_id=interrupt_id,
         )
 

@@ -289,6 +289,16 @@ def test_an_answer_may_not_write_the_attestation_itself():
     assert not Decision.objects.exists()
 
 
+def test_an_answer_may_not_write_tanstack_s_continuation_itself():
+    # TanStack rebuilds its pending batch from the continuation alone: written by a
+    # reviewer, it could make the answer resolve another request of the agent's.
+    interrupt = raised()
+    problem = pytest.raises(ContractViolation, decisions.decide, interrupt, make.user(), "resolved", APPROVE,
+                            metadata={"tanstack:interruptContinuation": {"definitionId": "transfer-funds"}}).value
+    assert problem.code == "RESERVED_METADATA_KEY" and "tanstack:interruptContinuation" in problem.message
+    assert not Decision.objects.exists()
+
+
 def test_a_reviewers_own_metadata_travels_beside_the_attestation():
     interrupt, reviewer = raised(), make.user()
     decisions.decide(interrupt, reviewer, "resolved", APPROVE, metadata={"ticket": "OPS-1"})

@@ -138,6 +138,13 @@ def test_several_interrupts_without_langgraph_s_ids_fail_the_run_with_a_code_say
     assert alone["message"] == "a"
 
 
+def test_several_interrupts_naming_one_langgraph_id_twice_fail_the_run_too():
+    # The answers go back as a map by LangGraph's id: one key would keep only one answer.
+    read = LEGACY.terminal(dict(FINISHED), [on_interrupt({"message": "a"}, LG_IDS[0]),
+                                            on_interrupt({"message": "b"}, LG_IDS[0])], "r1")
+    assert read["type"] == "RUN_ERROR" and read["code"] == IDS_MISSING
+
+
 def test_past_the_interrupts_a_run_may_raise_values_are_not_read_but_still_counted():
     many = [on_interrupt({"message": "x" * 1000}, LG_IDS[0])] * 5000
     started = time.perf_counter()
@@ -201,8 +208,13 @@ def test_several_are_answered_by_langgraph_s_own_map_and_the_entries_are_not_sen
 
 def test_interrupts_the_agent_raised_as_an_outcome_are_answered_by_the_contract_s_resume():
     item = {"id": LG_IDS[0], "reason": "tool_call"}
-    given = resume([entry(item, payload={"approved": True})], {"command": {"resume": 1}})
-    assert LEGACY.resume_input(given, [item]) is given
+    given = resume([entry(item, payload={"approved": True})], {"command": {"resume": 1}, "y": 2})
+    shaped = LEGACY.resume_input(given, [item])
+    assert shaped["resume"] == given["resume"]
+    # A client's command never travels beside Countersign's answers, whichever way they were raised:
+    # outgoing would send it in place of resume[] (the red team's answer nobody gave).
+    assert shaped["forwardedProps"] == {"y": 2}
+    assert LEGACY.outgoing(shaped)["resume"] == given["resume"]
 
 
 def test_new_input_never_carries_a_resume_of_its_own():

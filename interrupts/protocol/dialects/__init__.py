@@ -22,11 +22,17 @@ Pure Python: nothing here touches Django or the network.
 from __future__ import annotations
 
 from . import tanstack
-from .agui import AGUI, LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect
+from .agui import AGUI, LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, without_command_resume
 from .langgraph_legacy import LegacyLangGraph
 
-__all__ = ["AGUI", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "Dialect", "LegacyLangGraph", "entry_metadata",
-           "for_agent"]
+__all__ = ["AGUI", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "RESERVED_METADATA_KEYS", "Dialect", "LegacyLangGraph", "entry_metadata",
+           "for_agent", "without_command_resume"]
+
+
+#: Metadata keys of a resume entry that an adapter writes (``entry_metadata``): a
+#: reviewer's or client's own would be sent signed as Countersign's, and
+#: TanStack rebuilds its pending batch from the continuation alone.
+RESERVED_METADATA_KEYS = frozenset({tanstack.CONTINUATION_KEY})
 
 
 def entry_metadata(raw_interrupt: dict, status: str, payload: object) -> dict:

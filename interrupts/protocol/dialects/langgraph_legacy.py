@@ -84,25 +84,27 @@ class LegacyLangGraph(Dialect):
         interrupts = [_interrupt(event, run_id, position) if position < MAX_READ
                       else {"id": interrupt_id(run_id, position), "reason": DEFAULT_REASON}
                       for position, event in enumerate(asked)]
-        if 1 < len(interrupts) <= MAX_READ and any(
-                item["metadata"][METADATA_KEY]["langgraphId"] is None for item in interrupts):
-            # Nobody should answer what cannot be sent back: fail the run now, saying why.
+        langgraph_ids = [item["metadata"][METADATA_KEY]["langgraphId"] for item in interrupts[:MAX_READ]]
+        if 1 < len(interrupts) <= MAX_READ and (None in langgraph_ids or len(set(langgraph_ids)) < len(interrupts)):
+            # Nobody should answer what cannot be sent back: fail the run now, saying
+            # why. An id given twice is as bad as none: the answers' map keeps one.
             return {"type": "RUN_ERROR", "code": IDS_MISSING, "message": (
                 f"The agent paused on {len(interrupts)} interrupts with LangGraph's on_interrupt event, without "
-                "LangGraph's interrupt ids (ag-ui-langgraph sends them in each event's rawEvent, with "
-                "emit_raw_events on): it resumes several interrupts only by those ids. Serve it with "
+                "a distinct LangGraph interrupt id for each (ag-ui-langgraph sends them in each event's rawEvent, "
+                "with emit_raw_events on): it resumes several interrupts only by those ids. Serve it with "
                 "emit_interrupt_outcome=True (and register it as 'agui'), or with emit_raw_events=True.")}
         return {**terminal, "outcome": {"type": "interrupt", "interrupts": interrupts}}
 
     def resume_input(self, run_input: dict, interrupts: list[dict]) -> dict:
         raised = {raw.get("id"): raw["metadata"][METADATA_KEY] for raw in interrupts
                   if isinstance(raw, dict) and isinstance((raw.get("metadata") or {}).get(METADATA_KEY), dict)}
-        if not raised:
-            return run_input  # raised as an outcome: the AG-UI resume[] is what the agent takes
         # The resume's command is Countersign's: a client's own (the gateway keeps
-        # its forwardedProps) could answer the graph with what nobody decided.
+        # its forwardedProps) could answer the graph with what nobody decided,
+        # and ``outgoing`` sends a command.resume that stands beside resume[].
         forwarded = {k: v for k, v in (run_input.get("forwardedProps") or {}).items() if k != "command"}
         shaped = {**run_input, "forwardedProps": forwarded}
+        if not raised:
+            return shaped  # raised as an outcome: the AG-UI resume[] is what the agent takes
         entries = run_input.get("resume") or []
         ids = [raised.get(entry.get("interruptId"), {}).get("langgraphId") for entry in entries]
         if len(entries) > 1 and all(ids):
