@@ -91,7 +91,8 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 async def _read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
     declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    # ASCII digits only: "²".isdigit() is True, and int() refuses it.
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
     # Counted as it arrives too: a chunked body declares no length.
     chunks, size = [], 0

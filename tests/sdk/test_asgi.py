@@ -166,6 +166,14 @@ async def test_a_chunked_body_past_the_bound_is_refused_without_a_declared_lengt
     assert reply.events()[-1]["type"] == "RUN_FINISHED"
 
 
+async def test_a_content_length_that_is_not_ascii_digits_is_not_a_crash():
+    # "²".isdigit() is True: a server that passes the header through must not make the app fail.
+    agent = Shipper()
+    reply = await asgi(agent_app(agent), body=FIRST, headers={"content-type": "application/json",
+                                                              "content-length": "²"})
+    assert reply.status == 200 and reply.events()[-1]["type"] == "RUN_FINISHED"
+
+
 def test_the_default_bound_is_the_hubs_request_bound():
     assert MAX_REQUEST_BYTES == conf.DEFAULTS["COUNTERSIGN_MAX_REQUEST_BYTES"]
 
