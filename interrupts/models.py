@@ -315,8 +315,8 @@ class Run(models.Model):
             return ""
         message = self.error_message.strip()
         # Countersign's own endings say what happened; any other code is the agent's.
-        said = {"CANCELLED_BY_OPERATOR": "The resume was stopped before the agent took the answer",
-                "WORKER_LOST": "The resume was lost before the agent took the answer",
+        said = {"CANCELLED_BY_OPERATOR": "An operator stopped the resume",
+                "WORKER_LOST": "The resume was lost mid-run (the agent may have taken the answer)",
                 "AGENT_UNREACHABLE": "The agent could not be reached with the answer"}.get(
             self.error_code, "The agent refused the answer")
         return f"{said}: {self.error_code}" + (f" {message}" if message else "")
@@ -324,11 +324,12 @@ class Run(models.Model):
     def resumed_by(self) -> Run | None:
         """The run that sent this run's decisions back to the agent, once the batch was sent.
 
-        The latest resume, skipping one whose batch was reopened after the
-        agent refused it: those answers no longer stand.
+        The latest resume (a refused one sent again is followed by its
+        re-send); None once the latest was reopened: those answers no longer
+        stand, and the batch waits for new ones.
         """
-        return (self.children.filter(resume_key__isnull=False).exclude(settlement=Settlement.REOPENED)
-                .order_by("-created_at", "-pk").first())
+        latest = self.children.filter(resume_key__isnull=False).order_by("-pk").first()
+        return None if latest is None or latest.settlement == Settlement.REOPENED else latest
 
 
 class ExactJSONField(models.JSONField):

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Agent, Interrupt, Run, Thread
+from ..protocol import dialects
 from ..protocol.contract import Verdict, check_input
 from ..protocol.wire import dump
 from . import decisions, outbox, runs
@@ -100,13 +101,21 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 parent = Run.objects.select_related("thread").get(thread=thread, run_id=verdict.interrupted_run_id)
                 if not decisions.record_resume(parent, prepared, user):
                     return Accepted(verdict, None)
-                key, _sent = runs.batch_resume_key(parent, verdict.idempotency_key)
+                key, sent = runs.batch_resume_key(parent, verdict.idempotency_key)
+                if sent is not None:
+                    # These answers already went out (the gate read the thread before
+                    # they did): refused whole, nothing recorded and nothing sent twice.
+                    raise Refusal("ALREADY_RESOLVED", f"These answers were already sent as run {sent.run_id}.",
+                                  run_id=sent.run_id)
                 # What the agent receives is Countersign's record, not the client's: the
                 # answers, attested, and the thread's state and messages as the agent
                 # last sent them. A client's own state could otherwise change what an
                 # approval makes the agent do (an approval's payload names no args).
                 # Only the fields RunAgentInput defines, too: a client's extra keys would
                 # travel signed beside the attestation, as if Countersign said them.
+                # Never the client's forwardedProps.command.resume (``dialects.without_command_resume``):
+                # LangGraph reads it as an answer, and the answers are the decisions recorded here.
+                wire_input = dialects.without_command_resume(wire_input)
                 wire_input = {**{k: wire_input[k] for k in CLIENT_RESUME_FIELDS if k in wire_input},
                               "threadId": thread.thread_id, "runId": run_input.run_id,
                               "parentRunId": parent.run_id, "resume": runs.resume_entries(parent),

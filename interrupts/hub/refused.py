@@ -24,15 +24,31 @@ from __future__ import annotations
 import hashlib
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from ..live import relay
-from ..models import Interrupt, Run
+from ..models import Event, Interrupt, Run
 from . import decisions, log, policies, runs, trail
 from .refusals import Refusal
 
 SETTLED = "resume.settled"
+
+#: The agent's events that say nothing of what it did: a run whose agent sent
+#: only these (and failed) did not start acting on the answers, as far as anyone can tell.
+_SILENT = ("RUN_STARTED", "RUN_ERROR")
+
+
+def may_have_acted():
+    """An expression for runs (``Run`` rows) whose agent may have acted on what it was sent.
+
+    It sent events past RUN_STARTED (text, tool calls, results, state), or
+    the process streaming it stopped mid-run (``WORKER_LOST``: nobody saw
+    what happened). Such a refused answer is not sent again (``resend``):
+    the agent could act twice. It can still be reopened or closed.
+    """
+    spoke = Event.objects.filter(run=OuterRef("pk"), from_agent=True).exclude(type__in=_SILENT)
+    return Q(Exists(spoke)) | Q(error_code="WORKER_LOST")
 
 #: How much of the agent's error message the audit entry keeps (the run keeps it whole).
 MAX_ERROR_IN_TRAIL = 500
@@ -54,16 +70,34 @@ def _refused(run: Run) -> Run:
     return current
 
 
+def _refusals(user, refused_runs: list[Run]) -> dict[int, Refusal | None]:
+    """For each refused run (by pk), why ``user`` may not settle it, or None: two queries for any number."""
+    if user.is_staff:
+        return {run.pk: None for run in refused_runs}
+    parents = {run.parent_id: run.pk for run in refused_runs}
+    # The policies in force now, not the one stored on each interrupt: that is
+    # kept current for pending interrupts only, and these were decided.
+    batch = list(Interrupt.objects.filter(run_id__in=list(parents)).select_related("run"))
+    rules = policies.rules_held(batch)
+    found: dict[int, Refusal | None] = {run.pk: None for run in refused_runs}
+    for interrupt in batch:
+        pk = parents[interrupt.run_id]
+        if found[pk] is None:
+            found[pk] = policies.refusal(user, rules[interrupt.pk], interrupt)
+    return found
+
+
 def refuse_unless_may_settle(user, run: Run) -> None:
     """Staff, or someone eligible to decide every interrupt of the refused batch; else the policy's refusal (403)."""
-    if user.is_staff:
-        return
-    batch = list(Interrupt.objects.filter(run_id=run.parent_id).select_related("run"))
-    rules = policies.rules_held(batch)
-    for interrupt in batch:
-        problem = policies.refusal(user, rules[interrupt.pk], interrupt)
-        if problem is not None:
-            raise problem
+    problem = _refusals(user, [run])[run.pk]
+    if problem is not None:
+        raise problem
+
+
+def settleable_by(user, refused_runs: list[Run]) -> list[Run]:
+    """The refused runs ``user`` may settle (``refuse_unless_may_settle``), in order."""
+    refusals = _refusals(user, refused_runs)
+    return [run for run in refused_runs if refusals[run.pk] is None]
 
 
 def _settle(run: Run, user, settlement: str, now) -> None:
@@ -97,12 +131,19 @@ def resend(run: Run, user) -> Run:
 
     The new run's input is the refused one's with a fresh runId: the same
     answers, attestations and parentRunId (signed afresh when sent). Refused
-    with ``RUN_IN_PROGRESS`` while the thread streams another run.
+    with ``MAY_HAVE_ACTED`` when the agent may have acted on them already
+    (``may_have_acted``), and ``RUN_IN_PROGRESS`` while the thread streams
+    another run.
     """
     refuse_unless_may_settle(user, run)
     with transaction.atomic():
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
+        if Run.objects.filter(may_have_acted(), pk=run.pk).exists():
+            raise Refusal("MAY_HAVE_ACTED", f"The agent may have acted on the answers run {run.run_id} sent "
+                                            "(it streamed more than an error, or its stream was lost mid-run): "
+                                            "sending them again could make it act twice. Reopen the batch to "
+                                            "answer again, or close it.", status=409)
         runs.refuse_if_busy(run.thread)
         now = timezone.now()
         run_input = {**run.input, "runId": runs.new_run_id()}
@@ -119,14 +160,20 @@ def reopen(run: Run, user) -> list[Interrupt]:
     """Return the refused batch's interrupts to pending; their answers stay in the trail, superseded.
 
     A new decision on each then makes a new resume (``runs.batch_resume_key``
-    counts the reopenings, so the same answers given again are sent again).
-    Interrupts that closed without a decision (expired) stay closed.
+    counts the settled resumes, so the same answers given again are sent
+    again). Refused with ``EXPIRED`` when an interrupt of the batch is past
+    its ``expiresAt``: it could not be answered again.
     """
     refuse_unless_may_settle(user, run)
     with transaction.atomic():
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         now = timezone.now()
+        late = Interrupt.objects.filter(run_id=run.parent_id, expires_at__lte=now).values_list("interrupt_id", flat=True)
+        if late:
+            # Reopened, it would only expire again: nobody may answer it now.
+            raise Refusal("EXPIRED", f"Interrupt(s) {', '.join(late)} of this batch expired: they can no longer be "
+                                     "answered. Send the answers again, or close the batch.", status=409)
         _settle(run, user, Run.Settlement.REOPENED, now)
         decided = list(Interrupt.objects.filter(
             run_id=run.parent_id, status__in=[Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED]

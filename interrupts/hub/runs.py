@@ -118,15 +118,16 @@ def resume_key(interrupted_run_id: str, contract_key: str, round: int = 0) -> st
 def batch_resume_key(interrupted: Run, contract_key: str) -> tuple[str, Run | None]:
     """The key the resume of ``interrupted`` with these answers takes, and the run that already has it.
 
-    Answers given again after the batch was reopened (its agent refused them)
-    are a new resume: the key then counts the reopenings. Exact only under
-    the batch's lock (``decisions.lock_batch``), as every caller holds it.
+    Answers given again after the agent refused them (the batch reopened,
+    perhaps after re-sends refused too) are a new resume: the key then
+    counts the batch's settled resumes, a number that only grows, so it is
+    never one an earlier resume took. Exact only under the batch's lock
+    (``decisions.lock_batch``), as every caller holds it.
     """
     key = resume_key(interrupted.run_id, contract_key)
     existing = Run.objects.filter(resume_key=key).first()
-    if existing is not None and existing.settlement == Run.Settlement.REOPENED:
-        rounds = Run.objects.filter(parent=interrupted, resume_key__isnull=False,
-                                    settlement=Run.Settlement.REOPENED).count()
+    if existing is not None and existing.settlement:
+        rounds = Run.objects.filter(parent=interrupted, resume_key__isnull=False).exclude(settlement="").count()
         key = resume_key(interrupted.run_id, contract_key, rounds)
         existing = Run.objects.filter(resume_key=key).first()
     return key, existing

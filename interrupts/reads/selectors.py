@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Func, IntegerField, Max, OuterRef, Prefetch, Q, Subquery
+from django.db.models import (BooleanField, Count, Exists, ExpressionWrapper, Func, IntegerField, Max, OuterRef,
+                              Prefetch, Q, Subquery)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..hub import policies
+from ..hub import policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 
 SORTS = {
@@ -212,18 +213,28 @@ def _live_decisions(queryset):
 
 def resumed_by(run_pks) -> dict[int, Run]:
     """The resume run of each interrupted run that has one."""
-    # Oldest first, so the latest resume wins (a refused answer sent again); a
-    # resume whose batch was reopened no longer stands for it.
-    return {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)
-            .exclude(settlement=Run.Settlement.REOPENED).select_related("settled_by").order_by("created_at", "pk")}
+    # Oldest first, so the latest resume wins (a refused answer sent again);
+    # once the latest was reopened, none stands for the batch (Run.resumed_by).
+    latest = {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)
+              .select_related("settled_by").order_by("pk")}
+    return {parent: run for parent, run in latest.items() if run.settlement != Run.Settlement.REOPENED}
 
 
-def refused_answers(limit: int = 50, thread=None) -> list[Run]:
-    """Resumed runs that failed and that nobody has dealt with yet (``hub.refused``), latest first."""
+def refused_answers(limit: int = 50, thread=None, user=None) -> list[Run]:
+    """Resumed runs that failed and that nobody has dealt with yet (``hub.refused``), latest first.
+
+    With ``user``: only those they may settle (``refused.settleable_by``;
+    the agent's error text is not every colleague's to read). Each carries
+    ``acted``: whether the agent may have acted on the answers
+    (``refused.may_have_acted``), when they are not offered to be sent again.
+    """
     found = Run.objects.filter(status=Run.Status.FAILED, resume_key__isnull=False, settlement="")
     if thread is not None:
         found = found.filter(thread=thread)
-    return list(found.select_related("thread", "agent", "parent").order_by("-finished_at", "-pk")[:limit])
+    rows = list(found.select_related("thread", "agent", "parent").annotate(
+        acted=ExpressionWrapper(refused.may_have_acted(), output_field=BooleanField()),
+    ).order_by("-finished_at", "-pk")[:limit])
+    return rows if user is None or not rows else refused.settleable_by(user, rows)
 
 
 def awaiting_agent(limit: int = 50) -> list[Run]:
@@ -300,8 +311,11 @@ def run_facts(thread: Thread) -> tuple[dict[str, str], dict[str, dict]]:
 
 def _resumed_by(run_pk):
     """The runId of the run that sent back the decisions of run ``run_pk`` (an OuterRef), or NULL."""
-    return Subquery(Run.objects.filter(parent=run_pk, resume_key__isnull=False)
-                    .exclude(settlement=Run.Settlement.REOPENED).order_by("-created_at", "-pk").values("run_id")[:1])
+    # The latest resume, unless it was reopened (Run.resumed_by): none reopened after it, and not itself.
+    reopened_later = Run.objects.filter(parent=OuterRef("parent"), resume_key__isnull=False,
+                                        settlement=Run.Settlement.REOPENED, pk__gte=OuterRef("pk"))
+    return Subquery(Run.objects.filter(parent=run_pk, resume_key__isnull=False).exclude(Exists(reopened_later))
+                    .order_by("-pk").values("run_id")[:1])
 
 
 def runs():

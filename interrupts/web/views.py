@@ -113,7 +113,7 @@ def inbox(request):
         "scope_query": _without(request.GET, "page", "format", "scope"),
         "now": timezone.now(),
         "awaiting": selectors.awaiting_agent(),
-        "refused_answers": selectors.refused_answers(),
+        "refused_answers": selectors.refused_answers(user=request.user),
         "settle_actions": SETTLE_ACTIONS,
     }
     if request.htmx and request.htmx.target == "inbox-list":
@@ -193,7 +193,7 @@ def settle_run(request, pk: int, how: str):
     if request.htmx:
         on_thread = bool(request.POST.get("on_thread"))
         return render(request, "interrupts/_refused.html", {
-            "refused_answers": selectors.refused_answers(thread=run.thread if on_thread else None),
+            "refused_answers": selectors.refused_answers(thread=run.thread if on_thread else None, user=request.user),
             "refused_on_thread": on_thread, "refused_said": said, "settle_actions": SETTLE_ACTIONS})
     (messages.success if ok else messages.error)(request, said)
     return redirect(_safe_next(request, request.POST.get("next"), reverse("thread", args=[run.thread.thread_id])))
@@ -258,7 +258,9 @@ def thread_detail(request, thread_id: str):
         "pending": selectors.thread_pending(thread),
         "start_form": StartRunForm(initial={"agent": thread.agent.name}),
         "runs": selectors.thread_runs(thread),
-        "refused_answers": selectors.refused_answers(thread=thread),
+        # Every refused answer holds the thread; each person sees those they may settle.
+        "refused_answers": refused.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
+        "refused_held": bool(held),
         "settle_actions": SETTLE_ACTIONS,
     })
 
@@ -270,7 +272,8 @@ def thread_events(request, thread_id: str):
         after = max(int(request.GET.get("after", 0)), 0)
     except ValueError:
         after = 0
-    refused_answers = selectors.refused_answers(thread=thread)
+    held = selectors.refused_answers(thread=thread)
+    refused_answers = refused.settleable_by(request.user, held)
     if request.GET.get("part") == "refused":
         # The answers the agent refused, as the thread page shows them: it
         # asks when the count it holds (X-Refused) is not the thread's.
@@ -282,7 +285,7 @@ def thread_events(request, thread_id: str):
     response = render(request, "interrupts/_history.html", {"items": items, "thread": thread})
     response["X-Last-Seq"] = str(events[-1][0] if events else after)
     # A refused answer holds the thread like a pending decision does.
-    response["X-Pending"] = "1" if pending or refused_answers else "0"
+    response["X-Pending"] = "1" if pending or held else "0"
     response["X-Refused"] = str(len(refused_answers))
     return response
 

@@ -1,10 +1,15 @@
 """Refused answers, in process: who may settle one, once, and what each settlement leaves behind."""
 
-import pytest
+from datetime import timedelta
 
-from interrupts.hub import decisions, log, refused, runs, trail
+import pytest
+from ag_ui.core import RunAgentInput
+from django.utils import timezone
+
+from interrupts.hub import accept, decisions, log, refused, runs, trail
 from interrupts.hub.refusals import Refusal
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
+from interrupts.reads import selectors
 
 from .. import factories as make
 
@@ -94,3 +99,67 @@ def test_closing_cancels_the_batch_and_lets_the_thread_go_on():
     assert set(Interrupt.objects.filter(run=interrupted).values_list("status", flat=True)) == {"cancelled"}
     started = runs.start_run(interrupted.agent, user=reviewer, thread_id=interrupted.thread.thread_id, message="next")
     assert started.status == "queued"
+
+
+def fail_again(run):
+    Run.objects.filter(pk=run.pk).update(status="streaming")
+    log.fail(run, "STALE_APPROVAL", "Still too late.")
+    run.refresh_from_db()
+    return run
+
+
+def test_the_same_answers_after_a_refused_resend_and_a_reopen_make_a_new_resume():
+    # The red team's finding: the key only counted reopenings, so the first
+    # (resent) resume's key came back and the answers were silently dropped.
+    interrupted, [asked], first, reviewer = refused_batch()
+    again = fail_again(refused.resend(first, reviewer))
+    refused.reopen(again, reviewer)
+    assert interrupted.resumed_by() is None
+    decisions.decide(asked, reviewer, "resolved", {"approved": True})
+    third = interrupted.resumed_by()
+    assert third is not None and third.pk not in (first.pk, again.pk) and third.status == "queued"
+
+
+def test_through_the_gateway_too_the_same_answers_after_a_resend_and_a_reopen_are_sent():
+    interrupted, [asked], first, reviewer = refused_batch()
+    refused.reopen(fail_again(refused.resend(first, reviewer)), reviewer)
+    resumed = accept.accept_input(interrupted.agent, RunAgentInput.model_validate({
+        "threadId": interrupted.thread.thread_id, "runId": "r-client", "messages": [],
+        "resume": [{"interruptId": asked.interrupt_id, "status": "resolved", "payload": {"approved": True}}],
+    }), reviewer, worker="w")
+    assert resumed.verdict.kind == "resume" and resumed.run.run_id == "r-client"
+
+
+@pytest.mark.parametrize("how", ["events", "lost"])
+def test_answers_the_agent_may_have_acted_on_are_not_sent_again(how):
+    _interrupted, _asked, resume, reviewer = refused_batch()
+    if how == "events":
+        make.event(resume, 90, "TOOL_CALL_RESULT", payload={"type": "TOOL_CALL_RESULT", "messageId": "m",
+                                                             "toolCallId": "tc", "content": "wired $1M"})
+    else:
+        Run.objects.filter(pk=resume.pk).update(error_code="WORKER_LOST")
+    with pytest.raises(Refusal) as refused_resend:
+        refused.resend(resume, reviewer)
+    assert refused_resend.value.code == "MAY_HAVE_ACTED"
+    assert Run.objects.get(pk=resume.pk).refused  # still waiting: reopen or close remain
+    [listed] = selectors.refused_answers()
+    assert listed.acted is True
+    refused.close(resume, reviewer)
+
+
+def test_a_batch_past_its_expiry_is_not_reopened():
+    interrupted, [asked], resume, reviewer = refused_batch()
+    Interrupt.objects.filter(pk=asked.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with pytest.raises(Refusal) as late:
+        refused.reopen(resume, reviewer)
+    assert late.value.code == "EXPIRED" and Run.objects.get(pk=resume.pk).refused
+
+
+def test_the_inbox_lists_a_refused_answer_only_to_those_who_may_settle_it():
+    interrupted, _asked, resume, _reviewer = refused_batch()
+    finance = make.user()
+    make.policy(agent=interrupted.agent, users=[finance], restricted=True)
+    outsider = make.user()
+    assert [r.pk for r in selectors.refused_answers(user=finance)] == [resume.pk]
+    assert selectors.refused_answers(user=outsider) == []
+    assert [r.pk for r in selectors.refused_answers(user=make.user(reviewer=False, is_staff=True))] == [resume.pk]
