@@ -14,6 +14,16 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture
+def staff(client):
+    """A superuser, logged in on Django's test ``client``."""
+    from . import factories as make
+
+    user = make.user(is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return user
+
+
 @pytest.fixture(scope="session")
 def served(tmp_path_factory):
     """The whole app served by `manage.py serve` (daphne) on a free port, for the session."""

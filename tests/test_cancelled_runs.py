@@ -19,13 +19,6 @@ from . import factories as make
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff(client):
-    user = make.user(is_staff=True, is_superuser=True)
-    client.force_login(user)
-    return user
-
-
 def ended_cancelled(run: Run) -> Run:
     """``run`` streamed to a RUN_FINISHED whose outcome is cancelled, recorded as the streamer records it."""
     Run.objects.filter(pk=run.pk).update(status=Run.Status.STREAMING)
@@ -58,7 +51,7 @@ def test_the_thread_page_shows_it_cancelled_in_its_runs_and_its_timeline(client,
 
 
 def test_the_threads_list_shows_the_latest_run_cancelled(client, staff):
-    run = ended_cancelled(make.run())
+    ended_cancelled(make.run())
     page = client.get(reverse("threads")).content.decode()
     assert re.findall(r'data-testid="latest-status">([^<]*)<', page) == ["cancelled"]
 

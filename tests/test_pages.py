@@ -10,13 +10,6 @@ from . import factories as make
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff(client):
-    user = make.user(is_staff=True, is_superuser=True)
-    client.force_login(user)
-    return user
-
-
 def test_the_login_page_is_served(client):
     response = client.get(reverse("login"))
     assert response.status_code == 200

@@ -5,6 +5,7 @@ import time
 import httpx
 import pytest
 
+from ..agui import post_run
 from ..servers import ROOT, ServedApp, free_port
 from .scripted_agent import ScriptedAgent
 
@@ -94,6 +95,52 @@ def start(api, agent, message=None):
     response = api.post("/api/threads/", json=body)
     assert response.status_code == 201, response.text
     return response.json()
+
+
+def decide(api, interrupt, **body):
+    """Decide ``interrupt`` through the API; the decision, which must be recorded."""
+    response = api.post(f"/api/interrupts/{interrupt['id']}/decide/", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def resumed(api, interrupt):
+    """The run that sent ``interrupt``'s batch back, once it ended."""
+    detail = wait_for(lambda: (d := api.get(f"/api/interrupts/{interrupt['id']}/").json())["resumed_by"] and d)
+    return finished_run(api, detail["resumed_by"])
+
+
+def state(api, thread):
+    return api.get(f"/api/threads/{thread}/").json()["state"]
+
+
+def paused(api, agent):
+    """A new thread of ``agent`` whose first run paused on one interrupt: (its run, the interrupt)."""
+    run = start(api, agent)
+    assert finished_run(api, run["run_id"])["status"] == "interrupted"
+    [asked] = wait_for(lambda: pending(api, run["thread"]))
+    return run, asked
+
+
+@pytest.fixture
+def gateway(hub):
+    """POST a RunAgentInput to ``/agui/<agent>/`` as the demo reviewer; the stream, which ag-ui-validate passed."""
+    headers = {"Authorization": f"Token {hub.token}"}
+
+    async def call(agent: str, body: dict):
+        streamed = await post_run(f"{hub.url}/agui/{agent}/", body, headers=headers)
+        assert streamed.status == 200
+        # The gateway relays agents' events as they were sent, so an agent's
+        # own style (no timestamps: "info") is not the gateway's to fix.
+        assert streamed.problems(severities=("error", "warning")) == []
+        return streamed
+
+    return call
+
+
+def new_input(thread: str, run: str = "r1", **fields) -> dict:
+    return {"threadId": thread, "runId": run, "messages": [], "state": {}, "tools": [], "context": [],
+            "forwardedProps": {}, **fields}
 
 
 LANGGRAPH_PYTHON = ROOT / ".venv-langgraph" / "bin" / "python"

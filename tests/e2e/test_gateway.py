@@ -4,30 +4,9 @@ Every stream it returns is checked by ag-ui-validate, like the agents' own.
 """
 
 import httpx
-import pytest
 
-from ..agui import post_run, resume_body
-from .conftest import finished_run, pending, wait_for
-
-
-@pytest.fixture
-def gateway(hub):
-    headers = {"Authorization": f"Token {hub.token}"}
-
-    async def call(agent: str, body: dict):
-        streamed = await post_run(f"{hub.url}/agui/{agent}/", body, headers=headers)
-        assert streamed.status == 200
-        # The gateway relays agents' events as they were sent, so an agent's
-        # own style (no timestamps: "info") is not the gateway's to fix.
-        assert streamed.problems(severities=("error", "warning")) == []
-        return streamed
-
-    return call
-
-
-def new_input(thread: str, run: str = "r1", **fields) -> dict:
-    return {"threadId": thread, "runId": run, "messages": [], "state": {}, "tools": [], "context": [],
-            "forwardedProps": {}, **fields}
+from ..agui import resume_body
+from .conftest import finished_run, new_input, pending, wait_for
 
 
 async def test_an_interrupt_raised_through_the_gateway_lands_in_the_inbox(gateway, api):

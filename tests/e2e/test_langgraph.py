@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from ..agui import post_run, resume_body
-from .conftest import events, finished_run, pending, start, wait_for
+from .conftest import decide, events, finished_run, paused, pending, resumed, start, state, wait_for
 
 
 @pytest.fixture
@@ -19,26 +19,8 @@ def lg_api(api, langgraph):
     return api
 
 
-def decide(api, interrupt, **body):
-    response = api.post(f"/api/interrupts/{interrupt['id']}/decide/", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def resumed(api, interrupt):
-    detail = wait_for(lambda: (d := api.get(f"/api/interrupts/{interrupt['id']}/").json())["resumed_by"] and d)
-    return finished_run(api, detail["resumed_by"])
-
-
-def state(api, thread):
-    return api.get(f"/api/threads/{thread}/").json()["state"]
-
-
 def approval(api):
-    run = start(api, "lg-approve")
-    assert finished_run(api, run["run_id"])["status"] == "interrupted"
-    [asked] = wait_for(lambda: pending(api, run["thread"]))
-    return run, asked
+    return paused(api, "lg-approve")
 
 
 def test_the_interrupt_and_its_proposal_are_recorded_from_the_snapshot(lg_api):

@@ -21,7 +21,8 @@ from interrupts.protocol.dialects.langgraph_legacy import CANCELLED, METADATA_KE
 from .. import factories as make
 from ..agui import post_run, resume_body
 from ..servers import ROOT, free_port
-from .conftest import LANGGRAPH_PYTHON, events, finished_run, logged_in, pending, start, wait_for
+from .conftest import (LANGGRAPH_PYTHON, decide, events, finished_run, logged_in, paused, pending, resumed, start,
+                       state, wait_for)
 
 
 @pytest.fixture(scope="module")
@@ -58,26 +59,8 @@ def lg(api, default_langgraph):
     return api
 
 
-def decide(api, interrupt, **body):
-    response = api.post(f"/api/interrupts/{interrupt['id']}/decide/", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def resumed(api, interrupt):
-    detail = wait_for(lambda: (d := api.get(f"/api/interrupts/{interrupt['id']}/").json())["resumed_by"] and d)
-    return finished_run(api, detail["resumed_by"])
-
-
-def state(api, thread):
-    return api.get(f"/api/threads/{thread}/").json()["state"]
-
-
 def approval(api):
-    run = start(api, "lgd-approve")
-    assert finished_run(api, run["run_id"])["status"] == "interrupted"
-    [asked] = wait_for(lambda: pending(api, run["thread"]))
-    return run, asked
+    return paused(api, "lgd-approve")
 
 
 def test_the_agent_s_run_pauses_with_an_interrupt_in_the_inbox(lg):

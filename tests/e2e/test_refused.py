@@ -8,8 +8,8 @@ one. The hub is a real daphne serving the whole app.
 
 import pytest
 
-from ..agui import answers, post_run, resume_body
-from .conftest import events, finished_run, logged_in, pending, run_of, start, wait_for
+from ..agui import answers, resume_body
+from .conftest import events, finished_run, logged_in, new_input, pending, run_of, start, wait_for
 
 REFUSALS = {
     # path: (the run's error_code, what the refusal says, the lifecycle fault kept beside it)
@@ -123,24 +123,6 @@ def test_only_a_failed_resume_can_be_settled(api):
 # --- through the gateway: an AG-UI client's resume the agent refuses ------------------------------------
 
 
-@pytest.fixture
-def gateway(hub):
-    headers = {"Authorization": f"Token {hub.token}"}
-
-    async def call(agent: str, body: dict):
-        streamed = await post_run(f"{hub.url}/agui/{agent}/", body, headers=headers)
-        assert streamed.status == 200
-        assert streamed.problems(severities=("error", "warning")) == []
-        return streamed
-
-    return call
-
-
-def new_input(thread: str, run: str) -> dict:
-    return {"threadId": thread, "runId": run, "messages": [], "state": {}, "tools": [], "context": [],
-            "forwardedProps": {}}
-
-
 APPROVE = [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
 
 
@@ -154,7 +136,7 @@ async def test_a_client_s_resume_the_agent_refuses_can_be_answered_again_through
     # New input waits; the client is told why, as a RUN_ERROR with a code.
     held = await gateway(f"x-{path}", new_input(thread, "r3"))
     assert held.types == ["RUN_STARTED", "RUN_ERROR"] and held.last["code"] == "ANSWER_REFUSED"
-    assert api.post(f"/api/runs/r2/reopen/", params={"thread": thread}).status_code == 200
+    assert api.post("/api/runs/r2/reopen/", params={"thread": thread}).status_code == 200
     again = await gateway(f"x-{path}", resume_body(first, thread, "r4", APPROVE))
     assert again.last["type"] == "RUN_FINISHED" and (again.last.get("outcome") or {}).get("type") != "interrupt"
     assert run_of(api, "r4", thread)["status"] == "succeeded"
