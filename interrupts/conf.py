@@ -204,6 +204,11 @@ MAX_ERROR_BODY = 8192
 MAX_AUDIT_PROBLEMS = 20
 # Past this, agent-supplied JSON is shown truncated: a page must stay usable.
 MAX_SHOWN_CHARS = 20_000
+# Interrupts one bulk decision takes at most: each is decided as if alone (its
+# policy, its state, its batch's lock), so a request stays seconds, not minutes.
+MAX_BULK_DECISIONS = 200
+# The actions a bulk decision may take: those that need no answer of their own.
+BULK_ACTIONS = ("approve", "reject", "cancel")
 # Pages: interrupts on an inbox page, trail entries on an audit page, and the
 # events a thread's page shows at most.
 INBOX_PAGE_SIZE = 25

@@ -7,8 +7,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..hub import decisions, policies
-from ..conf import (ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS,
-                    MAX_TITLE_CHARS)
+from ..conf import (ACTIONS, BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS,
+                    MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema import supports_edits
 from ..reads import selectors
@@ -300,6 +300,39 @@ class InterruptDetailSerializer(InterruptSerializer):
             return None
         return {"digest": decisions.answer_digest(standing), "status": standing.status, "payload": standing.payload,
                 "edited_args": standing.edited_args, "by": standing.user.get_username()}
+
+
+class BulkDecideSerializer(serializers.Serializer):
+    """One action on many interrupts: those named by ``ids``, or every pending one matching ``filter``."""
+
+    action = serializers.ChoiceField(choices=list(BULK_ACTIONS))
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+                                max_length=MAX_BULK_DECISIONS, help_text="The interrupts' ids.")
+    filter = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=200), required=False,
+                                   help_text="Inbox filters (agent, reason, thread, q, age, expiring, scope): "
+                                             "every pending interrupt matching them, oldest first.")
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=MAX_COMMENT_CHARS)
+
+    def validate(self, attrs):
+        if ("ids" in attrs) == ("filter" in attrs):
+            raise serializers.ValidationError("Give either 'ids' or 'filter'.")
+        return attrs
+
+
+class BulkSkippedSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    interrupt_id = serializers.CharField(allow_null=True)
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+class BulkResultSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    decided = DecisionSerializer(many=True)
+    skipped = BulkSkippedSerializer(many=True)
+    summary = serializers.CharField(help_text="'18 approved, 2 skipped: int-3 (ALREADY_DECIDED), …'")
+    more = serializers.IntegerField(help_text=f"Interrupts matching the filter past the first {MAX_BULK_DECISIONS}, "
+                                              "left for another request.")
 
 
 class DecideSerializer(serializers.Serializer):

@@ -12,7 +12,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
+from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE, MAX_BULK_DECISIONS
 from ..hub import decisions, outbox, policies, refused, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt
@@ -262,6 +262,40 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
 
     def get_serializer_class(self):
         return s.InterruptDetailSerializer if self.action in ("retrieve", "decide") else s.InterruptSerializer
+
+    @extend_schema(request=s.BulkDecideSerializer, responses={200: s.BulkResultSerializer})
+    @action(detail=False, methods=["post"], url_path="bulk-decide")
+    def bulk_decide(self, request):
+        """Approve, reject or cancel many interrupts at once: by ``ids``, or all pending matching ``filter``.
+
+        Each is decided as if alone (its policy and state checked afresh);
+        those already decided or not the caller's to decide are skipped and
+        reported with their refusal's code. At most MAX_BULK_DECISIONS per
+        request: ``more`` says how many matching the filter were left.
+        """
+        body = s.BulkDecideSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        more = 0
+        if "ids" in data:
+            found = Interrupt.objects.select_related("run").in_bulk(data["ids"])
+            chosen = [found[pk] for pk in dict.fromkeys(data["ids"]) if pk in found]
+            missing = [pk for pk in dict.fromkeys(data["ids"]) if pk not in found]
+        else:
+            matching = selectors.inbox(selectors.InboxFilters.from_query(data["filter"]), user=request.user,
+                                       in_force=selectors.policies_in_force(request))
+            pks = list(matching.values_list("pk", flat=True)[:MAX_BULK_DECISIONS + 1])
+            more = max(matching.count() - MAX_BULK_DECISIONS, 0) if len(pks) > MAX_BULK_DECISIONS else 0
+            found = Interrupt.objects.select_related("run").in_bulk(pks[:MAX_BULK_DECISIONS])
+            chosen, missing = [found[pk] for pk in pks[:MAX_BULK_DECISIONS] if pk in found], []
+        done = decisions.decide_many(chosen, request.user, data["action"], data.get("comment", ""))
+        skipped = [{"id": interrupt.pk, "interrupt_id": interrupt.interrupt_id, "code": problem.code,
+                    "detail": problem.message} for interrupt, problem in done.skipped]
+        skipped += [{"id": pk, "interrupt_id": None, "code": "NOT_FOUND", "detail": f"No interrupt {pk}."}
+                    for pk in missing]
+        summary = done.summary + (f"; {len(missing)} not found" if missing else "")
+        return Response(s.BulkResultSerializer({"action": done.action, "decided": done.decided, "skipped": skipped,
+                                                "summary": summary, "more": more}).data)
 
     @extend_schema(request=s.DecideSerializer, responses={201: s.DecisionSerializer})
     @action(detail=True, methods=["post"])

@@ -40,9 +40,9 @@ from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
 from ..protocol.contract import check_entry
-from ..protocol.errors import ContractViolation
+from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
-from ..conf import ACTIONS, MAX_COMMENT_CHARS
+from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS
 from .refusals import Refusal
 
 
@@ -430,6 +430,61 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
         runs.queue_resume(run, user=user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)
+
+
+#: How a bulk summary names what each action did.
+_DONE = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """What one bulk decision did: each interrupt decided, and each skipped with why."""
+
+    action: str
+    decided: list[Decision]
+    skipped: list[tuple[Interrupt, ProtocolError]]
+
+    @property
+    def summary(self) -> str:
+        """'18 approved, 2 skipped: int-3 (ALREADY_DECIDED), int-9 (NOT_ELIGIBLE)'."""
+        said = f"{len(self.decided)} {_DONE[self.action]}"
+        if self.skipped:
+            said += f", {len(self.skipped)} skipped: " + ", ".join(
+                f"{interrupt.interrupt_id} ({problem.code})" for interrupt, problem in self.skipped)
+        return said
+
+
+def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str = "") -> Bulk:
+    """Take one action (``BULK_ACTIONS``) on each interrupt, each as if decided alone; report what was skipped.
+
+    Each goes through ``decide``: its policy and state are checked afresh, under
+    its batch's lock, in a transaction of its own, so one refusal skips that
+    interrupt only, and a batch whose last interrupt this decides is resumed
+    once, as always. Skipped, not revised: an interrupt no longer pending
+    (decided meanwhile, even by this reviewer), one this reviewer already
+    answered under a quorum, and every refusal ``decide`` gives
+    (``NOT_ELIGIBLE``, ``SELF_APPROVAL``, ``NEEDS_PAYLOAD`` for a form, ...).
+    ``interrupts`` must come with their runs loaded.
+    """
+    if action not in BULK_ACTIONS:
+        raise Refusal("INVALID_ACTION", f"A bulk decision is one of {', '.join(BULK_ACTIONS)}, not {action!r}: "
+                                        "answers of their own (edits, forms) are given one by one.", status=400)
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
+    decided, skipped = [], []
+    for interrupt in interrupts:
+        try:
+            if interrupt.status != Interrupt.Status.PENDING:
+                raise _already_decided(interrupt)
+            if interrupt.decisions.filter(user=user, superseded_at__isnull=True).exists():
+                raise Refusal("ALREADY_ANSWERED", f"You already answered interrupt {interrupt.interrupt_id}; it "
+                                                  "waits for other approvers.", status=409,
+                              interrupt_id=interrupt.interrupt_id)
+            status, payload = answer_for(interrupt, action)
+            decided.append(decide(interrupt, user, status, payload, comment=comment, fresh=True))
+        except ProtocolError as problem:
+            skipped.append((interrupt, problem))
+    return Bulk(action, decided, skipped)
 
 
 @dataclass(frozen=True)
