@@ -204,6 +204,9 @@ MAX_ERROR_BODY = 8192
 MAX_AUDIT_PROBLEMS = 20
 # Past this, agent-supplied JSON is shown truncated: a page must stay usable.
 MAX_SHOWN_CHARS = 20_000
+# A request is "at risk" once this much of its policy's target time
+# (Policy.target_minutes) has gone by without a decision.
+SLA_AT_RISK_FRACTION = 0.75
 # Interrupts one bulk decision takes at most: each is decided as if alone (its
 # policy, its state, its batch's lock), so a request stays seconds, not minutes.
 MAX_BULK_DECISIONS = 200

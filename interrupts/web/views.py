@@ -78,6 +78,8 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         # What a plain approval would join: shown on the card, and posted back with it.
         "standing": (standing := decisions.standing_answer(approvals)),
         "seen": decisions.answer_digest(standing),
+        # The policy's target time, when it sets one: on track, at risk or breached.
+        "target": policies.target(interrupt, rule, timezone.now()),
     }
 
 

@@ -1,9 +1,11 @@
 """Who may decide, in process: the permission, policies, self-approval, quorums and the attestation."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
 from interrupts.hub import decisions, policies, runs
 from interrupts.reads import selectors
@@ -511,3 +513,26 @@ def test_a_second_approver_approves_a_form_answer_with_one_click():
     [entry] = resume_of(interrupt).input["resume"]
     assert entry["payload"] == {"build": 42}
     assert [d["username"] for d in entry["metadata"]["countersign"]["decisions"]] == [alice.username, bob.username]
+
+
+# --- target times -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("minutes_ago, state", [(1, "on_track"), (8, "at_risk"), (11, "breached")])
+def test_a_policy_s_target_time_says_whether_a_request_is_on_track_at_risk_or_breached(minutes_ago, state):
+    agent = make.agent()
+    make.policy(agent=agent, target_minutes=10)
+    interrupt = raised(agent)
+    now = interrupt.created_at + timedelta(minutes=minutes_ago)
+    found = policies.target(interrupt, policies.rule_for(interrupt), now)
+    assert (found.state, found.due_at) == (state, interrupt.created_at + timedelta(minutes=10))
+    assert policies.target(raised(make.agent()), policies.SITE_DEFAULT, timezone.now()) is None
+
+
+def test_the_card_shows_a_breached_target():
+    agent = make.agent()
+    make.policy(agent=agent, target_minutes=5)
+    interrupt = raised(agent)
+    Interrupt.objects.filter(pk=interrupt.pk).update(created_at=interrupt.created_at - timedelta(minutes=7))
+    page = _browser(make.user()).get("/inbox/?scope=all").content.decode()
+    assert 'data-testid="target" data-state="breached"' in page and "target missed" in page
