@@ -3,6 +3,7 @@
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -229,6 +230,9 @@ class InterruptSerializer(serializers.ModelSerializer):
         help_text="Whether the requesting user may decide it now (eligible, and not their own request).")
     refusal = serializers.SerializerMethodField(
         help_text="Why the requesting user may not decide it (NOT_ELIGIBLE, SELF_APPROVAL), or null.")
+    target = serializers.SerializerMethodField(
+        help_text="The policy's target time for a pending interrupt, and whether it is on track, at risk or "
+                  "breached; null when the policy sets none, or once decided.")
     subagent_run_id = serializers.SerializerMethodField(
         help_text="The subagent run that raised it, as the agent sent it (subagentRunId); null when the root "
                   "agent raised it. The agent's own text: attribution, not a link.")
@@ -238,7 +242,16 @@ class InterruptSerializer(serializers.ModelSerializer):
         fields = ["id", "interrupt_id", "run", "subagent_run_id", "thread", "agent", "reason", "message", "status",
                   "tool_call_id", "tool_name", "proposed_args", "response_schema", "supports_edits", "expires_at",
                   "metadata", "problems", "closed_reason", "created_at", "closed_at", "policy", "approvals",
-                  "can_decide", "refusal"]
+                  "can_decide", "refusal", "target"]
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "due_at": {"type": "string", "format": "date-time"},
+        "state": {"type": "string", "enum": ["on_track", "at_risk", "breached"]}}})
+    def get_target(self, interrupt) -> dict | None:
+        if interrupt.status != Interrupt.Status.PENDING:
+            return None
+        found = policies.target(interrupt, self._rule(interrupt), timezone.now())
+        return {"due_at": found.due_at, "state": found.state} if found else None
 
     def get_subagent_run_id(self, interrupt) -> str | None:
         return selectors.subagent_run_id(interrupt)

@@ -536,3 +536,17 @@ def test_the_card_shows_a_breached_target():
     Interrupt.objects.filter(pk=interrupt.pk).update(created_at=interrupt.created_at - timedelta(minutes=7))
     page = _browser(make.user()).get("/inbox/?scope=all").content.decode()
     assert 'data-testid="target" data-state="breached"' in page and "target missed" in page
+
+
+def test_the_api_gives_a_pending_interrupt_s_target():
+    from rest_framework.test import APIClient
+
+    agent = make.agent()
+    make.policy(agent=agent, target_minutes=60)
+    interrupt = raised(agent)
+    client = APIClient()
+    client.force_authenticate(make.user())
+    target = client.get(f"/api/interrupts/{interrupt.pk}/").json()["target"]
+    assert target["state"] == "on_track" and target["due_at"].startswith(
+        (interrupt.created_at + timedelta(minutes=60)).strftime("%Y-%m-%dT%H:%M"))
+    assert client.get(f"/api/interrupts/{raised(make.agent()).pk}/").json()["target"] is None
