@@ -198,6 +198,8 @@ def _staff_only(door: Door, method: str) -> bool:
         return not _public_reason(door.route)
     if door.route.startswith("registry/"):
         return door.route != "registry/\\Z"  # reading the registry is for everyone; adding and editing, staff
+    if door.route.startswith("api/metrics/"):
+        return True  # the figures name every agent and reason: staff and their tokens only
     return door.api and door.route.startswith("api/agents") and method == "post"
 
 

@@ -1,0 +1,124 @@
+"""What Prometheus scrapes at /api/metrics/: read from the database at scrape time, in five aggregate queries.
+
+Every figure is computed from the rows, never counted in a process: with
+several server processes each would count only its own requests, and a
+restart would drop them. The database is the one place all processes agree
+on, so any process answers a scrape with the same numbers. Each metric is one
+GROUP BY query whatever the number of rows (histogram buckets are
+conditional counts in that same query), so a scrape costs the same with ten
+interrupts or a million.
+
+Counters are counts of rows that are never deleted (decisions are
+immutable, failed runs stay failed), so they only grow, as Prometheus
+expects of a counter.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ..models import Decision, Interrupt, Run
+
+# Upper bounds in seconds. People take minutes to days to decide.
+DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800)
+# A resume should reach its agent within a second; minutes mean the agent was unreachable and retried.
+DELIVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+def _seconds(took) -> float:
+    return took.total_seconds() if took is not None else 0.0
+
+
+def _histogram(rows, bounds, *, by: str) -> dict[str, tuple[list[int], float, int]]:
+    """``rows`` (aliasing ``took``) grouped by the field ``by``: per group, how many took at most each bound,
+    their total and their count. One query."""
+    buckets = {f"le_{n}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound))) for n, bound in enumerate(bounds)}
+    grouped = rows.values(label=F(by)).order_by("label").annotate(count=Count("pk"), total=Sum("took"), **buckets)
+    return {row["label"]: ([row[f"le_{n}"] for n in range(len(bounds))], _seconds(row["total"]), row["count"])
+            for row in grouped}
+
+
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], bounds, counts, total, count) -> None:
+    buckets = [(repr(float(bound)), n) for bound, n in zip(bounds, counts)] + [("+Inf", count)]
+    family.add_metric(labels, buckets, total)
+
+
+def pending_interrupts() -> GaugeMetricFamily:
+    family = GaugeMetricFamily("countersign_pending_interrupts", "Interrupts waiting for a decision now.",
+                               labels=["agent", "reason"])
+    rows = (Interrupt.objects.filter(status=Interrupt.Status.PENDING)
+            .values(agent=F("run__agent__name"), kind=F("reason")).order_by("agent", "kind")
+            .annotate(n=Count("pk")))
+    for row in rows:
+        family.add_metric([row["agent"], row["kind"]], row["n"])
+    return family
+
+
+def decisions_total() -> CounterMetricFamily:
+    # Every decision anyone took, revised (superseded) ones included: each was a person's act.
+    family = CounterMetricFamily("countersign_decisions", "Decisions taken, by action and agent.",
+                                 labels=["action", "agent"])
+    rows = (Decision.objects.values("action", agent=F("interrupt__run__agent__name")).order_by("action", "agent")
+            .annotate(n=Count("pk")))
+    for row in rows:
+        family.add_metric([row["action"], row["agent"]], row["n"])
+    return family
+
+
+def time_to_decision() -> HistogramMetricFamily:
+    # Closed by a decision: a closed_reason says it closed without one (expiry, a failed run, a refused resume
+    # closed). An interrupt reopened and decided again is measured from when it was raised.
+    decided = (Interrupt.objects.filter(status__in=[Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED],
+                                        closed_at__isnull=False, closed_reason="")
+               .alias(took=ExpressionWrapper(F("closed_at") - F("created_at"), output_field=DurationField())))
+    family = HistogramMetricFamily("countersign_time_to_decision_seconds",
+                                   "From an interrupt raised to the decision that closed it, by agent.",
+                                   labels=["agent"])
+    for agent, (counts, total, count) in _histogram(decided, DECISION_BUCKETS, by="run__agent__name").items():
+        _add_histogram(family, [agent], DECISION_BUCKETS, counts, total, count)
+    return family
+
+
+def stream_errors_total() -> CounterMetricFamily:
+    family = CounterMetricFamily("countersign_stream_errors", "Runs that failed, by error code.", labels=["code"])
+    rows = (Run.objects.filter(status=Run.Status.FAILED).values("error_code").order_by("error_code")
+            .annotate(n=Count("pk")))
+    for row in rows:
+        family.add_metric([row["error_code"]], row["n"])
+    return family
+
+
+def resume_delivery() -> HistogramMetricFamily:
+    # A resume run is written in the transaction of the decision that closes its batch (or of the re-send
+    # of a refused one), so its created_at is that moment: created → started is decision → delivered.
+    started = (Run.objects.filter(resume_key__isnull=False, started_at__isnull=False)
+               .alias(took=ExpressionWrapper(F("started_at") - F("created_at"), output_field=DurationField())))
+    family = HistogramMetricFamily("countersign_resume_delivery_seconds",
+                                   "From the decision that closed a batch to its resume run starting, by agent.",
+                                   labels=["agent"])
+    for agent, (counts, total, count) in _histogram(started, DELIVERY_BUCKETS, by="agent__name").items():
+        _add_histogram(family, [agent], DELIVERY_BUCKETS, counts, total, count)
+    return family
+
+
+class CountersignCollector(Collector):
+    """Every countersign_… metric, read afresh on each scrape."""
+
+    def collect(self):
+        yield pending_interrupts()
+        yield decisions_total()
+        yield time_to_decision()
+        yield stream_errors_total()
+        yield resume_delivery()
+
+
+def registry() -> CollectorRegistry:
+    """A registry holding only Countersign's collector: not the process's default one, whose
+    per-process figures (its own CPU, memory, GC) would differ between the processes behind one address."""
+    made = CollectorRegistry(auto_describe=False)
+    made.register(CountersignCollector())
+    return made
