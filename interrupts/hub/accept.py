@@ -14,7 +14,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Agent, Interrupt, Run, Thread
-from ..protocol import dialects
 from ..protocol.contract import Verdict, check_input
 from ..protocol.wire import dump
 from . import decisions, outbox, runs
@@ -72,6 +71,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
     """
     runs.check_id("threadId", run_input.thread_id)
     runs.check_id("runId", run_input.run_id)
+    runs.refuse_steering(run_input.forwarded_props)
     for _attempt in range(ACCEPT_ATTEMPTS):
         existing = Thread.objects.filter(thread_id=run_input.thread_id).select_related("agent").first()
         if existing is not None and existing.agent_id != agent.pk:
@@ -113,9 +113,6 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 # approval makes the agent do (an approval's payload names no args).
                 # Only the fields RunAgentInput defines, too: a client's extra keys would
                 # travel signed beside the attestation, as if Countersign said them.
-                # Never the client's forwardedProps.command.resume (``dialects.without_command_resume``):
-                # LangGraph reads it as an answer, and the answers are the decisions recorded here.
-                wire_input = dialects.without_command_resume(wire_input)
                 wire_input = {**{k: wire_input[k] for k in CLIENT_RESUME_FIELDS if k in wire_input},
                               "threadId": thread.thread_id, "runId": run_input.run_id,
                               "parentRunId": parent.run_id, "resume": runs.resume_entries(parent),

@@ -157,6 +157,23 @@ def check_id(kind: str, value: str) -> None:
                       status=400)
 
 
+def refuse_steering(forwarded_props: object) -> None:
+    """Refuse ``forwardedProps`` that would steer a LangGraph agent past its interrupts (``dialects.steering``).
+
+    ``RESERVED_FORWARDED_PROPS`` (400): ``node_name`` makes ag-ui-langgraph
+    skip to a node as if it ran (the approval step), ``command.resume``
+    answers an interrupt outside the inbox. Checked before anything is recorded.
+    """
+    if keys := dialects.steering(forwarded_props):
+        raise Refusal(
+            "RESERVED_FORWARDED_PROPS",
+            f"forwardedProps {', '.join(repr(k) for k in keys)[:300]} would steer a LangGraph agent past its "
+            "interrupts (node_name skips to a node as if it had run; command.resume answers an interrupt): "
+            "Countersign does not pass them on. Leave them out; answers go through the inbox or resume[].",
+            status=400,
+        )
+
+
 def refuse_if_busy(thread: Thread) -> None:
     busy = Run.objects.filter(thread=thread, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).first()
     if busy is not None:
@@ -222,6 +239,7 @@ def start_run(
     """
     if message is not None and len(message) > MAX_MESSAGE_CHARS:
         raise Refusal("TOO_LARGE", f"A message holds at most {MAX_MESSAGE_CHARS:,} characters.", status=400)
+    refuse_steering(forwarded_props)
     with transaction.atomic():
         thread = thread_for(agent, thread_id, title or (message or "")[:80])
         messages = list(thread.messages or [])

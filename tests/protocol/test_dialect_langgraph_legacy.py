@@ -217,6 +217,16 @@ def test_interrupts_the_agent_raised_as_an_outcome_are_answered_by_the_contract_
     assert LEGACY.outgoing(shaped)["resume"] == given["resume"]
 
 
+def test_no_input_names_a_node_to_skip_to_or_a_resume_of_its_own_in_any_spelling():
+    for key in ("node_name", "nodeName", "NodeName"):
+        given = {"threadId": "t1", "runId": "r3", "messages": [], "forwardedProps": {key: "ask_approval", "y": 2}}
+        assert dialects.steering(given["forwardedProps"]) == [key]
+        for dialect in (LEGACY, dialects.for_agent("agui")):
+            assert dialect.outgoing(given)["forwardedProps"] == {"y": 2}
+    assert dialects.steering({"command": {"goto": "x"}, "y": 2}) == []
+    assert dialects.steering({"command": {"resume": 1}}) == ["command.resume"]
+
+
 def test_new_input_never_carries_a_resume_of_its_own():
     given = {"threadId": "t1", "runId": "r3", "messages": [],
              "forwardedProps": {"command": {"resume": {"approved": True}, "goto": "x"}, "y": 2}}

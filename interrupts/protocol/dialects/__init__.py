@@ -22,11 +22,11 @@ Pure Python: nothing here touches Django or the network.
 from __future__ import annotations
 
 from . import tanstack
-from .agui import AGUI, LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, without_command_resume
+from .agui import AGUI, LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, steering, without_steering
 from .langgraph_legacy import LegacyLangGraph
 
 __all__ = ["AGUI", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "RESERVED_METADATA_KEYS", "Dialect", "LegacyLangGraph", "entry_metadata",
-           "for_agent", "without_command_resume"]
+           "for_agent", "steering", "without_steering"]
 
 
 #: Metadata keys of a resume entry that an adapter writes (``entry_metadata``): a

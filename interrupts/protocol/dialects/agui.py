@@ -47,19 +47,50 @@ class Dialect:
     def outgoing(self, run_input: dict) -> dict:
         """The RunAgentInput as sent to the agent, from the one recorded (``Run.input``, which the hub reads).
 
-        Never with a ``forwardedProps.command.resume``: ag-ui-langgraph (and
-        LangGraph's own clients) answer the interrupt the graph still holds
-        with it, outside the inbox: after an interrupt expired or was closed
-        here, new input carrying one would approve what nobody decided.
+        Never with a client's keys that ``steering`` names: refused where
+        input comes in, and left out here too, whatever a stored input holds.
         """
-        return without_command_resume(run_input)
+        return without_steering(run_input)
 
 
-def without_command_resume(run_input: dict) -> dict:
-    """``run_input`` without ``forwardedProps.command.resume`` (the rest of a client's command stays)."""
+def _spelled(key: object) -> str:
+    # ag-ui-langgraph reads forwardedProps' keys after camel_to_snake: every
+    # spelling of a name (nodeName, node_name, NodeName) is the same key to it.
+    return key.replace("_", "").lower() if isinstance(key, str) else ""
+
+
+def steering(forwarded_props: object) -> list[str]:
+    """The keys of a client's ``forwardedProps`` that would steer a LangGraph graph past its interrupts.
+
+    ag-ui-langgraph (any dialect) reads ``node_name`` as "this node already
+    ran, with the input's state" (``aupdate_state(as_node=...)``), so a
+    client naming the node that asks for approval skips the question; and
+    ``command.resume`` as an answer to the interrupt the graph still holds
+    (say one that expired here). Either would act on what nobody decided.
+    """
+    found = []
+    if not isinstance(forwarded_props, dict):
+        return found
+    for key, value in forwarded_props.items():
+        name = _spelled(key)
+        if name == "nodename":
+            found.append(key)
+        elif name == "command" and isinstance(value, dict) and any(_spelled(k) == "resume" for k in value):
+            found.append(f"{key}.resume")
+    return found
+
+
+def without_steering(run_input: dict) -> dict:
+    """``run_input`` without the ``forwardedProps`` keys ``steering`` names (the rest of them stays)."""
     forwarded = run_input.get("forwardedProps")
-    command = forwarded.get("command") if isinstance(forwarded, dict) else None
-    if not isinstance(command, dict) or "resume" not in command:
+    if not steering(forwarded):
         return run_input
-    return {**run_input, "forwardedProps": {**forwarded, "command": {
-        k: v for k, v in command.items() if k != "resume"}}}
+    kept = {}
+    for key, value in forwarded.items():
+        name = _spelled(key)
+        if name == "nodename":
+            continue
+        if name == "command" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if _spelled(k) != "resume"}
+        kept[key] = value
+    return {**run_input, "forwardedProps": kept}

@@ -32,7 +32,7 @@ import re
 
 from .. import storable, wire
 from ..errors import MalformedMessage
-from .agui import LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, without_command_resume
+from .agui import LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, without_steering
 
 #: The reason ag-ui-langgraph gives an interrupt whose value names none.
 DEFAULT_REASON = "langgraph:interrupt"
@@ -101,7 +101,8 @@ class LegacyLangGraph(Dialect):
         # The resume's command is Countersign's: a client's own (the gateway keeps
         # its forwardedProps) could answer the graph with what nobody decided,
         # and ``outgoing`` sends a command.resume that stands beside resume[].
-        forwarded = {k: v for k, v in (run_input.get("forwardedProps") or {}).items() if k != "command"}
+        forwarded = {k: v for k, v in (without_steering(run_input).get("forwardedProps") or {}).items()
+                     if k != "command"}
         shaped = {**run_input, "forwardedProps": forwarded}
         if not raised:
             return shaped  # raised as an outcome: the AG-UI resume[] is what the agent takes
@@ -117,15 +118,14 @@ class LegacyLangGraph(Dialect):
     def outgoing(self, run_input: dict) -> dict:
         forwarded = run_input.get("forwardedProps")
         command = forwarded.get("command") if isinstance(forwarded, dict) else None
-        if not isinstance(command, dict) or "resume" not in command:
-            return run_input
-        if run_input.get("resume"):
-            # Several answers by LangGraph's ids (``resume_input``): prepare_stream reads
-            # forwardedProps.command.resume only when resume[] is absent.
+        if run_input.get("resume") and isinstance(command, dict) and "resume" in command:
+            # Several answers by LangGraph's ids, Countersign's own (``resume_input``
+            # drops a client's command): prepare_stream reads forwardedProps.command.resume
+            # only when resume[] is absent.
             return {k: v for k, v in run_input.items() if k != "resume"}
-        # New input carrying a resume of its own would answer whatever the graph
-        # still holds (an interrupt Countersign closed unanswered): never sent.
-        return without_command_resume(run_input)
+        # Anything else carrying a resume of its own, or a node to skip to, would
+        # act on what nobody decided: never sent.
+        return without_steering(run_input)
 
 
 def _interrupt(event: dict, run_id: str, position: int) -> dict:
