@@ -163,11 +163,17 @@ async def _replay(run: Run, client: _ForClient):
     after = 0
     while True:
         events = [
-            (e.seq, e.payload)
-            async for e in Event.objects.filter(run=run, seq__gt=after).order_by("seq").only("seq", "payload")
+            (e.seq, e.payload, e.from_agent)
+            async for e in Event.objects.filter(run=run, seq__gt=after).order_by("seq").only(
+                "seq", "payload", "from_agent")
         ]
-        for seq, payload in events:
+        for seq, payload, from_agent in events:
             after = seq
+            if not from_agent and payload.get("type") == "CUSTOM":
+                # Countersign's own notes (a delivery retry, a refused answer settled)
+                # are the log's, not the run's: the client's stream stays the run's
+                # events, which ag-ui-validate holds to the lifecycle.
+                continue
             yield client(payload)
         status = await Run.objects.values_list("status", flat=True).aget(pk=run.pk)
         if status not in (Run.Status.QUEUED, Run.Status.STREAMING) and not events:

@@ -374,12 +374,17 @@ def fail(run: Run, code: str, message: str, raw: object = None, *,
     message = message.replace("\x00", "\\u0000")
     if isinstance(raw, str):
         raw = raw.replace("\x00", "\\u0000")
-    error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     now = timezone.now()
     error_code, error_message, fault = code, message, ""
     if agent_error is not None:
-        error_code, error_message = agent_error[0], agent_error[1].replace("\x00", "\\u0000")
+        # The agent's own error, out of place: its code leads (the run's, and the
+        # one a gateway client reads), the lifecycle fault follows in words.
+        error_code, error_message = agent_error[0][:100], agent_error[1].replace("\x00", "\\u0000")
         fault = f"{code}: {message}"
+        error = dump(RunErrorEvent(code=error_code, message=f"{error_message} (Countersign: {fault})".strip(),
+                                   raw_event=raw))
+    else:
+        error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     with transaction.atomic():
         ended = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).update(
             status=Run.Status.FAILED, error_code=error_code[:100], error_message=error_message, fault=fault,

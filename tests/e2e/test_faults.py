@@ -58,7 +58,8 @@ def test_an_agents_error_before_run_started_keeps_its_code_and_the_lifecycle_fau
     assert run["fault"].startswith("NOT_STARTED: ") and "RUN_ERROR before RUN_STARTED" in run["fault"]
     # The log's ending is Countersign's (the agent's RUN_ERROR was out of place), with the agent's event in it.
     last = log[-1]
-    assert last["from_agent"] is False and last["payload"]["code"] == "NOT_STARTED"
+    assert last["from_agent"] is False and last["payload"]["code"] == "BOOM"
+    assert "NOT_STARTED" in last["payload"]["message"]
     assert '"BOOM"' in last["payload"]["rawEvent"]
 
 

@@ -131,7 +131,8 @@ async def test_a_client_s_resume_the_agent_refuses_can_be_answered_again_through
     thread = f"gw-{path}"
     first = await gateway(f"x-{path}", new_input(thread, "r1"))
     refused = await gateway(f"x-{path}", resume_body(first, thread, "r2", APPROVE))
-    assert refused.last["type"] == "RUN_ERROR"
+    # The client reads the agent's own code, even for an error sent before RUN_STARTED.
+    assert refused.last["type"] == "RUN_ERROR" and refused.last["code"] == REFUSALS[path][0]
     assert run_of(api, "r2", thread)["refused"] is True
     # New input waits; the client is told why, as a RUN_ERROR with a code.
     held = await gateway(f"x-{path}", new_input(thread, "r3"))
@@ -148,5 +149,9 @@ async def test_after_closing_a_refused_answer_the_client_starts_afresh_through_t
     refused = await gateway("x-refuse-http", resume_body(first, thread, "r2", APPROVE))
     assert refused.last["type"] == "RUN_ERROR" and refused.last["code"] == "HTTP_ERROR"
     assert api.post("/api/runs/r2/close/", params={"thread": thread}).status_code == 200
+    # The same resume again replays the refused run, as the client saw it: without
+    # Countersign's note of the settlement, which is the log's, not the run's.
+    replayed = await gateway("x-refuse-http", resume_body(first, thread, "r2-again", APPROVE))
+    assert replayed.types == refused.types
     fresh = await gateway("x-refuse-http", new_input(thread, "r3"))
     assert fresh.last["outcome"]["type"] == "interrupt"
