@@ -201,7 +201,8 @@ async def agui(request: HttpRequest, agent: str):
         return refusal(404, "UNKNOWN_AGENT", f"No agent named {agent!r} is registered.")
     try:
         body = request.body
-        run_input = parse_run_input(body)
+        # Its size was bounded as it was read (COUNTERSIGN_MAX_REQUEST_BYTES, 413): not again, lower.
+        run_input = parse_run_input(body, max_bytes=max(len(body), 1))
     except RequestDataTooBig:
         return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts "
                                          "(COUNTERSIGN_MAX_REQUEST_BYTES).")

@@ -245,7 +245,8 @@ async def respond(agent: Agent, *, method: str, content_type: str | None, signat
         # Told to insist, with no secret to check against: refuse rather than answer unverified.
         bad_signature = BadSignature("This agent accepts only signed requests, and has no signing secret set.")
     try:
-        run_input = parse_run_input(body)
+        # Its size was bounded as it was read (413 past the bound): parsing does not bound it again, lower.
+        run_input = parse_run_input(body, max_bytes=max(len(body), 1))
     except MalformedMessage as problem:
         if bad_signature is not None:
             return sse(refused(None, bad_signature))
