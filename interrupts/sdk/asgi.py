@@ -23,7 +23,7 @@ from typing import Any
 
 from ..protocol import signing
 from .agent import Agent
-from .driver import MAX_REQUEST_BYTES, STREAM_HEADERS, BodyTooLarge, Refusal, respond
+from .driver import BODY_READ_SECONDS, MAX_REQUEST_BYTES, STREAM_HEADERS, BodyTooLarge, BodyTooSlow, Refusal, respond
 
 Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict]]
@@ -37,13 +37,14 @@ class ClientGone(Exception):
 def agent_app(agent: Agent, auth: Callable[[Scope], bool | Awaitable[bool]] | None = None, *,
               signing_secret: Callable[[], str | None | Awaitable[str | None]] | None = None,
               require_signature: Callable[[], bool] | None = None,
-              max_body_bytes: int = MAX_REQUEST_BYTES):
+              max_body_bytes: int = MAX_REQUEST_BYTES, body_timeout: float = BODY_READ_SECONDS):
     """An ASGI 3 application that runs ``agent`` once per POSTed RunAgentInput.
 
     ``auth`` is given the request's ASGI scope (its ``headers`` hold any
     credential); ``signing_secret`` and ``require_signature`` are asked on
     every request, as by ``views.agent_view``. A body over ``max_body_bytes``
-    gets 413 ``TOO_LARGE`` without being read past the bound.
+    gets 413 ``TOO_LARGE`` without being read past the bound; one not whole
+    within ``body_timeout`` seconds, 408 ``REQUEST_TIMEOUT``.
     """
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -63,7 +64,7 @@ def agent_app(agent: Agent, auth: Callable[[Scope], bool | Awaitable[bool]] | No
                 method=scope["method"],
                 content_type=headers.get("content-type"),
                 signature=headers.get(signing.SIGNATURE_HEADER.lower()),
-                read_body=lambda: _read_body(receive, headers, max_body_bytes),
+                read_body=lambda: _read_body(receive, headers, max_body_bytes, body_timeout),
                 authorized=None if auth is None else (lambda: auth(scope)),
                 signing_secret=signing_secret,
                 require_signature=require_signature,
@@ -89,7 +90,15 @@ def _headers(scope: Scope) -> dict[str, str]:
     return headers
 
 
-async def _read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
+async def _read_body(receive: Receive, headers: Mapping[str, str], limit: int, timeout: float) -> bytes:
+    try:
+        async with asyncio.timeout(timeout):
+            return await _body(receive, headers, limit)
+    except TimeoutError:
+        raise BodyTooSlow from None
+
+
+async def _body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
     declared = headers.get("content-length", "")
     # ASCII digits only: "²".isdigit() is True, and int() refuses it.
     if declared.isascii() and declared.isdigit() and int(declared) > limit:

@@ -155,8 +155,18 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 #: such as nginx would otherwise hold events back.
 STREAM_HEADERS = {"Content-Type": CONTENT_TYPE, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+#: Seconds a server built on the driver waits for a request's whole body: a
+#: client trickling it a byte at a time must not hold the agent's server for
+#: ever (uvicorn itself has no body timeout). Answered 408 ``REQUEST_TIMEOUT``.
+BODY_READ_SECONDS = 30.0
+
+
 class BodyTooLarge(Exception):
     """Raised by a server's ``read_body``: the body passes the server's bound (413 ``TOO_LARGE``)."""
+
+
+class BodyTooSlow(Exception):
+    """Raised by a server's ``read_body``: the body did not arrive in time (408 ``REQUEST_TIMEOUT``)."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +243,8 @@ async def respond(agent: Agent, *, method: str, content_type: str | None, signat
         body = await read_body()
     except BodyTooLarge:
         return refusal(413, "TOO_LARGE", "The request body is larger than this server accepts.")
+    except BodyTooSlow:
+        return refusal(408, "REQUEST_TIMEOUT", "The request body did not arrive in time; send it again, whole.")
     secret = await _resolved(signing_secret) if signing_secret is not None else agent.signing_secret
     required = await _resolved(require_signature) if require_signature is not None else agent.require_signature
     bad_signature = None

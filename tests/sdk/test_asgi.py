@@ -184,6 +184,23 @@ async def test_a_body_within_the_request_bound_is_taken_whole_however_large():
     assert reply.status == 200 and reply.events()[-1]["type"] == "RUN_FINISHED"
 
 
+async def test_a_body_that_trickles_in_past_the_deadline_gets_408_and_runs_nothing():
+    # A first chunk, then nothing: the agent's server is not held for ever.
+    agent = Shipper()
+    app = agent_app(agent, body_timeout=0.2)
+    incoming: asyncio.Queue = asyncio.Queue()
+    incoming.put_nowait({"type": "http.request", "body": b'{"threadId"', "more_body": True})
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    await asyncio.wait_for(app(scope("POST", {"content-type": "application/json"}), incoming.get, send), timeout=5)
+    [start] = [m for m in sent if m["type"] == "http.response.start"]
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert (start["status"], body["code"]) == (408, "REQUEST_TIMEOUT") and agent.ran == 0
+
+
 def test_the_default_bound_is_the_hubs_request_bound():
     assert MAX_REQUEST_BYTES == conf.DEFAULTS["COUNTERSIGN_MAX_REQUEST_BYTES"]
 
