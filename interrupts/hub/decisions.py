@@ -555,49 +555,22 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
 
 
 def expire_due(now=None) -> int:
-    """Close every pending interrupt whose ``expiresAt`` has passed (or cannot be read).
+    """Close every pending interrupt whose ``expiresAt`` has passed (or cannot be read), with its batch.
 
-    A batch with an expired interrupt can never be sent whole (partial
-    resumes are not allowed), so its other open interrupts close with it and
-    the thread accepts fresh input again. Each closing is noted in the
-    thread's log for the audit trail. Returns how many interrupts closed.
+    One batch at a time under its lock (``log.expire``, which writes each
+    closing, its audit entry and the log's note), so the thread accepts fresh
+    input again. Returns how many interrupts closed.
     """
     now = now or timezone.now()
-    # An unreadable expiresAt was recorded as due at once (see recording).
+    # An unreadable expiresAt was recorded as due at once (see log._interrupt_rows).
     due = Interrupt.objects.filter(status=Interrupt.Status.PENDING, expires_at__lte=now)
     closed = 0
     for run_pk in set(due.values_list("run_id", flat=True)):
         with transaction.atomic():
             lock_batch(run_pk)
             run = Run.objects.select_related("thread").get(pk=run_pk)
-            batch = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING))
-            expired = [i for i in batch if i.expires_at and i.expires_at <= now]
-            if not expired:
-                continue
-            names = ", ".join(i.interrupt_id for i in expired)
-            for interrupt in batch:
-                if interrupt in expired:
-                    reason = (
-                        f"expiresAt {interrupt.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
-                        if _unreadable_expiry(interrupt)
-                        else f"expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC"
-                    )
-                else:
-                    reason = f"closed with its batch: {names} expired"
-                if Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
-                    status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300],
-                    version=F("version") + 1,
-                ):
-                    closed += 1
-                    trail.record_expiry(interrupt)
-            event = log.note(run, relay.Note.INTERRUPTS_EXPIRED, {
-                "runId": run.run_id,
-                "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in batch],
-            })
-            thread_pk, seq = run.thread_id, event.seq
-            relay.inbox_changed(thread_pk, seq, relay.Reason.EXPIRED)
+            count, event = log.expire(run, now)
+            closed += count
+            if event is not None:
+                relay.inbox_changed(run.thread_id, event.seq, relay.Reason.EXPIRED)
     return closed
-
-
-def _unreadable_expiry(interrupt: Interrupt) -> bool:
-    return any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or [])

@@ -308,7 +308,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
     (``protocol.dialects``); ``notice`` what the dialect noticed.
 
     An interrupt whose ``expiresAt`` had already passed when it was raised
-    never waits: it closes at once, and its batch with it (``expire_raised``).
+    never waits: it closes at once, and its batch with it (``expire``).
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
@@ -318,39 +318,54 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
         if run.status == Run.Status.INTERRUPTED:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
             if any(row.expires_at is not None and row.expires_at <= now for row in raised):
-                _expire_raised(run, raised, now)
+                expire(run, now, when_raised=True)
             relay.inbox_changed(thread_pk, seq, relay.Reason.RAISED)
         elif run.status == Run.Status.FAILED and run.resume_key is not None:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
             relay.inbox_changed(thread_pk, seq, relay.Reason.REFUSED)
 
 
-def _expire_raised(run: Run, raised: list[Interrupt], now) -> None:
-    """Close a batch raised with an ``expiresAt`` already past: nobody could answer it in time.
+def expire(run: Run, now, *, when_raised: bool = False) -> tuple[int, Event | None]:
+    """Close ``run``'s batch if one of its pending interrupts is past its ``expiresAt``: (how many closed, the note).
 
-    Expired (not cancelled) with a reason that says so; the batch's other
-    interrupts close with it, as the expiry sweep does (a partial resume is
-    not allowed), and each closing is in the audit trail.
+    A batch with an expired interrupt can never be sent whole (partial resumes
+    are not allowed), so its other open interrupts close with it. Each says
+    why, each closing is in the audit trail, and one CUSTOM note of
+    Countersign's lists them in the log. ``when_raised``: the run has just
+    raised them (``finish``) with an ``expiresAt`` already past; otherwise the
+    expiry sweep (``decisions.expire_due``), which holds the batch's lock.
+    Must be called inside the transaction of the change.
     """
-    late = [row for row in raised if row.expires_at is not None and row.expires_at <= now]
-    names = ", ".join(row.interrupt_id for row in late)
-    for row in Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING):
-        mine = next((r for r in late if r.interrupt_id == row.interrupt_id), None)
-        if mine is None:
-            reason = f"closed with its batch: {names} had already expired when raised"
-        elif any(p.get("code") == "INVALID_EXPIRY" for p in row.problems or []):
-            reason = f"expiresAt {row.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
-        else:
-            reason = (f"expiresAt {row.raw.get('expiresAt')} had already passed when the agent raised it "
+    batch = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING))
+    late = [i for i in batch if i.expires_at is not None and i.expires_at <= now]
+    if not late:
+        return 0, None
+    names = ", ".join(i.interrupt_id for i in late)
+    closed = 0
+    for interrupt in batch:
+        if interrupt not in late:
+            reason = f"closed with its batch: {names} " + ("had already expired when raised" if when_raised
+                                                           else "expired")
+        elif any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or []):
+            # An unreadable expiresAt was recorded as due at once (``_interrupt_rows``).
+            reason = f"expiresAt {interrupt.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
+        elif when_raised:
+            reason = (f"expiresAt {interrupt.raw.get('expiresAt')} had already passed when the agent raised it "
                       f"({now:%Y-%m-%d %H:%M:%S} UTC)")
-        Interrupt.objects.filter(pk=row.pk, status=Interrupt.Status.PENDING).update(
-            status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1)
-        row.status, row.closed_at, row.closed_reason = Interrupt.Status.EXPIRED, now, reason[:300]
-        trail.record_expiry(row)
-    note(run, relay.Note.INTERRUPTS_EXPIRED, {
-        "runId": run.run_id, "whenRaised": True,
-        "interrupts": [{"id": row.interrupt_id, "expiresAt": row.raw.get("expiresAt")} for row in late],
+        else:
+            reason = f"expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+        if Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
+            status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1,
+        ):
+            closed += 1
+            trail.record_expiry(interrupt)
+    # Raised already expired, the note names the late ones; the sweep's, the whole batch it closed.
+    listed = late if when_raised else batch
+    event = note(run, relay.Note.INTERRUPTS_EXPIRED, {
+        "runId": run.run_id, **({"whenRaised": True} if when_raised else {}),
+        "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in listed],
     })
+    return closed, event
 
 
 def fail(run: Run, code: str, message: str, raw: object = None, *,

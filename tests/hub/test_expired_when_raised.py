@@ -1,4 +1,4 @@
-"""An interrupt raised with an ``expiresAt`` already past never waits (``log.finish``, ``_expire_raised``).
+"""An interrupt raised with an ``expiresAt`` already past never waits (``log.finish``, ``log.expire``).
 
 It is expired at once with a reason that says so, on the card, in the API and
 in the audit trail (an expiry entry each); its batch closes with it (a partial
