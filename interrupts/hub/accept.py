@@ -36,11 +36,6 @@ class Accepted:
 #: runtime (tools, context, forwardedProps). The rest is Countersign's record.
 CLIENT_RESUME_FIELDS = ("tools", "context", "forwardedProps")
 
-#: RunAgentInput's list and object fields as Countersign sends them when a client
-#: left them out: some agents (TanStack AI's chat()) refuse a body without them,
-#: and an input Countersign sends always has them.
-INPUT_DEFAULTS = {"tools": [], "context": [], "forwardedProps": {}}
-
 # How often the gateway checks a resume again when the thread changed between
 # the check (outside the lock) and the record (under it): a busy thread, not a
 # retry loop that can spin.
@@ -83,7 +78,8 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
             by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
                 run__thread=existing, run__run_id=verdict.interrupted_run_id).select_related("run")}
             prepared = decisions.prepare_resume(by_id, list(run_input.resume), user)
-        wire_input = {**INPUT_DEFAULTS, **dump(run_input)}
+        # What the client left out is sent as Countersign sends it in its own inputs.
+        wire_input = {**runs.input_defaults(), **dump(run_input)}
         with transaction.atomic():
             thread = runs.thread_for(agent, run_input.thread_id)
             if runs.gate_fingerprint(thread) != seen:

@@ -29,6 +29,15 @@ from ..protocol.wire import dump
 from .refusals import Refusal
 
 
+def input_defaults() -> dict:
+    """RunAgentInput's list and object fields as Countersign sends them when there is nothing to say.
+
+    Always present, since some agents (TanStack AI's chat()) refuse a body
+    without them; fresh each time, as each input is its own.
+    """
+    return {"tools": [], "context": [], "forwardedProps": {}}
+
+
 def new_run_id() -> str:
     """A fresh runId: random, so two processes never pick the same one."""
     return f"run-{uuid.uuid4().hex}"
@@ -108,8 +117,8 @@ def resume_key(interrupted_run_id: str, contract_key: str, round: int = 0) -> st
 
     The contract's key is (thread, answers); the run is added so that a later
     batch reusing the same interrupt ids and answers still gets its own resume.
-    ``round`` counts the times the batch was reopened after its agent refused
-    the answers: the same answers given again then make a new resume.
+    ``round`` counts the batch's settled resumes (``batch_resume_key``): the
+    same answers given again after the agent refused them make a new resume.
     """
     text = f"{interrupted_run_id}\n{contract_key}" + (f"\nround {round}" if round else "")
     return hashlib.sha256(text.encode()).hexdigest()
@@ -140,7 +149,7 @@ def refuse_if_refused(thread: Thread) -> None:
     batch or close it (``refused``) before the thread moves on, so an answer
     is never silently dropped by the next message.
     """
-    last = Run.objects.filter(thread=thread, resume_key__isnull=False).order_by("-created_at", "-pk").first()
+    last = _last_resume(thread)
     if last is not None and last.refused:
         raise Refusal(
             "ANSWER_REFUSED",
@@ -250,9 +259,8 @@ def start_run(
             "runId": new_run_id(),
             "state": thread.state if thread.state is not None else {},
             "messages": messages,
-            "tools": [],
-            "context": [],
-            "forwardedProps": forwarded_props if forwarded_props is not None else {},
+            **input_defaults(),
+            **({"forwardedProps": forwarded_props} if forwarded_props is not None else {}),
         }
         # Only the ids and the (absent) resume matter to the gate: the
         # conversation, which the agent wrote and may be large, is not parsed
@@ -350,9 +358,7 @@ def queue_resume(interrupted: Run, user=None) -> Run:
         "parentRunId": interrupted.run_id,
         "state": thread.state if thread.state is not None else {},
         "messages": list(thread.messages or []),
-        "tools": [],
-        "context": [],
-        "forwardedProps": {},
+        **input_defaults(),
         "resume": entries,
     }
     run_input = dialect_input(interrupted, run_input)
