@@ -34,6 +34,9 @@ from .refusals import Refusal
 
 SETTLED = "resume.settled"
 
+#: How much of the agent's error message the audit entry keeps (the run keeps it whole).
+MAX_ERROR_IN_TRAIL = 500
+
 #: The agent's events that say nothing of what it did: a run whose agent sent
 #: only these (and failed) did not start acting on the answers, as far as anyone can tell.
 _SILENT = ("RUN_STARTED", "RUN_ERROR")
@@ -49,9 +52,6 @@ def may_have_acted():
     """
     spoke = Event.objects.filter(run=OuterRef("pk"), from_agent=True).exclude(type__in=_SILENT)
     return Q(Exists(spoke)) | Q(error_code="WORKER_LOST")
-
-#: How much of the agent's error message the audit entry keeps (the run keeps it whole).
-MAX_ERROR_IN_TRAIL = 500
 
 
 def _refused(run: Run) -> Run:
