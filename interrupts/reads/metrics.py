@@ -33,18 +33,16 @@ def _seconds(took) -> float:
     return took.total_seconds() if took is not None else 0.0
 
 
-def _histogram(rows, bounds, *, by: str) -> dict[str, tuple[list[int], float, int]]:
-    """``rows`` (aliasing ``took``) grouped by the field ``by``: per group, how many took at most each bound,
-    their total and their count. One query."""
+def _histogram(name: str, documentation: str, rows, bounds, *, by: str) -> HistogramMetricFamily:
+    """A histogram labelled ``agent`` of ``rows`` (aliasing ``took``) grouped by the field ``by``, in one query:
+    per group, how many took at most each bound, their total and their count."""
+    family = HistogramMetricFamily(name, documentation, labels=["agent"])
     buckets = {f"le_{n}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound))) for n, bound in enumerate(bounds)}
     grouped = rows.values(label=F(by)).order_by("label").annotate(count=Count("pk"), total=Sum("took"), **buckets)
-    return {row["label"]: ([row[f"le_{n}"] for n in range(len(bounds))], _seconds(row["total"]), row["count"])
-            for row in grouped}
-
-
-def _add_histogram(family: HistogramMetricFamily, labels: list[str], bounds, counts, total, count) -> None:
-    buckets = [(repr(float(bound)), n) for bound, n in zip(bounds, counts)] + [("+Inf", count)]
-    family.add_metric(labels, buckets, total)
+    for row in grouped:
+        counts = [(repr(float(bound)), row[f"le_{n}"]) for n, bound in enumerate(bounds)] + [("+Inf", row["count"])]
+        family.add_metric([row["label"]], counts, _seconds(row["total"]))
+    return family
 
 
 def pending_interrupts() -> GaugeMetricFamily:
@@ -75,12 +73,9 @@ def time_to_decision() -> HistogramMetricFamily:
     decided = (Interrupt.objects.filter(status__in=[Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED],
                                         closed_at__isnull=False, closed_reason="")
                .alias(took=ExpressionWrapper(F("closed_at") - F("created_at"), output_field=DurationField())))
-    family = HistogramMetricFamily("countersign_time_to_decision_seconds",
-                                   "From an interrupt raised to the decision that closed it, by agent.",
-                                   labels=["agent"])
-    for agent, (counts, total, count) in _histogram(decided, DECISION_BUCKETS, by="run__agent__name").items():
-        _add_histogram(family, [agent], DECISION_BUCKETS, counts, total, count)
-    return family
+    return _histogram("countersign_time_to_decision_seconds",
+                      "From an interrupt raised to the decision that closed it, by agent.",
+                      decided, DECISION_BUCKETS, by="run__agent__name")
 
 
 def stream_errors_total() -> CounterMetricFamily:
@@ -97,12 +92,9 @@ def resume_delivery() -> HistogramMetricFamily:
     # of a refused one), so its created_at is that moment: created → started is decision → delivered.
     started = (Run.objects.filter(resume_key__isnull=False, started_at__isnull=False)
                .alias(took=ExpressionWrapper(F("started_at") - F("created_at"), output_field=DurationField())))
-    family = HistogramMetricFamily("countersign_resume_delivery_seconds",
-                                   "From the decision that closed a batch to its resume run starting, by agent.",
-                                   labels=["agent"])
-    for agent, (counts, total, count) in _histogram(started, DELIVERY_BUCKETS, by="agent__name").items():
-        _add_histogram(family, [agent], DELIVERY_BUCKETS, counts, total, count)
-    return family
+    return _histogram("countersign_resume_delivery_seconds",
+                      "From the decision that closed a batch to its resume run starting, by agent.",
+                      started, DELIVERY_BUCKETS, by="agent__name")
 
 
 class CountersignCollector(Collector):
