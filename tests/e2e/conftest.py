@@ -1,3 +1,4 @@
+import contextlib
 import re
 import subprocess
 import time
@@ -146,27 +147,34 @@ def new_input(thread: str, run: str = "r1", **fields) -> dict:
 LANGGRAPH_PYTHON = ROOT / ".venv-langgraph" / "bin" / "python"
 
 
-@pytest.fixture(scope="session")
-def langgraph(tmp_path_factory, hub):
-    """The LangGraph agent (tests/external) in its own process and venv, registered with the hub."""
+@contextlib.contextmanager
+def langgraph_agent(workdir, *options: str):
+    """The LangGraph agent (tests/external) in its own process and venv, on a free port: yields the port."""
     if not LANGGRAPH_PYTHON.exists():
         pytest.fail(f"{LANGGRAPH_PYTHON} is missing: `make test` creates it from tests/external/requirements-langgraph.txt")
     port = free_port()
-    log = tmp_path_factory.mktemp("langgraph") / "agent.log"
+    log = workdir / "agent.log"
     with open(log, "w") as out:
-        process = subprocess.Popen([str(LANGGRAPH_PYTHON), "tests/external/langgraph_agent.py", "--port", str(port)],
-                                   cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([str(LANGGRAPH_PYTHON), "tests/external/langgraph_agent.py", "--port", str(port),
+                                    *options], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "ready on" in log.read_text() or process.poll() is not None, timeout=60)
         assert process.poll() is None, log.read_text()
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def langgraph(tmp_path_factory, hub):
+    """The LangGraph agent, as ag-ui-langgraph serves it with emit_interrupt_outcome, registered with the hub."""
+    with langgraph_agent(tmp_path_factory.mktemp("langgraph")) as port:
         with hub.api() as api:
             for path in ("approve", "form", "form-short", "parallel"):
                 response = api.post("/api/agents/", json={"name": f"lg-{path}", "url": f"http://127.0.0.1:{port}/{path}/"})
                 assert response.status_code == 201, response.text
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ the form ag-ui-langgraph takes; registered as plain ``agui`` the run reads as
 a success, and the Agents page says why nothing was asked.
 """
 
-import subprocess
-
 import httpx
 import pytest
 
@@ -20,25 +18,14 @@ from interrupts.protocol.dialects.langgraph_legacy import CANCELLED, METADATA_KE
 
 from .. import factories as make
 from ..agui import post_run, resume_body
-from ..servers import ROOT, free_port
-from .conftest import (LANGGRAPH_PYTHON, decide, events, finished_run, logged_in, paused, pending, resumed, start,
-                       state, wait_for)
+from .conftest import (decide, events, finished_run, langgraph_agent, logged_in, paused, pending, resumed,
+                       start, state, wait_for)
 
 
 @pytest.fixture(scope="module")
 def default_langgraph(tmp_path_factory, hub):
     """The LangGraph agent in ag-ui-langgraph's default configuration, registered under both dialects."""
-    if not LANGGRAPH_PYTHON.exists():
-        pytest.fail(f"{LANGGRAPH_PYTHON} is missing: `make test` creates it from tests/external/requirements-langgraph.txt")
-    port = free_port()
-    log_file = tmp_path_factory.mktemp("langgraph-default") / "agent.log"
-    with open(log_file, "w") as out:
-        process = subprocess.Popen(
-            [str(LANGGRAPH_PYTHON), "tests/external/langgraph_agent.py", "--port", str(port), "--default-config"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: "ready on" in log_file.read_text() or process.poll() is not None, timeout=60)
-        assert process.poll() is None, log_file.read_text()
+    with langgraph_agent(tmp_path_factory.mktemp("langgraph-default"), "--default-config") as port:
         with hub.api() as api:
             for name, path, dialect in [("lgd-approve", "approve", "langgraph-legacy"),
                                         # Stock ag-ui-langgraph: no subclass maps several answers.
@@ -49,9 +36,6 @@ def default_langgraph(tmp_path_factory, hub):
                 assert response.status_code == 201, response.text
                 assert response.json()["dialect"] == dialect
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
