@@ -175,23 +175,25 @@ def retry_run(request, pk: int):
     return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
 
 
-#: What people may do about an answer the agent refused, with each button's words (``hub.refused``).
+#: What people may do about an answer the agent refused (``hub.refused``): each button's words.
 SETTLE_ACTIONS = (("resend", "Send again"), ("reopen", "Reopen to answer again"), ("close", "Close the batch"))
-_SETTLED_SAID = {"resend": "Sent the answers again as {new}.", "reopen": "Reopened: the batch waits for new answers.",
-                 "close": "Closed the batch: the thread takes new input."}
+#: Each way of settling (the ``how`` of its URL): the function that does it, and what the page then says.
+_SETTLE = {"resend": (refused.resend, "Sent the answers again as {new}."),
+           "reopen": (refused.reopen, "Reopened: the batch waits for new answers."),
+           "close": (refused.close, "Closed the batch: the thread takes new input.")}
 
 
 @require_POST
 def settle_run(request, pk: int, how: str):
     """Resend, reopen or close the batch whose answers the agent refused (run ``pk``, the failed resume)."""
     run = get_object_or_404(Run.objects.select_related("thread"), pk=pk)
-    settle = {"resend": refused.resend, "reopen": refused.reopen, "close": refused.close}[how]
+    settle, done = _SETTLE[how]
     try:
         result = settle(run, request.user)
     except ProtocolError as problem:
         said, ok = problem.message, False
     else:
-        said, ok = _SETTLED_SAID[how].format(new=getattr(result, "run_id", "")), True
+        said, ok = done.format(new=getattr(result, "run_id", "")), True
     if request.htmx:
         on_thread = bool(request.POST.get("on_thread"))
         return render(request, "interrupts/_refused.html", {
