@@ -116,10 +116,9 @@ class _AsRead:
         self.dialect, self.run_id, self.customs = dialect, run_id, []
 
     def __call__(self, payload: dict) -> dict:
-        kind = payload.get("type")
-        if kind == "CUSTOM" and self.dialect.keeps(payload.get("name")):
+        if self.dialect.keeps(payload):
             self.customs.append(payload)
-        elif kind == "RUN_FINISHED" and payload.get("runId") == self.run_id:
+        elif payload.get("type") == "RUN_FINISHED" and payload.get("runId") == self.run_id:
             return self.dialect.terminal(payload, self.customs, self.run_id)
         return payload
 

@@ -214,7 +214,7 @@ def recover(run: Run) -> None:
             lifecycle.accept(parse_event(payload))
         except ProtocolError:
             break
-        if payload.get("type") == "CUSTOM" and dialect.keeps(payload.get("name")):
+        if dialect.keeps(payload):
             customs.append(payload)
         if lifecycle.finished:
             terminal = payload
@@ -427,7 +427,7 @@ class RunStreamer:
         if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished
                                 or kind == "CUSTOM"):
             payload = json.loads(frame.data)
-        if kind == "CUSTOM" and self.dialect.keeps(payload.get("name")):
+        if kind == "CUSTOM" and self.dialect.keeps(payload):
             self.customs.append(payload)
         self.pending.append(log.Received(kind, frame.data, payload))
         self.pending_bytes += len(frame.data)

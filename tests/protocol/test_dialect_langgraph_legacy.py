@@ -165,7 +165,9 @@ def test_an_end_that_says_how_it_ended_is_read_as_it_says(terminal):
 
 def test_a_run_without_on_interrupt_ends_as_it_says_and_other_custom_events_are_not_kept():
     assert LEGACY.terminal(FINISHED, [], "r1") is FINISHED
-    assert LEGACY.keeps("on_interrupt") and not LEGACY.keeps("countersign.delivery_failed")
+    assert LEGACY.keeps({"type": "CUSTOM", "name": "on_interrupt"})
+    assert not LEGACY.keeps({"type": "CUSTOM", "name": "countersign.delivery_failed"})
+    assert not LEGACY.keeps({"type": "RAW", "name": "on_interrupt"})
     assert LEGACY.notice(FINISHED, [on_interrupt(APPROVAL)]) == ""
     assert "langgraph-legacy" in dialects.for_agent("agui").notice(FINISHED, [on_interrupt(APPROVAL)])
 

@@ -23,9 +23,9 @@ class Dialect:
     #: Whether ``resume_input`` changes anything (the hub reads the batch for it only then).
     reshapes_resume = False
 
-    def keeps(self, custom_name: object) -> bool:
-        """Whether the streamer keeps a CUSTOM event of this name for ``terminal`` and ``notice``."""
-        return custom_name == ON_INTERRUPT
+    def keeps(self, event: dict) -> bool:
+        """Whether an event of the run is one ``terminal`` and ``notice`` read (a CUSTOM ``on_interrupt``)."""
+        return event.get("type") == "CUSTOM" and event.get("name") == ON_INTERRUPT
 
     def terminal(self, terminal: dict, customs: list[dict], run_id: str) -> dict:
         """The run's terminal event as Countersign reads it; ``customs`` are the kept CUSTOM events, in order."""
