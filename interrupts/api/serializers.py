@@ -319,7 +319,8 @@ class BulkDecideSerializer(serializers.Serializer):
     """One action on many interrupts: those named by ``ids``, or every pending one matching ``filter``."""
 
     action = serializers.ChoiceField(choices=list(BULK_ACTIONS))
-    ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+    # Ids are 64-bit: a larger number is no interrupt, and the database refuses to compare with it.
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
                                 max_length=MAX_BULK_DECISIONS, help_text="The interrupts' ids.")
     filter = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=200), required=False,
                                    help_text="Inbox filters (agent, reason, thread, q, age, expiring, scope): "
