@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from ..agui import post_run, resume_body
-from .conftest import decide, events, finished_run, paused, pending, resumed, start, state, wait_for
+from .conftest import decide, events, paused, pending, resumed, start, state, wait_for
 
 
 @pytest.fixture
