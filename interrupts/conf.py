@@ -51,6 +51,12 @@ DEFAULTS: dict[str, Any] = {
     "COUNTERSIGN_LEASE_SECONDS": 30.0,
     # How often each process looks for queued runs and due expiries without a wake-up.
     "COUNTERSIGN_POLL_INTERVAL": 1.0,
+    # A reviewer's claim on a card ("Alice is reviewing") lapses this long
+    # after they last touched it (claimed, renewed, had it open).
+    "COUNTERSIGN_CLAIM_IDLE_SECONDS": 900.0,
+    # Someone "has a card open" while their page renewed it this recently;
+    # pages renew every third of it.
+    "COUNTERSIGN_PRESENCE_SECONDS": 45.0,
     # Runs one process streams at once (a fifth of them kept for resumes).
     "COUNTERSIGN_MAX_STREAMS": 50,
     # Every run ends. The idle timeout only catches a silent agent; one that
@@ -207,6 +213,9 @@ MAX_SHOWN_CHARS = 20_000
 # A request is "at risk" once this much of its policy's target time
 # (Policy.target_minutes) has gone by without a decision.
 SLA_AT_RISK_FRACTION = 0.75
+# Cards one page may say it has open at once (presence): a page shows a few;
+# a socket naming thousands would cost a write each.
+MAX_PRESENCE_CARDS = 50
 # Interrupts one bulk decision takes at most: each is decided as if alone (its
 # policy, its state, its batch's lock), so a request stays seconds, not minutes.
 MAX_BULK_DECISIONS = 200

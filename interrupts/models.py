@@ -426,6 +426,17 @@ class Interrupt(models.Model):
     # raised and again whenever policies change: what the inbox's "waiting for
     # me" filters on. Deciding resolves it afresh (``policies.rule_for``).
     policy = models.ForeignKey("Policy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Who said "I am reviewing this" (``claims``): held while renewed within
+    # COUNTERSIGN_CLAIM_IDLE_SECONDS, then it lapses. A claim bars nobody; a
+    # colleague deciding a claimed card is asked to confirm first.
+    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_renewed_at = models.DateTimeField(null=True, blank=True)
+    # Its policy's target time passed undecided (``escalation``): the policy's
+    # backup group, as it was then, may decide it too and was told.
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalated_to = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         ordering = ["created_at", "pk"]
@@ -554,6 +565,10 @@ class Policy(models.Model):
     target_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="How soon a decision is expected, in minutes.",
     )
+    backup_group = models.ForeignKey(
+        Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="When the target time passes undecided, this group may decide too, and is told.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -590,6 +605,23 @@ class Policy(models.Model):
         policy on the tool it calls.
         """
         return (bool(self.tool_name), self.agent_id is not None, bool(self.reason))
+
+
+class Presence(models.Model):
+    """Someone has a card open right now: one row per (socket, interrupt), renewed by the page.
+
+    In the database, not in one process's memory: with several processes a
+    reviewer's socket and their colleague's are rarely in the same one.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    interrupt = models.ForeignKey(Interrupt, on_delete=models.CASCADE, related_name="presences")
+    socket = models.CharField(max_length=100, help_text="The channel name of the socket that said so.")
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["socket", "interrupt"], name="presence_unique_per_socket")]
+        indexes = [models.Index(fields=["interrupt", "seen_at"], name="presence_interrupt_seen")]
 
 
 class APIToken(TokenProxy):
