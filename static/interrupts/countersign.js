@@ -14,9 +14,10 @@
   function liveSocket(path, { onMessage, onOpen, onState }) {
     let delay = 500;
     let stopped = false;
+    let socket = null;
     function connect() {
       const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-      const socket = new WebSocket(`${scheme}//${location.host}${path}`);
+      socket = new WebSocket(`${scheme}//${location.host}${path}`);
       socket.onopen = () => { delay = 500; onState && onState("live"); onOpen && onOpen(); };
       socket.onmessage = (event) => onMessage(JSON.parse(event.data));
       socket.onclose = (event) => {
@@ -28,7 +29,15 @@
       };
     }
     connect();
-    return () => { stopped = true; };
+    return {
+      stop: () => { stopped = true; },
+      // False while (re)connecting: the caller says it again from onOpen.
+      send: (message) => {
+        if (!socket || socket.readyState !== WebSocket.OPEN) return false;
+        socket.send(JSON.stringify(message));
+        return true;
+      },
+    };
   }
 
   // --- the header badge and the tab title ---------------------------------------
@@ -87,6 +96,8 @@
       }
       htmx.process(list);
       enhance(list);
+      // For the page's other modules (selection, presence): the cards were replaced.
+      document.dispatchEvent(new CustomEvent("countersign:refreshed", { detail: { list } }));
     } finally {
       const again = refreshing.again;
       refreshing = null;
@@ -418,8 +429,10 @@
 
     if (document.body.dataset.liveInbox) {
       let opened = false;
-      liveSocket(document.body.dataset.liveInbox, {
+      const inbox = liveSocket(document.body.dataset.liveInbox, {
         onMessage: (message) => {
+          // For the page's other modules: every message the inbox socket hears.
+          document.dispatchEvent(new CustomEvent("countersign:inbox", { detail: message }));
           // The badge counts what waits for this reader; "changed" carries only the total, "mine" follows it.
           if (message.mine !== undefined) showPending(message.mine);
           if (message.type !== "changed") return;
@@ -429,8 +442,14 @@
           if (shown && shown.refreshLive && String(message.thread) === shown.dataset.threadPk) shown.refreshLive();
         },
         // After a reconnect, changes may have been missed while offline.
-        onOpen: () => { if (opened) refreshInbox(); opened = true; },
+        onOpen: () => {
+          if (opened) refreshInbox();
+          opened = true;
+          document.dispatchEvent(new CustomEvent("countersign:inbox-open"));
+        },
       });
+      // Other modules talk on the same socket (presence): one socket per page.
+      window.countersignInbox = inbox;
     }
     const history = $("#history");
     if (history) threadLive(history);
