@@ -12,8 +12,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE, MAX_BULK_DECISIONS
-from ..hub import decisions, outbox, policies, refused, runs
+from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
+from ..hub import claims, decisions, outbox, policies, refused, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
@@ -276,19 +276,12 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         body = s.BulkDecideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        more = 0
-        if "ids" in data:
-            found = Interrupt.objects.select_related("run").in_bulk(data["ids"])
-            chosen = [found[pk] for pk in dict.fromkeys(data["ids"]) if pk in found]
-            missing = [pk for pk in dict.fromkeys(data["ids"]) if pk not in found]
-        else:
-            matching = selectors.inbox(selectors.InboxFilters.from_query(data["filter"]), user=request.user,
-                                       in_force=selectors.policies_in_force(request))
-            pks = list(matching.values_list("pk", flat=True)[:MAX_BULK_DECISIONS + 1])
-            more = max(matching.count() - MAX_BULK_DECISIONS, 0) if len(pks) > MAX_BULK_DECISIONS else 0
-            found = Interrupt.objects.select_related("run").in_bulk(pks[:MAX_BULK_DECISIONS])
-            chosen, missing = [found[pk] for pk in pks[:MAX_BULK_DECISIONS] if pk in found], []
-        done = decisions.decide_many(chosen, request.user, data["action"], data.get("comment", ""))
+        targets = selectors.bulk_targets(
+            ids=data.get("ids"), filters=selectors.InboxFilters.from_query(data.get("filter", {})),
+            user=request.user, in_force=selectors.policies_in_force(request))
+        chosen, missing, more = targets.chosen, targets.missing, targets.more
+        done = decisions.decide_many(chosen, request.user, data["action"], data.get("comment", ""),
+                                     claim_confirmed=data["confirm_claim"])
         skipped = [{"id": interrupt.pk, "interrupt_id": interrupt.interrupt_id, "code": problem.code,
                     "detail": problem.message} for interrupt, problem in done.skipped]
         skipped += [{"id": pk, "interrupt_id": None, "code": "NOT_FOUND", "detail": f"No interrupt {pk}."}
@@ -314,6 +307,27 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         decision = decisions.decide(
             interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", ""),
-            seen=data.get("seen"), fresh=True,
+            seen=data.get("seen"), fresh=True, claim_confirmed=data["confirm_claim"],
         )
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.ClaimSerializer, responses={200: s.ClaimResultSerializer})
+    @action(detail=True, methods=["post"])
+    def claim(self, request, pk=None):
+        """Say you are reviewing it: others see who, live; it lapses after COUNTERSIGN_CLAIM_IDLE_SECONDS idle.
+
+        Only someone who may decide it may claim it. Claiming it again renews
+        the claim; a colleague's claim is 409 CLAIMED unless ``take_over``.
+        """
+        interrupt = get_object_or_404(Interrupt, pk=pk)
+        body = s.ClaimSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        found = claims.claim(interrupt, request.user, take_over=body.validated_data["take_over"])
+        return Response(s.ClaimResultSerializer(found).data)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        """Give up your claim (staff may release anyone's); 409 NOT_CLAIMED when nobody holds one."""
+        claims.release(get_object_or_404(Interrupt, pk=pk), request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -15,6 +15,7 @@ from django.db.models import (BooleanField, Count, Exists, ExpressionWrapper, Fu
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from ..conf import MAX_BULK_DECISIONS
 from ..hub import policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 
@@ -131,6 +132,35 @@ def inbox(filters: InboxFilters, now: datetime | None = None, user=None, in_forc
             | Q(run__thread__title__icontains=filters.q) | Q(run__thread__thread_id__icontains=filters.q)
         )
     return queryset.order_by(*SORTS[filters.sort])
+
+
+@dataclass(frozen=True)
+class BulkTargets:
+    """What one bulk decision acts on: the interrupts found (runs loaded), the ids not found, and how many
+    matching a filter were left past ``MAX_BULK_DECISIONS``."""
+
+    chosen: list[Interrupt]
+    missing: list[int]
+    more: int = 0
+
+
+def bulk_targets(*, ids: list[int] | None = None, filters: InboxFilters | None = None, user=None,
+                 in_force: list[Policy] | None = None) -> BulkTargets:
+    """The interrupts a bulk decision names: ``ids`` in the order given (once each), or the first
+    ``MAX_BULK_DECISIONS`` pending ones matching ``filters`` as ``user``'s inbox lists them.
+
+    The API and the inbox's form both read their selection here, so "all matching
+    this filter" means what the inbox shows, and the limit is the same on both.
+    """
+    if ids is not None:
+        wanted = list(dict.fromkeys(ids))
+        found = Interrupt.objects.select_related("run").in_bulk(wanted)
+        return BulkTargets([found[pk] for pk in wanted if pk in found], [pk for pk in wanted if pk not in found])
+    matching = inbox(filters, user=user, in_force=in_force)
+    pks = list(matching.values_list("pk", flat=True)[:MAX_BULK_DECISIONS + 1])
+    more = max(matching.count() - MAX_BULK_DECISIONS, 0) if len(pks) > MAX_BULK_DECISIONS else 0
+    found = Interrupt.objects.select_related("run").in_bulk(pks[:MAX_BULK_DECISIONS])
+    return BulkTargets([found[pk] for pk in pks[:MAX_BULK_DECISIONS] if pk in found], [], more)
 
 
 def agent_names():
