@@ -7,7 +7,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..hub import decisions, policies
+from ..hub import claims, decisions, policies
 from ..conf import (ACTIONS, BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS,
                     MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
@@ -242,7 +242,7 @@ class InterruptSerializer(serializers.ModelSerializer):
         fields = ["id", "interrupt_id", "run", "subagent_run_id", "thread", "agent", "reason", "message", "status",
                   "tool_call_id", "tool_name", "proposed_args", "response_schema", "supports_edits", "expires_at",
                   "metadata", "problems", "closed_reason", "created_at", "closed_at", "policy", "approvals",
-                  "can_decide", "refusal", "target"]
+                  "can_decide", "refusal", "target", "claim", "escalated_at", "escalated_to"]
 
     @extend_schema_field({"type": "object", "nullable": True, "properties": {
         "due_at": {"type": "string", "format": "date-time"},
@@ -252,6 +252,19 @@ class InterruptSerializer(serializers.ModelSerializer):
             return None
         found = policies.target(interrupt, self._rule(interrupt), timezone.now())
         return {"due_at": found.due_at, "state": found.state} if found else None
+
+    claim = serializers.SerializerMethodField(
+        help_text="Who is reviewing it (a live claim: by, name, since, lapses_at), or null.")
+    escalated_to = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True,
+        help_text="The backup group it escalated to when its policy's target time passed, or null.")
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "by": {"type": "string"}, "name": {"type": "string"},
+        "since": {"type": "string", "format": "date-time"}, "lapses_at": {"type": "string", "format": "date-time"}}})
+    def get_claim(self, interrupt) -> dict | None:
+        found = claims.shown(interrupt)
+        return found.as_json() if found else None
 
     def get_subagent_run_id(self, interrupt) -> str | None:
         return selectors.subagent_run_id(interrupt)
@@ -326,6 +339,9 @@ class BulkDecideSerializer(serializers.Serializer):
                                    help_text="Inbox filters (agent, reason, thread, q, age, expiring, scope): "
                                              "every pending interrupt matching them, oldest first.")
     comment = serializers.CharField(required=False, allow_blank=True, max_length=MAX_COMMENT_CHARS)
+    confirm_claim = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Decide cards colleagues are reviewing too (else each is skipped with CLAIMED).")
 
     def validate(self, attrs):
         if ("ids" in attrs) == ("filter" in attrs):
@@ -359,6 +375,9 @@ class DecideSerializer(serializers.Serializer):
     edited_args = serializers.JSONField(required=False, help_text="Full replacement of the tool args, for 'edit'.")
     metadata = serializers.JSONField(required=False, help_text="Envelope data about the answer (an object).")
     comment = serializers.CharField(required=False, allow_blank=True, max_length=MAX_COMMENT_CHARS)
+    confirm_claim = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Decide even though a colleague is reviewing it (else 409 CLAIMED naming them).")
     seen = serializers.CharField(
         required=False, allow_blank=True, max_length=64,
         help_text="The interrupt's standing_answer.digest as you read it: a plain 'approve' joins another "
@@ -374,3 +393,16 @@ class DecideSerializer(serializers.Serializer):
         if "metadata" in attrs and not isinstance(attrs["metadata"], dict):
             raise serializers.ValidationError({"metadata": "metadata is an object (or left out)."})
         return attrs
+
+
+class ClaimSerializer(serializers.Serializer):
+    take_over = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Take the claim from the colleague holding it (else 409 CLAIMED naming them).")
+
+
+class ClaimResultSerializer(serializers.Serializer):
+    by = serializers.CharField()
+    name = serializers.CharField()
+    since = serializers.DateTimeField()
+    lapses_at = serializers.DateTimeField()

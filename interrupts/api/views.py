@@ -13,7 +13,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthentic
 from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
-from ..hub import decisions, outbox, policies, refused, runs
+from ..hub import claims, decisions, outbox, policies, refused, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
@@ -280,7 +280,8 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             ids=data.get("ids"), filters=selectors.InboxFilters.from_query(data.get("filter", {})),
             user=request.user, in_force=selectors.policies_in_force(request))
         chosen, missing, more = targets.chosen, targets.missing, targets.more
-        done = decisions.decide_many(chosen, request.user, data["action"], data.get("comment", ""))
+        done = decisions.decide_many(chosen, request.user, data["action"], data.get("comment", ""),
+                                     claim_confirmed=data["confirm_claim"])
         skipped = [{"id": interrupt.pk, "interrupt_id": interrupt.interrupt_id, "code": problem.code,
                     "detail": problem.message} for interrupt, problem in done.skipped]
         skipped += [{"id": pk, "interrupt_id": None, "code": "NOT_FOUND", "detail": f"No interrupt {pk}."}
@@ -306,6 +307,27 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         decision = decisions.decide(
             interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", ""),
-            seen=data.get("seen"), fresh=True,
+            seen=data.get("seen"), fresh=True, claim_confirmed=data["confirm_claim"],
         )
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.ClaimSerializer, responses={200: s.ClaimResultSerializer})
+    @action(detail=True, methods=["post"])
+    def claim(self, request, pk=None):
+        """Say you are reviewing it: others see who, live; it lapses after COUNTERSIGN_CLAIM_IDLE_SECONDS idle.
+
+        Only someone who may decide it may claim it. Claiming it again renews
+        the claim; a colleague's claim is 409 CLAIMED unless ``take_over``.
+        """
+        interrupt = get_object_or_404(Interrupt, pk=pk)
+        body = s.ClaimSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        found = claims.claim(interrupt, request.user, take_over=body.validated_data["take_over"])
+        return Response(s.ClaimResultSerializer(found).data)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        """Give up your claim (staff may release anyone's); 409 NOT_CLAIMED when nobody holds one."""
+        claims.release(get_object_or_404(Interrupt, pk=pk), request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

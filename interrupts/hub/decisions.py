@@ -35,7 +35,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from . import policies, log, runs, trail
+from . import claims, policies, log, runs, trail
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -247,7 +247,7 @@ def _refuse_if_expired(interrupt: Interrupt) -> None:
 
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
-           seen: str | None = None, *, fresh: bool = False) -> Decision:
+           seen: str | None = None, *, fresh: bool = False, claim_confirmed: bool = True) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
     Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
@@ -276,6 +276,10 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     the batch is sent. ``fresh``: the caller loaded ``interrupt`` with its
     run in this request, so it is not read again before the lock.
 
+    A card a colleague has claimed (``claims``) is refused with ``CLAIMED``
+    (409) unless ``claim_confirmed``: the inbox and the API ask their
+    reader first; callers with nobody to ask (the gateway) leave it true.
+
     The race: policy and answer are checked first, with no lock held (see
     the module docstring); then the batch is locked, the interrupt re-read,
     and it changes only by an UPDATE conditional on the version read, so of
@@ -289,6 +293,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     current = interrupt if fresh else Interrupt.objects.select_related("run").get(pk=interrupt.pk)
     rule = policies.rule_for(current)
     policies.refuse_unless_eligible(user, rule, current)
+    claims.refuse_if_claimed(current, user, claim_confirmed, now)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
     checked = _check(current, status, payload, metadata, comment, now, rule, seen)
@@ -454,7 +459,8 @@ class Bulk:
         return said
 
 
-def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str = "") -> Bulk:
+def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str = "",
+                claim_confirmed: bool = False) -> Bulk:
     """Take one action (``BULK_ACTIONS``) on each interrupt, each as if decided alone; report what was skipped.
 
     Each goes through ``decide``: its policy and state are checked afresh, under
@@ -463,7 +469,8 @@ def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str
     once, as always. Skipped, not revised: an interrupt no longer pending
     (decided meanwhile, even by this reviewer), one this reviewer already
     answered under a quorum, and every refusal ``decide`` gives
-    (``NOT_ELIGIBLE``, ``SELF_APPROVAL``, ``NEEDS_PAYLOAD`` for a form, ...).
+    (``NOT_ELIGIBLE``, ``SELF_APPROVAL``, ``NEEDS_PAYLOAD`` for a form, ...),
+    ``CLAIMED`` for a card a colleague is reviewing unless ``claim_confirmed``.
     ``interrupts`` must come with their runs loaded.
     """
     if action not in BULK_ACTIONS:
@@ -481,7 +488,8 @@ def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str
                                                   "waits for other approvers.", status=409,
                               interrupt_id=interrupt.interrupt_id)
             status, payload = answer_for(interrupt, action)
-            decided.append(decide(interrupt, user, status, payload, comment=comment, fresh=True))
+            decided.append(decide(interrupt, user, status, payload, comment=comment, fresh=True,
+                                  claim_confirmed=claim_confirmed))
         except ProtocolError as problem:
             skipped.append((interrupt, problem))
     return Bulk(action, decided, skipped)

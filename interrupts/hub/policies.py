@@ -200,15 +200,20 @@ def rules_for(interrupts: Iterable[Interrupt], policies: list[Policy] | None = N
 
 
 def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
-    """Why ``user`` may not decide ``interrupt`` under ``rule``, or None when they may."""
-    if not rule.admits(user):
+    """Why ``user`` may not decide ``interrupt`` under ``rule``, or None when they may.
+
+    An escalated interrupt admits its backup group's members too
+    (``escalation``), never for their own requests.
+    """
+    backup = not rule.admits(user) and _backs_up(user, interrupt)
+    if not rule.admits(user) and not backup:
         if not (user.is_authenticated and user.has_perm(DECIDE_PERMISSION)):
             why = "you do not hold the permission to decide interrupts (ask an admin to add you to Reviewers)"
         else:
             why = f"policy {rule.name!r} admits only {rule.waiting_for}"
         return Refusal("NOT_ELIGIBLE", f"You may not decide interrupt {interrupt.interrupt_id}: {why}.",
                        status=403, interrupt_id=interrupt.interrupt_id, policy=rule.name)
-    if not rule.allow_self_approval and interrupt.run.requested_by_id == user.pk:
+    if (backup or not rule.allow_self_approval) and interrupt.run.requested_by_id == user.pk:
         return Refusal(
             "SELF_APPROVAL",
             f"You started the run that raised interrupt {interrupt.interrupt_id}, and policy {rule.name!r} "
@@ -216,6 +221,12 @@ def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
             status=403, interrupt_id=interrupt.interrupt_id, policy=rule.name,
         )
     return None
+
+
+def _backs_up(user, interrupt: Interrupt) -> bool:
+    """Whether ``user`` is in the backup group ``interrupt`` escalated to, and may decide interrupts at all."""
+    return (interrupt.escalated_to_id is not None and user.is_authenticated and user.is_active
+            and user.has_perm(DECIDE_PERMISSION) and interrupt.escalated_to_id in _group_ids(user))
 
 
 def refuse_unless_eligible(user, rule: Rule, interrupt: Interrupt) -> None:
@@ -296,12 +307,23 @@ class Reach:
     own_too: tuple[int, ...]  # policies admitting them that allow self-approval
     others_only: tuple[int, ...]  # policies admitting them, not for their own requests
     site_default: bool  # the site default admits them (interrupts with no policy; never their own requests)
+    # Their groups: interrupts escalated to one of them admit them too (never their own requests).
+    backup_groups: tuple[int, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.own_too or self.others_only or self.site_default or self.backup_groups)
 
     @property
     def requester_barred(self) -> Q:
         """Interrupts they may decide unless they requested them."""
         barred = Q(policy_id__in=self.others_only)
-        return barred | Q(policy__isnull=True) if self.site_default else barred
+        if self.site_default:
+            barred |= Q(policy__isnull=True)
+        if self.backup_groups:
+            # Escalated to their group, where no policy of their own already admits them.
+            barred |= Q(escalated_to_id__in=self.backup_groups) & ~Q(policy_id__in=self.own_too)
+        return barred
 
     @property
     def admitted(self) -> Q:
@@ -318,7 +340,7 @@ def reach(user, policies: list[Policy] | None = None) -> Reach | None:
         rule = _rule(policy)
         if rule.admits(user):
             (own_too if rule.allow_self_approval else others_only).append(policy.pk)
-    return Reach(tuple(own_too), tuple(others_only), SITE_DEFAULT.admits(user))
+    return Reach(tuple(own_too), tuple(others_only), SITE_DEFAULT.admits(user), tuple(sorted(_group_ids(user))))
 
 
 def eligible(user, policies: list[Policy] | None = None) -> Q:

@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import uuid
 import weakref
 
 from channels.consumer import get_handler_name
@@ -21,7 +22,7 @@ from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from . import relay
-from ..hub import policies
+from ..hub import claims, policies
 from ..reads import selectors
 from ..models import Thread
 
@@ -72,6 +73,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=UNAUTHENTICATED)
             return
         self.held = []
+        self.socket_id = uuid.uuid4().hex
         # The session this socket was opened with: the count rounds close the
         # socket once it ended (logged out, expired) or its user may not log in.
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
@@ -91,6 +93,36 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         await Inboxes.here().leave(self)
+        if self.said_viewing:
+            await database_sync_to_async(claims.left)(self.socket_id)
+
+    # What a page may say over its socket: which cards it has open ("viewing").
+    said_viewing = False
+    VIEWING_BYTES = 4096
+    # Messages a socket may send per window; past it they are ignored until the next.
+    VIEWING_BURST, VIEWING_WINDOW = 10, 10.0
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # Bounded before it is parsed: a page's message is a few numbers.
+        if text_data is None or len(text_data) > self.VIEWING_BYTES:
+            return
+        now = asyncio.get_running_loop().time()
+        window, count = getattr(self, "_said", (now, 0))
+        if now - window > self.VIEWING_WINDOW:
+            window, count = now, 0
+        if count >= self.VIEWING_BURST:
+            return
+        self._said = (window, count + 1)
+        await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+
+    async def receive_json(self, content, **kwargs):
+        if not isinstance(content, dict) or content.get("type") != "viewing":
+            return
+        pks = content.get("interrupts")
+        if not isinstance(pks, list) or not all(type(pk) is int and 0 < pk < 2**63 for pk in pks):
+            return
+        self.said_viewing = True
+        await database_sync_to_async(claims.viewing)(self.scope["user"], self.socket_id, pks)
 
     async def tell(self, text: str) -> None:
         """Send one encoded message, or hold it until the connect has sent its counts."""
@@ -186,7 +218,11 @@ class Inboxes:
                 logger.exception("receiving inbox broadcasts failed")
                 await asyncio.sleep(1)
                 continue
-            if message.get("type") == "inbox.changed":
+            if message.get("type") == "inbox.attention":
+                await self._tell(json.dumps({
+                    "type": "attention", "interrupt": message["interrupt"], "claim": message["claim"],
+                    "viewers": message["viewers"]}), [c for found in self.sockets.values() for c in found])
+            elif message.get("type") == "inbox.changed":
                 await self._tell(json.dumps({
                     "type": "changed", "reason": message["reason"], "thread": message["thread"],
                     "pending": message["pending"]}), [c for found in self.sockets.values() for c in found])

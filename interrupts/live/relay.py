@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 import functools
 import logging
 import weakref
@@ -47,6 +48,8 @@ class Reason(enum.StrEnum):
     DELIVERY = "delivery"  # a run started, or stopped, waiting for its agent
     REFUSED = "refused"  # a resumed run failed: the agent refused the answers, which wait for people
     SETTLED = "settled"  # someone sent a refused answer again, reopened its batch or closed it
+    CLAIMED = "claimed"  # a card was claimed, released or its claim lapsed
+    ESCALATED = "escalated"  # a card missed its target and its backup group may decide it too
 
 
 class Note(enum.StrEnum):
@@ -127,3 +130,13 @@ def inbox_changed(thread_pk: int, seq: int, reason: Reason) -> None:
                             "reason": str(Reason(reason)), "pending": pending})
 
     transaction.on_commit(send)
+
+
+def attention(interrupt_pk: int, describe: Callable[[int], dict]) -> None:
+    """After commit, tell inbox watchers who holds or has open one card: ``describe(pk)`` says it, then.
+
+    Read after the commit, not before: of two changes committing close
+    together, each message says what the later one left.
+    """
+    transaction.on_commit(lambda: _send(INBOX_GROUP, {
+        "type": "inbox.attention", "interrupt": interrupt_pk, **describe(interrupt_pk)}))

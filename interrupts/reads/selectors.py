@@ -57,12 +57,12 @@ def waiting_count(user, in_force: list[Policy] | None = None) -> int:
     """
     in_force = policies.in_force() if in_force is None else in_force
     reach = policies.reach(user, in_force)
-    if reach is None or not (reach.own_too or reach.others_only or reach.site_default):
+    if reach is None or not reach.any:
         return 0
     pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
     waiting = Count("pk") - _count(pending.filter(pk__in=policies.decided_by(user))
                                    .filter(policies.eligible(user, in_force)))
-    if reach.others_only or reach.site_default:
+    if reach.others_only or reach.site_default or reach.backup_groups:
         waiting -= _count(pending.filter(reach.requester_barred, run__requested_by=user))
     return pending.filter(reach.admitted).aggregate(n=waiting)["n"] or 0
 
@@ -216,7 +216,8 @@ def inbox_batches(page_of_interrupts) -> list[Batch]:
     page = list(page_of_interrupts.values_list("pk", "run_id"))
     runs_in_order = list(dict.fromkeys(run_id for _, run_id in page))
     live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
-    members = (Interrupt.objects.filter(run_id__in=runs_in_order).select_related("run__agent", "run__thread")
+    members = (Interrupt.objects.filter(run_id__in=runs_in_order)
+               .select_related("run__agent", "run__thread", "claimed_by", "escalated_to")
                .prefetch_related(_live_decisions(live)).order_by("pk"))
     grouped: dict[int, Batch] = {}
     found: dict[int, Interrupt] = {}
@@ -232,7 +233,8 @@ def inbox_batches(page_of_interrupts) -> list[Batch]:
 def batch(run: Run) -> Batch:
     """One run's whole batch: its pending interrupts and every member's live decision."""
     live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
-    members = list(Interrupt.objects.filter(run=run).select_related("run__agent", "run__thread")
+    members = list(Interrupt.objects.filter(run=run)
+                   .select_related("run__agent", "run__thread", "claimed_by", "escalated_to")
                    .prefetch_related(_live_decisions(live)).order_by("pk"))
     return Batch(run=run, pending=[m for m in members if m.status == Interrupt.Status.PENDING], members=members)
 
@@ -358,7 +360,7 @@ def interrupts():
     """Interrupts with their run, thread and agent, and ``standing``: how many standing decisions they have."""
     standing = (Decision.objects.filter(interrupt=OuterRef("pk"), superseded_at__isnull=True).order_by()
                 .values("interrupt").annotate(n=Count("pk")).values("n"))
-    return (Interrupt.objects.select_related("run__thread", "run__agent")
+    return (Interrupt.objects.select_related("run__thread", "run__agent", "claimed_by", "escalated_to")
             .annotate(standing=Coalesce(Subquery(standing), 0)).order_by("created_at", "pk"))
 
 
@@ -570,3 +572,4 @@ def audit_rows(interrupts) -> list[AuditRow]:
         found = results.get((resume.pk, interrupt.tool_call_id), []) if resume and interrupt.tool_call_id else []
         rows.append(AuditRow(interrupt, decisions.get(interrupt.pk, []), resume, found, entries.get(interrupt.pk, [])))
     return rows
+

@@ -18,7 +18,9 @@ def header(request):
         return {}
     known = getattr(request, "pending_count", None)  # the unfiltered inbox has just counted them
     if known is not None:
-        return {"pending_count": known}
+        return {"pending_count": known, "presence_seconds": conf.settings.COUNTERSIGN_PRESENCE_SECONDS}
     # Lazy: counted once, and only by a page that shows it.
     return {"pending_count": SimpleLazyObject(
-        lambda: selectors.waiting_count(request.user, selectors.policies_in_force(request)))}
+        lambda: selectors.waiting_count(request.user, selectors.policies_in_force(request))),
+        # How often presence.js renews "I have this card open" (a third of it).
+        "presence_seconds": conf.settings.COUNTERSIGN_PRESENCE_SECONDS}

@@ -41,6 +41,8 @@ class DecideForm(forms.Form):
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS, widget=forms.Textarea(attrs={"rows": 2}))
     # The standing answer the card showed (decisions.answer_digest): a plain approval joins only that one.
     seen = forms.CharField(required=False, max_length=64)
+    # "A colleague is reviewing this; decide anyway" (claims.refuse_if_claimed).
+    confirm_claim = forms.BooleanField(required=False)
 
     def clean(self):
         cleaned = super().clean()

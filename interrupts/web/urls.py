@@ -7,6 +7,9 @@ urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
     path("interrupts/<int:pk>/decide/", views.decide, name="decide"),
     path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
+    path("interrupts/<int:pk>/claim/", views.claim, {"how": "claim"}, name="claim"),
+    path("interrupts/<int:pk>/take-over/", views.claim, {"how": "take-over"}, name="claim-take-over"),
+    path("interrupts/<int:pk>/release/", views.claim, {"how": "release"}, name="claim-release"),
     path("runs/<int:pk>/retry/", views.retry_run, name="retry-run"),
     path("runs/<int:pk>/cancel/", views.cancel_run, name="cancel-run"),
     # An answer the agent refused: one view, one door per way of settling it.

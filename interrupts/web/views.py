@@ -22,7 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, THREAD_EVENTS_LIMIT
-from ..hub import decisions, outbox, policies, refused, runs, trail
+from ..hub import claims, decisions, outbox, policies, refused, runs, trail
 from ..reads import history, selectors
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
@@ -62,10 +62,17 @@ def home(request):
 # --- the inbox ------------------------------------------------------------------
 
 
-def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: list) -> dict:
+def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: list,
+                  viewers: dict | None = None) -> dict:
     schema = interrupt.response_schema
     refused = policies.refusal(user, rule, interrupt)
+    claim = claims.shown(interrupt)
     return {
+        # Who is reviewing it, and whether deciding must first confirm it is someone else.
+        "claim": claim,
+        "claimed_by_other": claim is not None and claim.by != user.get_username(),
+        # Who else has it open now, as names.
+        "viewers": [name for by, name in (viewers or {}).get(interrupt.pk, []) if by != user.get_username()],
         "approval": approval_payload(schema, True) is not None,
         "edits": supports_edits(schema),
         "edit_schema": edited_args_schema(schema),
@@ -84,10 +91,11 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
 
 
 def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
-                   rules: dict | None = None) -> dict:
+                   rules: dict | None = None, viewers: dict | None = None) -> dict:
     rules = rules if rules is not None else policies.rules_for(batch.pending)
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
-    cards = [{"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, [])),
+    viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
+    cards = [{"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
               "errors": (errors or {}).get(i.pk)} for i in batch.pending]
     return {"batch": batch, "cards": cards, "resume": resumed.get(batch.run.pk)}
 
@@ -105,10 +113,11 @@ def inbox(request):
     page.object_list = [i for b in groups for i in b.pending]
     resumed = selectors.resumed_by(b.run.pk for b in groups)
     rules = policies.rules_for(page.object_list, in_force)
+    viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
     context = {
         "filters": filters,
         "page": page,
-        "batches": [_batch_context(b, resumed, request.user, rules=rules) for b in groups],
+        "batches": [_batch_context(b, resumed, request.user, rules=rules, viewers=viewers) for b in groups],
         "agents": selectors.agent_names(),
         "reasons": selectors.pending_reasons(),
         "query": _without_page(request.GET),
@@ -146,7 +155,8 @@ def decide(request, pk: int):
                 interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
             )
             decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
-                             seen=data["seen"] if "seen" in request.POST else None, fresh=True)
+                             seen=data["seen"] if "seen" in request.POST else None, fresh=True,
+                             claim_confirmed=data["confirm_claim"])
         except ProtocolError as refused:
             problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"))
     else:
@@ -158,6 +168,33 @@ def decide(request, pk: int):
         messages.error(request, problem["detail"])
     else:
         messages.success(request, f"Decision recorded for {interrupt.interrupt_id}.")
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
+
+
+#: Each way of changing a claim from a card: its function, and what the page says once done.
+CLAIM_ACTIONS = {
+    "claim": (lambda interrupt, user: claims.claim(interrupt, user), "You are reviewing {id}."),
+    "take-over": (lambda interrupt, user: claims.claim(interrupt, user, take_over=True), "You took over {id}."),
+    "release": (claims.release, "You released {id}."),
+}
+
+
+@require_POST
+def claim(request, pk: int, how: str):
+    """Claim, take over or release a card; the batch comes back re-rendered, with any refusal on the card."""
+    interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
+    change, said = CLAIM_ACTIONS[how]
+    problem = None
+    try:
+        change(interrupt, request.user)
+    except ProtocolError as refused:
+        problem = refusal_body(refused.code, refused.message)
+    if request.htmx:
+        return _render_batch(request, interrupt, errors={interrupt.pk: problem} if problem else None)
+    if problem:
+        messages.error(request, problem["detail"])
+    else:
+        messages.success(request, said.format(id=interrupt.interrupt_id))
     return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
 
 
@@ -233,9 +270,11 @@ def edit_preview(request, pk: int):
             errors = payload_errors(interrupt.response_schema, {"approved": True, EDITED_ARGS: edited})
         except ProtocolError as problem:  # the agent's schema cannot be used (REMOTE_REF, UNSAFE_PATTERN, ...)
             errors = [{"path": "", "message": problem.message}]
+    claim = claims.shown(interrupt)
     return render(request, "interrupts/_edit_preview.html", {
         "interrupt": interrupt, "edited": edited, "edited_json": json.dumps(edited, ensure_ascii=False),
-        "errors": errors,
+        "errors": errors, "claim": claim,
+        "claimed_by_other": claim is not None and claim.by != request.user.get_username(),
     })
 
 

@@ -54,11 +54,11 @@ def seen(request, client):
 
 
 PAGES = {
-    # name: (url, queries)
-    "inbox, waiting for me": (lambda w: "/inbox/", 17),
-    "inbox, all pending": (lambda w: "/inbox/?scope=all", 18),
-    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 18),
-    "inbox, page 2": (lambda w: "/inbox/?page=2", 17),
+    # name: (url, queries). The inbox's include one for who has its cards open (presence).
+    "inbox, waiting for me": (lambda w: "/inbox/", 18),
+    "inbox, all pending": (lambda w: "/inbox/?scope=all", 19),
+    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 19),
+    "inbox, page 2": (lambda w: "/inbox/?page=2", 18),
     "threads": (lambda w: "/threads/", 13),
     "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
     "audit": (lambda w: "/audit/", 27),
