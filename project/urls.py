@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 
 from interrupts import gateway
 from interrupts.api.errors import NoSuchEndpoint
+from interrupts.api.metrics import Metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -19,6 +20,8 @@ urlpatterns = [
     path("agui/<slug:agent>/", gateway.agui, name="agui"),
     # Machines' doors answer JSON even for a path nothing serves (Django's 404 page is HTML).
     re_path(r"^agui/", gateway.no_such_endpoint),
+    # Where Prometheus looks by default (its metrics_path): the same door as /api/metrics/.
+    path("metrics", Metrics.as_view(), name="metrics-root"),
     path("api/", include("interrupts.api.urls")),
     re_path(r"^api/", NoSuchEndpoint.as_view()),
     path("", include("interrupts.web.urls")),

@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from . import metrics, views
+from . import insight, metrics, views
 
 
 class Router(DefaultRouter):
@@ -27,6 +27,7 @@ urlpatterns = [
     path("runs/<str:run_id>/reopen/", views.ReopenRun.as_view(), name="run-reopen"),
     path("runs/<str:run_id>/close/", views.CloseRun.as_view(), name="run-close"),
     path("metrics/", metrics.Metrics.as_view(), name="metrics"),
+    path("insight/", insight.Insight.as_view(), name="insight-api"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: anonymous visitors go to the login page, like every page.
     path("docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),

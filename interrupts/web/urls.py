@@ -1,6 +1,7 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from . import views
+from . import insight
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -23,6 +24,8 @@ urlpatterns = [
     path("threads/<str:thread_id>/runs/", views.start_run, name="start-run"),
     path("threads/<str:thread_id>/audit/", views.audit, name="thread-audit"),
     path("audit/", views.audit, name="audit"),
+    path("insight/", insight.page, name="insight"),
+    re_path(r"^insight/export\.(?P<kind>csv|json)$", insight.export, name="insight-export"),
     path("registry/", views.agents, name="agents"),
     path("registry/add/", views.agent_edit, name="agent-add"),
     path("registry/<slug:name>/edit/", views.agent_edit, name="agent-edit"),

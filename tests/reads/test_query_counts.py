@@ -63,6 +63,8 @@ PAGES = {
     "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
     "audit": (lambda w: "/audit/", 27),
     "agents and policies": (lambda w: "/registry/", 10),
+    "insight": (lambda w: "/insight/", 12),
+    "insight, live figures": (lambda w: "/insight/?part=figures&period=month", 5),
 }
 
 API = {
@@ -78,6 +80,7 @@ API = {
     "policy": (lambda w: "/api/policies/" + w["agent"].policies.first().name + "/", 6),
     "agents": (lambda w: "/api/agents/", 4),
     "agent": (lambda w: f"/api/agents/{w['agent'].name}/", 3),
+    "insight": (lambda w: "/api/insight/?period=day", 5),
 }
 
 
