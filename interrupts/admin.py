@@ -73,7 +73,8 @@ class AgentAdmin(admin.ModelAdmin):
 
 @admin.register(Policy)
 class PolicyAdmin(admin.ModelAdmin):
-    list_display = ["name", "agent", "reason", "tool_name", "required_approvals", "allow_self_approval"]
+    list_display = ["name", "agent", "reason", "tool_name", "required_approvals", "allow_self_approval",
+                    "target_minutes", "backup_group"]
     list_filter = ["agent", "allow_self_approval"]
     search_fields = ["name", "reason", "tool_name"]
     filter_horizontal = ["groups", "users"]

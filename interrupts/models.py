@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 from django.db.models import Q
@@ -593,8 +594,14 @@ class Policy(models.Model):
             ),
         ]
 
+    BACKUP_NEEDS_TARGET = "A backup group takes over when the target time passes: set the target minutes too."
+
     def __str__(self) -> str:
         return self.name
+
+    def clean(self):
+        if self.backup_group_id is not None and not self.target_minutes:
+            raise ValidationError({"backup_group": self.BACKUP_NEEDS_TARGET})
 
     @property
     def specificity(self) -> tuple[bool, bool, bool]:

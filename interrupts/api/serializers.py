@@ -85,11 +85,14 @@ class PolicySerializer(serializers.ModelSerializer):
                                          many=True, required=False)
     required_approvals = serializers.IntegerField(min_value=1, max_value=MAX_REQUIRED_APPROVALS, required=False)
     target_minutes = serializers.IntegerField(min_value=0, max_value=2**31 - 1, allow_null=True, required=False)
+    backup_group = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False,
+        help_text="The group that may also decide once target_minutes pass undecided, and is told; needs a target.")
 
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "target_minutes", "created_at", "updated_at"]
+                  "allow_self_approval", "target_minutes", "backup_group", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         # The scope's uniqueness is checked in validate(), with a sentence; DRF's
         # generated validator does not understand conditional constraints.
@@ -112,6 +115,8 @@ class PolicySerializer(serializers.ModelSerializer):
                 f"Policy {other.name!r} already applies to {agent} with reason {scope['reason']!r} and tool "
                 f"{scope['tool_name']!r}: two policies for the same interrupts would leave the choice undefined."
             ]}, code="duplicate_scope")
+        if current("backup_group", None) is not None and not current("target_minutes", None):
+            raise serializers.ValidationError({"backup_group": [Policy.BACKUP_NEEDS_TARGET]})
         return attrs
 
 

@@ -277,6 +277,9 @@ def policy_content(policy) -> dict:
     """What a policy entry records: every field; its agent, groups and users by id and as sorted names."""
     groups, users = list(policy.groups.all()), list(policy.users.all())
     restricted = {"restricted": policy.restricted} if hasattr(policy, "restricted") else {}  # since 0015
+    backup = {"backupGroupId": policy.backup_group_id,  # since 0020
+              "backupGroup": policy.backup_group.name if policy.backup_group_id else None,
+              } if hasattr(policy, "backup_group_id") else {}
     return _signable_fields({
         **restricted,
         "policy": policy.pk,
@@ -292,6 +295,7 @@ def policy_content(policy) -> dict:
         "requiredApprovals": policy.required_approvals,
         "allowSelfApproval": policy.allow_self_approval,
         "targetMinutes": policy.target_minutes,
+        **backup,
     })
 
 
@@ -479,7 +483,8 @@ def access_deleting(sender, instance, **kwargs) -> None:
         touched = (list(instance.user_set.values_list("pk", flat=True)),
                    list(instance.group_set.values_list("pk", flat=True)), [])
     elif isinstance(instance, Group):
-        touched = (list(instance.user_set.values_list("pk", flat=True)), [], _policies_naming("groups", instance.pk))
+        touched = (list(instance.user_set.values_list("pk", flat=True)), [],
+                   _policies_naming("groups", instance.pk) + _policies_naming("backup_group", instance.pk))
     else:
         touched = ([], [], _policies_naming("users", instance.pk))
     instance._countersign_touched = touched
@@ -745,6 +750,7 @@ def _policy_differs(recorded: dict, now: dict, row) -> list[str]:
     skip = {"agent"} if "agentId" in recorded else set()
     skip |= {"groups"} if "groupIds" in recorded else set()
     skip |= {"users"} if "userIds" in recorded else set()
+    skip |= {"backupGroup"} if "backupGroupId" in recorded else set()
     if "restricted" in now and "restricted" not in recorded:
         recorded = {**recorded, "restricted": bool(recorded.get("groups") or recorded.get("users"))}
     return sorted(k for k in recorded if k not in skip and recorded[k] != now.get(k))
@@ -768,7 +774,8 @@ class _Family:
 def _families() -> list[_Family]:
     return [
         _Family("agent", lambda: Agent.objects.all(), agent_content, _agent_differs, lambda a: a.name),
-        _Family("policy", lambda: Policy.objects.select_related("agent").prefetch_related("groups", "users"),
+        _Family("policy",
+                lambda: Policy.objects.select_related("agent", "backup_group").prefetch_related("groups", "users"),
                 policy_content, _policy_differs, lambda p: p.name),
         _Family("group", _groups, group_content, _fields_differ("permissions"), lambda g: g.name),
         _Family("user", _users, user_content, _fields_differ(*_USER_VERIFIED), _username),

@@ -6,6 +6,7 @@ pages stay fast with 100,000 pending interrupts.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -455,8 +456,27 @@ class AuditRow:
     decisions: list[Decision]
     resume: Run | None
     results: list[dict]
-    # (seq, kind, hash) of each trail entry about this interrupt: its decisions, supersessions, expiry.
+    # (seq, kind, hash, at, data) of each trail entry about this interrupt: its decisions,
+    # supersessions, expiry, claims and escalation.
     trail: list[tuple] = field(default_factory=list)
+
+    @property
+    def attention(self) -> list[tuple[datetime, str]]:
+        """Who claimed it, released it or let it lapse, and its escalation, as the trail records them: (at, text)."""
+        said = []
+        for _seq, kind, _hash, at, data in self.trail:
+            who = (data.get("user") or {}).get("username")
+            text = {
+                "claim.taken": lambda: f"claimed by {who}" + (f" (taken over from {data['takenFrom']})"
+                                                               if data.get("takenFrom") else ""),
+                "claim.released": lambda: f"claim of {data.get('holder')} released by {who}",
+                "claim.lapsed": lambda: f"claim of {data.get('holder')} lapsed (idle)",
+                "interrupt.escalated": lambda: f"missed its {data.get('targetMinutes')} min target: "
+                                               f"escalated to {data.get('group')}",
+            }.get(kind)
+            if text is not None:
+                said.append((at, text()))
+        return said
 
     @property
     def live(self) -> list[Decision]:
@@ -525,7 +545,7 @@ class AuditRow:
             "resumedRun": self.resume.run_id if self.resume else None,
             "resumedRunStatus": self.resume.status if self.resume else None,
             "results": [r.get("content") for r in self.results],
-            "trail": [{"seq": seq, "kind": kind, "hash": entry} for seq, kind, entry in self.trail],
+            "trail": [{"seq": seq, "kind": kind, "hash": entry} for seq, kind, entry, *_ in self.trail],
         }
 
 
@@ -562,10 +582,10 @@ def audit_rows(interrupts) -> list[AuditRow]:
     ).values_list("run_id", "payload"):
         results.setdefault((run_pk, payload.get("toolCallId", "")), []).append(payload)
     entries: dict[int, list[tuple]] = {}
-    for interrupt_pk, *entry in AuditEntry.objects.filter(interrupt_id__in=[i.pk for i in interrupts]).order_by(
-        "seq"
-    ).values_list("interrupt_id", "seq", "kind", "hash"):
-        entries.setdefault(interrupt_pk, []).append(tuple(entry))
+    for interrupt_pk, seq, kind, digest, at, content in AuditEntry.objects.filter(
+        interrupt_id__in=[i.pk for i in interrupts]
+    ).order_by("seq").values_list("interrupt_id", "seq", "kind", "hash", "created_at", "content"):
+        entries.setdefault(interrupt_pk, []).append((seq, kind, digest, at, json.loads(content)["data"]))
     rows = []
     for interrupt in interrupts:
         resume = resumes.get(interrupt.run_id)

@@ -105,6 +105,6 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "target_minutes"]
+                  "allow_self_approval", "target_minutes", "backup_group"]
         widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8})}
         labels = {"agent": "Agent (empty: every agent)", "tool_name": "Tool name"}
