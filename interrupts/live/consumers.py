@@ -115,6 +115,13 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         self._said = (window, count + 1)
         await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
 
+    @classmethod
+    async def decode_json(cls, text_data):
+        try:
+            return json.loads(text_data)
+        except ValueError:  # a page's message that is not JSON says nothing
+            return None
+
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict) or content.get("type") != "viewing":
             return

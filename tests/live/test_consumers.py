@@ -189,3 +189,43 @@ async def test_after_the_last_inbox_socket_left_the_next_one_still_hears_changes
         await database_sync_to_async(relay.inbox_changed)(7, 3, "decided")
         assert (await communicator.receive_json_from())["reason"] == "decided"
         await communicator.disconnect()
+
+
+async def test_a_page_says_which_card_it_has_open_and_every_inbox_hears_who_looks():
+    interrupt = await database_sync_to_async(make.interrupt)()
+    looker, watcher = await session_cookie(), await session_cookie()
+    first, connected, _ = await connect("/ws/inbox/", ORIGIN, looker)
+    assert connected
+    second, connected, _ = await connect("/ws/inbox/", ORIGIN, watcher)
+    assert connected
+    for socket in (first, second):
+        assert (await socket.receive_json_from())["type"] == "pending"
+    # Junk is ignored: not JSON, a wrong shape, a huge message, ids that are no ids.
+    for junk in ("not json", '{"type": "viewing", "interrupts": "all"}', '{"type": "viewing", "interrupts": [true]}',
+                 '{"type": "viewing", "interrupts": [' + "1," * 3000 + "1]}"):
+        await first.send_to(text_data=junk)
+    await first.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
+    heard = await second.receive_json_from(timeout=3)
+    assert heard["type"] == "attention" and heard["interrupt"] == interrupt.pk
+    assert len(heard["viewers"]) == 1 and heard["claim"] is None
+    # Closing the page closes the card: everyone hears nobody looks any more.
+    await first.disconnect()
+    heard = await second.receive_json_from(timeout=3)
+    assert heard == {"type": "attention", "interrupt": interrupt.pk, "claim": None, "viewers": []}
+    await second.disconnect()
+
+
+async def test_a_socket_saying_too_much_is_not_heard_past_its_burst():
+    interrupts = [await database_sync_to_async(make.interrupt)() for _ in range(12)]
+    cookie = await session_cookie()
+    chatty, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    await chatty.receive_json_from()
+    for interrupt in interrupts:
+        await chatty.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
+    await asyncio.sleep(1)
+    from interrupts.models import Presence
+    # The last one said within the burst is what the server holds: the two past it were not heard.
+    held = await database_sync_to_async(lambda: list(Presence.objects.values_list("interrupt_id", flat=True)))()
+    assert held == [interrupts[9].pk]
+    await chatty.disconnect()
