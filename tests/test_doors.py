@@ -51,7 +51,9 @@ class Door:
 
     @property
     def api(self) -> bool:
-        return self.url.startswith("/api/") and not self.route.startswith(PAGES_UNDER_API)
+        # /metrics: Prometheus's default path to the metrics door, a machine's like /api/metrics/.
+        return ((self.url.startswith("/api/") and not self.route.startswith(PAGES_UNDER_API))
+                or self.route == "metrics\\Z")
 
     @property
     def gateway(self) -> bool:
@@ -198,7 +200,7 @@ def _staff_only(door: Door, method: str) -> bool:
         return not _public_reason(door.route)
     if door.route.startswith("registry/"):
         return door.route != "registry/\\Z"  # reading the registry is for everyone; adding and editing, staff
-    if door.route.startswith("api/metrics/"):
+    if door.route.startswith("api/metrics/") or door.route == "metrics\\Z":
         return True  # the figures name every agent and reason: staff and their tokens only
     return door.api and door.route.startswith("api/agents") and method == "post"
 

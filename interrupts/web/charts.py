@@ -17,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 # Geometry, in the SVG's own units: it scales to the page's width.
-WIDTH = 720
+WIDTH = 860
 LABEL_WIDTH = 180  # agent names and reasons, cut to LABEL_CHARS with an ellipsis (whole in the tooltip)
 VALUE_WIDTH = 110  # the figure written after each bar
 LABEL_CHARS = 26
@@ -74,10 +74,10 @@ class Row:
 
 def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
          text: Callable[[float | None], str] = count_text, steps: Sequence[float] | None = None,
-         chart_id: str) -> SafeString:
+         chart_id: str, empty: str = "nothing in this period") -> SafeString:
     """A horizontal bar chart: a group of bars per row, one bar per series, on a marked axis named ``axis``."""
     if not rows:
-        return format_html('<p class="chart-empty muted" id="{}">{}: nothing in this period.</p>', chart_id, title)
+        return format_html('<p class="chart-empty muted" id="{}">{}: {}.</p>', chart_id, title, empty)
     top = max((v for row in rows for v in row.values if v is not None), default=0)
     step = _step(top, steps)
     end = step * max(math.ceil(top / step), 1)

@@ -49,7 +49,8 @@ def _pending_chart(found: dict, by: str, title: str) -> str:
     rows = [charts.Row(entry[by], (entry["count"],),
                        f"{entry['breached']} past target, {entry['escalated']} escalated")
             for entry in found["pending"][f"by_{by}"]]
-    return charts.bars(title, rows, ("pending",), axis="interrupts pending", chart_id=f"chart-pending-{by}")
+    return charts.bars(title, rows, ("pending",), axis="interrupts pending", chart_id=f"chart-pending-{by}",
+                       empty="nothing waits for a decision")
 
 
 def _ttd_table(found: dict, by: str) -> dict:

@@ -1,4 +1,4 @@
-from django.urls import path, re_path
+from django.urls import path
 
 from . import views
 from . import insight
@@ -25,7 +25,8 @@ urlpatterns = [
     path("threads/<str:thread_id>/audit/", views.audit, name="thread-audit"),
     path("audit/", views.audit, name="audit"),
     path("insight/", insight.page, name="insight"),
-    re_path(r"^insight/export\.(?P<kind>csv|json)$", insight.export, name="insight-export"),
+    path("insight/export.csv", insight.export, {"kind": "csv"}, name="insight-export-csv"),
+    path("insight/export.json", insight.export, {"kind": "json"}, name="insight-export-json"),
     path("registry/", views.agents, name="agents"),
     path("registry/add/", views.agent_edit, name="agent-add"),
     path("registry/<slug:name>/edit/", views.agent_edit, name="agent-edit"),
