@@ -117,6 +117,21 @@ DEFAULTS: dict[str, Any] = {
     "COUNTERSIGN_DEMO_REQUIRE_SIGNATURE": False,
     # How long the demo filing agent's form stays answerable, in seconds.
     "DEMO_FILING_EXPIRES_IN": 3600,
+    # Webhooks (hub/notify.py): seconds to connect and to wait for the answer;
+    # a failed delivery is tried again after WEBHOOK_RETRY_BASE seconds,
+    # doubling up to WEBHOOK_RETRY_MAX_DELAY, WEBHOOK_ATTEMPTS tries in all
+    # (the defaults keep trying for about a day), then it is marked failed.
+    "COUNTERSIGN_WEBHOOK_TIMEOUT": 10.0,
+    "COUNTERSIGN_WEBHOOK_RETRY_BASE": 5.0,
+    "COUNTERSIGN_WEBHOOK_RETRY_MAX_DELAY": 3600.0,
+    "COUNTERSIGN_WEBHOOK_ATTEMPTS": 30,
+    # Emails: tries before an email is marked failed (same backoff), and the
+    # digest period in seconds: a digest reader gets at most one email per period.
+    "COUNTERSIGN_EMAIL_ATTEMPTS": 10,
+    "COUNTERSIGN_EMAIL_DIGEST_SECONDS": 3600,
+    # A process sending a webhook or an email holds it this long; past it
+    # (the process died) another process sends it again.
+    "COUNTERSIGN_NOTIFY_LEASE_SECONDS": 120.0,
 }
 
 
@@ -235,3 +250,11 @@ API_PAGE_SIZE = 50
 API_MAX_LIMIT = 1000
 API_EVENTS_PAGE = 200
 API_MAX_EVENTS_PAGE = 1000
+# Notifications: agent text a webhook body or an email carries (each field),
+# what a delivery keeps of the receiver's answer, deliveries and emails one
+# process sends per round, and the requests one digest lists.
+MAX_NOTIFY_TEXT_CHARS = 2000
+MAX_RESPONSE_EXCERPT = 2000
+NOTIFY_BATCH = 20
+MAX_DIGEST_ITEMS = 100
+DELIVERIES_PAGE_SIZE = 50

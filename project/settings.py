@@ -326,6 +326,34 @@ SECURE_CSP = {
 # interrupts/conf.py. This one is Django's: a request's body, past which 413 TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = _countersign["COUNTERSIGN_MAX_REQUEST_BYTES"]
 
+# --- Email (notifications to reviewers: interrupts/hub/notify.py) -------------
+# Printed to the console unless an SMTP server is named: EMAIL_HOST picks
+# Django's SMTP backend (EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD,
+# EMAIL_USE_TLS, EMAIL_USE_SSL), EMAIL_BACKEND any other. Django 6.1's
+# MAILERS, not its deprecated EMAIL_* settings. A timeout, so a silent
+# server holds one email, never the supervisor's email round for good.
+_email_host = os.environ.get("EMAIL_HOST", "")
+if _email_host:
+    MAILERS = {"default": {"BACKEND": os.environ.get("EMAIL_BACKEND") or "django.core.mail.backends.smtp.EmailBackend",
+                           "OPTIONS": {
+                               "host": _email_host,
+                               "port": int(os.environ.get("EMAIL_PORT") or 25),
+                               "username": os.environ.get("EMAIL_HOST_USER", ""),
+                               "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+                               "use_tls": env_bool("EMAIL_USE_TLS", False),
+                               "use_ssl": env_bool("EMAIL_USE_SSL", False),
+                               "timeout": float(os.environ.get("EMAIL_TIMEOUT") or 10),
+                           }}}
+else:
+    MAILERS = {"default": {"BACKEND": os.environ.get("EMAIL_BACKEND")
+                           or "django.core.mail.backends.console.EmailBackend"}}
+    if not os.environ.get("EMAIL_BACKEND"):
+        # Email to the process's log is the documented default (the README's
+        # "Notifications"), not a mistake for `check --deploy` to fail on:
+        # webhooks need no mail server, and a team without one still runs.
+        SILENCED_SYSTEM_CHECKS = ["mail.E001"]
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "countersign@localhost")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -35,7 +35,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from . import claims, policies, log, runs, trail
+from . import claims, notify, policies, log, runs, trail
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -433,6 +433,7 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
         open_left = True
     if not open_left and not batch["expired"]:
         runs.queue_resume(run, user=user)
+    notify.decided(interrupt, user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)
 

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import policies, trail
+from . import notify, policies, trail
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..conf import settings
 from ..live import relay
@@ -317,11 +317,13 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
         thread_pk = run.thread_id
         if run.status == Run.Status.INTERRUPTED:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+            notify.raised(run, raised)
             if any(row.expires_at is not None and row.expires_at <= now for row in raised):
                 expire(run, now, when_raised=True)
             relay.inbox_changed(thread_pk, seq, relay.Reason.RAISED)
         elif run.status == Run.Status.FAILED and run.resume_key is not None:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
+            notify.refused(run, run.error_code, run.error_message)
             relay.inbox_changed(thread_pk, seq, relay.Reason.REFUSED)
 
 
@@ -342,6 +344,7 @@ def expire(run: Run, now, *, when_raised: bool = False) -> tuple[int, Event | No
         return 0, None
     names = ", ".join(i.interrupt_id for i in late)
     closed = 0
+    told: list[tuple[Interrupt, str]] = []
     for interrupt in batch:
         if interrupt not in late:
             reason = f"closed with its batch: {names} " + ("had already expired when raised" if when_raised
@@ -359,6 +362,8 @@ def expire(run: Run, now, *, when_raised: bool = False) -> tuple[int, Event | No
         ):
             closed += 1
             trail.record_expiry(interrupt)
+            told.append((interrupt, reason[:300]))
+    notify.expired(run, told)
     # Raised already expired, the note names the late ones; the sweep's, the whole batch it closed.
     listed = late if when_raised else batch
     event = note(run, relay.Note.INTERRUPTS_EXPIRED, {
@@ -409,6 +414,8 @@ def fail(run: Run, code: str, message: str, raw: object = None, *,
             # Already settled elsewhere: its log must not gain a second ending.
             return None
         event = _log(run, error, from_agent=False)
+        if run.resume_key is not None:
+            notify.refused(run, error_code, error_message)
         closed = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).update(
             status=Interrupt.Status.CANCELLED,
             closed_at=now,

@@ -30,7 +30,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from ..conf import settings
-from . import decisions, outbox, streaming, wakeup
+from . import decisions, notify, outbox, streaming, wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,8 @@ class Supervisor:
     def start(self) -> asyncio.Task:
         """Start the supervisor's loop on the running event loop and make it this process's."""
         wakeup.register(_Listener(self))
+        # Webhooks and emails in a loop of their own: a slow receiver or mail server never delays a tick.
+        self._spawn(notify.run_forever(self.worker), "countersign-notify")
         return self._spawn(self.run_forever(), "countersign-supervisor")
 
     async def run_forever(self) -> None:
