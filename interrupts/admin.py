@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import TokenProxy
 
 from .web.forms import AgentForm
 from .models import Agent, APIToken, Decision, Event, Interrupt, Policy, Run, Thread
+from .models import Delivery, DeliveryAttempt, EmailNotice, NotificationPreference, Webhook, masked
 
 
 def pretty_json(value) -> str:
@@ -220,3 +221,57 @@ class TokenAdmin(DRFTokenAdmin):
         if lookup.split("__")[0] in ("key", "pk", "user__auth_token"):
             return False
         return super().lookup_allowed(lookup, value, request)
+
+
+# --- Notifications (hub/notify.py) --------------------------------------------------------------
+
+
+def _no_secret_lookups(lookup: str) -> bool:
+    # As for tokens: ?secret__startswith=… on a changelist would be an oracle for the signing secret.
+    return "secret" not in lookup.split("__")
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    list_display = ("name", "url", "group", "policy", "active", "masked_secret")
+    readonly_fields = ("masked_secret", "created_at")
+
+    @admin.display(description="Signing secret")
+    def masked_secret(self, obj):
+        return masked(obj.secret)
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return _no_secret_lookups(lookup) and super().lookup_allowed(lookup, value, request)
+
+
+class DeliveryAttemptInline(admin.TabularInline):
+    model = DeliveryAttempt
+    extra = 0
+    can_delete = False
+    readonly_fields = ("number", "at", "response_status", "response_excerpt", "error", "resent_by")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    """Deliveries as they went; re-sending is the Webhooks page's (or the API's), through ``notify.resend``."""
+
+    list_display = ("key", "webhook", "event", "status", "attempts", "response_status", "created_at")
+    list_filter = ("status", "event")
+    inlines = [DeliveryAttemptInline]
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return _no_secret_lookups(lookup) and super().lookup_allowed(lookup, value, request)
+
+
+@admin.register(EmailNotice)
+class EmailNoticeAdmin(ReadOnlyAdmin):
+    list_display = ("key", "user", "event", "digest", "status", "attempts", "sent_at")
+    list_filter = ("status", "digest", "event")
+
+
+@admin.register(NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "email")

@@ -251,6 +251,8 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "interrupts.models.RunStatus",
         "InterruptStatusEnum": "interrupts.models.InterruptStatus",
         "DecisionStatusEnum": "interrupts.models.DecisionStatus",
+        "DeliveryStatusEnum": "interrupts.models.DeliveryStatus",
+        "NotifyEventEnum": "interrupts.models.NotifyEvent",
     },
 }
 

@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from . import insight, metrics, views
+from . import insight, metrics, notifications, views
 
 
 class Router(DefaultRouter):
@@ -17,6 +17,7 @@ router.register("agents", views.AgentViewSet, basename="agent")
 router.register("threads", views.ThreadViewSet, basename="thread")
 router.register("interrupts", views.InterruptViewSet, basename="interrupt")
 router.register("policies", views.PolicyViewSet, basename="policy")
+router.register("webhooks", notifications.WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     path("", include(router.urls)),
@@ -27,6 +28,10 @@ urlpatterns = [
     path("runs/<str:run_id>/reopen/", views.ReopenRun.as_view(), name="run-reopen"),
     path("runs/<str:run_id>/close/", views.CloseRun.as_view(), name="run-close"),
     path("metrics/", metrics.Metrics.as_view(), name="metrics"),
+    path("deliveries/", notifications.DeliveryList.as_view(), name="delivery-list"),
+    path("deliveries/<int:pk>/", notifications.DeliveryDetail.as_view(), name="delivery-detail"),
+    path("deliveries/<int:pk>/resend/", notifications.ResendDelivery.as_view(), name="delivery-resend"),
+    path("me/notifications/", notifications.MyNotifications.as_view(), name="my-notifications"),
     path("insight/", insight.Insight.as_view(), name="insight-api"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: anonymous visitors go to the login page, like every page.

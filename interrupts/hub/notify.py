@@ -574,3 +574,19 @@ async def run_forever(worker: str) -> None:
     while True:
         await deliver_due(worker)
         await asyncio.sleep(settings.COUNTERSIGN_POLL_INTERVAL)
+
+
+# --- preferences ---------------------------------------------------------------------------------
+
+
+def email_choice(user) -> str:
+    """How ``user`` hears of requests by email (no choice made: immediate)."""
+    found = NotificationPreference.objects.filter(user=user).values_list("email", flat=True).first()
+    return found or EmailChoice.IMMEDIATE
+
+
+def choose_email(user, choice: str) -> None:
+    """Record ``user``'s choice: immediate, digest or none; it applies to what is queued from now on."""
+    if choice not in EmailChoice.values:
+        raise ValueError(f"{choice!r} is not one of {', '.join(EmailChoice.values)}")
+    NotificationPreference.objects.update_or_create(user=user, defaults={"email": choice})

@@ -2,6 +2,7 @@ from django.urls import path
 
 from . import views
 from . import insight
+from . import notifications
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -34,4 +35,8 @@ urlpatterns = [
     path("policies/add/", views.policy_edit, name="policy-add"),
     path("policies/<int:pk>/edit/", views.policy_edit, name="policy-edit"),
     path("policies/<int:pk>/delete/", views.policy_delete, name="policy-delete"),
+    path("webhooks/", notifications.webhooks, name="webhooks"),
+    path("webhooks/deliveries/", notifications.deliveries, name="deliveries"),
+    path("webhooks/deliveries/<int:pk>/resend/", notifications.resend, name="delivery-resend-page"),
+    path("settings/notifications/", notifications.preferences, name="notification-settings"),
 ]

@@ -1,0 +1,80 @@
+"""Pages for notifications: staff register webhooks and watch every delivery; each person picks how they get email."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from ..conf import DELIVERIES_PAGE_SIZE
+from ..hub import notify
+from ..models import Delivery, EmailChoice, NotifyEvent, Webhook
+
+
+class WebhookForm(forms.ModelForm):
+    events = forms.MultipleChoiceField(choices=NotifyEvent.choices, widget=forms.CheckboxSelectMultiple,
+                                       initial=list(NotifyEvent.values))
+
+    class Meta:
+        model = Webhook
+        fields = ["name", "url", "group", "policy", "events", "active"]
+
+
+class PreferenceForm(forms.Form):
+    email = forms.ChoiceField(choices=EmailChoice.choices, widget=forms.RadioSelect,
+                              label="Email me about requests I may decide")
+
+
+@staff_member_required
+def webhooks(request):
+    form = WebhookForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        hook = form.save()
+        # Rendered, not redirected with a message: a secret in the session would outlive this page.
+        response = render(request, "interrupts/webhook_secret.html", {"webhook": hook})
+        response["Cache-Control"] = "no-store"
+        return response
+    listed = Webhook.objects.select_related("group", "policy").order_by("name")
+    return render(request, "interrupts/webhooks.html", {"webhooks": listed, "form": form})
+
+
+@staff_member_required
+def deliveries(request):
+    rows = Delivery.objects.select_related("webhook").order_by("-created_at", "-pk")
+    webhook = request.GET.get("webhook", "")
+    state = request.GET.get("status", "")
+    if webhook:
+        rows = rows.filter(webhook__name=webhook)
+    if state in Delivery.Status.values:
+        rows = rows.filter(status=state)
+    page = Paginator(rows, DELIVERIES_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "interrupts/deliveries.html", {
+        "page": page, "webhook": webhook, "state": state, "statuses": Delivery.Status.choices,
+        "webhooks": Webhook.objects.order_by("name").values_list("name", flat=True),
+    })
+
+
+@staff_member_required
+@require_POST
+def resend(request, pk: int):
+    delivery = get_object_or_404(Delivery, pk=pk)
+    if notify.resend(delivery, request.user):
+        messages.success(request, f"Delivery {delivery.pk} ({delivery.key}) is queued again, due now.")
+    else:
+        messages.warning(request, f"Delivery {delivery.pk} is being sent right now: look again in a moment.")
+    return redirect(reverse("deliveries") + f"?webhook={delivery.webhook.name}")
+
+
+@login_required
+def preferences(request):
+    form = PreferenceForm(request.POST or None, initial={"email": notify.email_choice(request.user)})
+    if request.method == "POST" and form.is_valid():
+        notify.choose_email(request.user, form.cleaned_data["email"])
+        messages.success(request, "Saved how you get email.")
+        return redirect("notification-settings")
+    return render(request, "interrupts/notification_settings.html", {"form": form, "email": request.user.email})
