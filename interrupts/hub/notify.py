@@ -87,12 +87,18 @@ def raised(run: Run, interrupts: list[Interrupt]) -> None:
     rules = policies.rules_held(interrupts)
     _queue_webhooks(NotifyEvent.RAISED, [(f"raised:interrupt:{i.pk}", i, rules[i.pk], {}) for i in interrupts])
     now = timezone.now()
+    # One email per person for the batch, listing what they may decide: a batch of twenty is one message.
+    reviewers: dict[policies.Rule, list[tuple[int, str]]] = {}
+    told: dict[int, tuple[str, list[Interrupt]]] = {}
     for interrupt in interrupts:
         if interrupt.expires_at is not None and interrupt.expires_at <= now:
             continue  # closed as it was raised: nobody can decide it
         rule = rules[interrupt.pk]
-        _queue_emails(NotifyEvent.RAISED, f"raised:interrupt:{interrupt.pk}", interrupt,
-                      _reviewers(rule, run.requested_by_id, rule.allow_self_approval), now)
+        if rule not in reviewers:
+            reviewers[rule] = _reviewers(rule, run.requested_by_id, rule.allow_self_approval)
+        for pk, choice in reviewers[rule]:
+            told.setdefault(pk, (choice, []))[1].append(interrupt)
+    _queue_emails(NotifyEvent.RAISED, f"raised:run:{run.pk}", told, now)
 
 
 def decided(interrupt: Interrupt, user) -> None:
@@ -137,7 +143,8 @@ def escalated(interrupt: Interrupt) -> None:
                    .exclude(notification_preference__email=EmailChoice.NONE))
         if not rule.allow_self_approval and interrupt.run.requested_by_id:
             members = members.exclude(pk=interrupt.run.requested_by_id)
-        _queue_emails(NotifyEvent.ESCALATED, key, interrupt, _with_choice(members), timezone.now())
+        _queue_emails(NotifyEvent.ESCALATED, key, {pk: (choice, [interrupt]) for pk, choice in _with_choice(members)},
+                      timezone.now())
 
 
 def refused(run: Run, code: str, message: str) -> None:
@@ -256,27 +263,41 @@ def _clean_line(text: str, limit: int) -> str:
     return _bounded(" ".join("".join(c if c.isprintable() else " " for c in text).split()), limit)
 
 
-def _queue_emails(event: str, key: str, interrupt: Interrupt, recipients: list[tuple[int, str]], now) -> None:
-    if not recipients:
-        return
-    run = interrupt.run
-    agent, reason = run.agent.name, _clean_line(interrupt.reason, 100)
+def _queue_emails(event: str, key: str, told: dict[int, tuple[str, list[Interrupt]]], now) -> None:
+    """One notice per person in ``told`` (user pk -> (email choice, the interrupts it is about))."""
+    texts: dict[tuple[int, ...], tuple[str, str]] = {}
+    rows = []
+    for pk, (choice, interrupts) in told.items():
+        about = tuple(i.pk for i in interrupts)
+        if about not in texts:
+            texts[about] = _email_text(event, interrupts)
+        subject, text = texts[about]
+        digest = choice == EmailChoice.DIGEST
+        rows.append(EmailNotice(user_id=pk, key=key, event=event, interrupt=interrupts[0], subject=subject,
+                                text=text, digest=digest, due_at=digest_due(now) if digest else now))
+    _insert(rows)
+
+
+def _email_text(event: str, interrupts: list[Interrupt]) -> tuple[str, str]:
+    """(subject, plain text) of an email about ``interrupts`` (one run's): agent text bounded, never markup."""
+    first = interrupts[0]
+    run = first.run
+    agent, reason = run.agent.name, _clean_line(first.reason, 100)
+    asks = f"{agent} asks for {len(interrupts)} decisions" if len(interrupts) > 1 else \
+        f"{agent} asks for a decision ({reason})"
     if event == NotifyEvent.ESCALATED:
-        subject = f"Escalated: {agent} asks for a decision ({reason})"
+        subject = f"Escalated: {asks}"
         lead = (f"This request missed its target time and escalated to "
-                f"{interrupt.escalated_to.name if interrupt.escalated_to else 'your team'}.\n\n")
+                f"{first.escalated_to.name if first.escalated_to else 'your team'}.\n\n")
     else:
-        subject = f"{agent} asks for a decision ({reason})"
-        lead = ""
-    text = (f"{lead}{agent} asks for a decision: {reason}\n"
-            f"Interrupt {interrupt.interrupt_id} on thread {run.thread.thread_id}\n\n"
-            f"{_bounded(interrupt.message)}\n\n"
-            f"Review it: {_link(f'/threads/{run.thread.thread_id}/')}\n")
-    digest_at = digest_due(now)
-    _insert([EmailNotice(user_id=pk, key=key, event=event, interrupt=interrupt, subject=_clean_line(subject, 200),
-                         text=text, digest=choice == EmailChoice.DIGEST,
-                         due_at=digest_at if choice == EmailChoice.DIGEST else now)
-             for pk, choice in recipients])
+        subject, lead = asks, ""
+    items = "\n".join(f"- {_clean_line(i.reason, 100)}: {_bounded(i.message)} (interrupt {i.interrupt_id})"
+                      for i in interrupts[:MAX_DIGEST_ITEMS])
+    if len(interrupts) > MAX_DIGEST_ITEMS:
+        items += f"\n…and {len(interrupts) - MAX_DIGEST_ITEMS} more"
+    text = (f"{lead}{asks}, on thread {run.thread.thread_id}:\n\n{items}\n\n"
+            f"Review: {_link(f'/threads/{run.thread.thread_id}/')}\n")
+    return _clean_line(subject, 200), text
 
 
 # --- sending webhooks ----------------------------------------------------------------------------

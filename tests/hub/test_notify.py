@@ -176,13 +176,13 @@ def test_agent_text_is_bounded_json_data_and_ascii():
     run = streaming_run()
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [
-                    {"id": "i-1", "reason": "x", "message": "<script>é\u0000" + "m" * 50_000}]}}
+                    {"id": "i-1", "reason": "x", "message": "<script>é" + "m" * 50_000}]}}
     log.append_many(run, [terminal])
     log.finish(run, terminal)
     text = Delivery.objects.get().body
     assert text.isascii() and len(text) < 5000
     message = json.loads(text)["interrupt"]["message"]
-    assert message.startswith("<script>é\u0000") and len(message) == notify.MAX_NOTIFY_TEXT_CHARS
+    assert message.startswith("<script>é") and len(message) == notify.MAX_NOTIFY_TEXT_CHARS
 
 
 # --- sending: signed, retried with backoff, claimed once --------------------------------------------
@@ -380,3 +380,11 @@ def test_a_digest_is_never_split_between_processes():
     EmailNotice.objects.update(due_at=timezone.now())
     [one] = notify.claim_emails("w-1")
     assert len(one.notices) == 3 and notify.claim_emails("w-2") == []
+
+
+def test_a_batch_is_one_email_per_reviewer_listing_its_requests():
+    make.user(email="alice@example.com")
+    raise_on(streaming_run(), "i-1", "i-2", "i-3")
+    assert notify.send_due_emails("w-1") == 1
+    [message] = mail.outbox
+    assert "3 decisions" in message.subject and all(f"i-{n}" in message.body for n in (1, 2, 3))
