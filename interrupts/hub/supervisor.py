@@ -1,4 +1,4 @@
-"""The per-process owner of background work: streams, queued resumes, expiry.
+"""The per-process owner of background work: streams, queued resumes, expiry, escalation, lapsed claims.
 
 ``manage.py serve`` starts one ``Supervisor`` on daphne's event loop. It
 claims queued runs that are due (row locks: with several processes each run
@@ -30,7 +30,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from ..conf import settings
-from . import decisions, notify, outbox, streaming, wakeup
+from . import claims, decisions, escalation, notify, outbox, streaming, wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,8 @@ class Supervisor:
         await sync_to_async(close_old_connections)()
         await self._claim()
         await sync_to_async(decisions.expire_due)()
+        await sync_to_async(escalation.escalate_due)()
+        await sync_to_async(claims.lapse_due)()
         for run in await sync_to_async(outbox.lapsed)(timezone.now()):
             if await sync_to_async(outbox.take_over)(run, self.worker):
                 await sync_to_async(streaming.recover)(run)

@@ -117,6 +117,27 @@ async def test_a_tick_expires_interrupts_whose_time_passed(boss):
     assert await sync_to_async(lambda: Interrupt.objects.get(pk=interrupt.pk).status)() == "expired"
 
 
+async def test_a_tick_escalates_a_missed_target_and_lapses_an_idle_claim(boss, settings):
+    settings.COUNTERSIGN_CLAIM_IDLE_SECONDS = 60
+
+    def arrange():
+        from django.contrib.auth.models import Group
+
+        agent = make.agent()
+        make.policy(agent=agent, target_minutes=5, backup_group=Group.objects.create(name="backup"))
+        late = make.interrupt(make.run(make.thread(agent=agent)))
+        claimed = make.interrupt()
+        Interrupt.objects.filter(pk=late.pk).update(created_at=timezone.now() - timedelta(minutes=6))
+        Interrupt.objects.filter(pk=claimed.pk).update(claimed_by=make.user(), claimed_at=timezone.now(),
+                                                       claim_renewed_at=timezone.now() - timedelta(seconds=61))
+        return late, claimed
+
+    late, claimed = await sync_to_async(arrange)()
+    await boss.tick()
+    assert await sync_to_async(lambda: Interrupt.objects.get(pk=late.pk).escalated_to.name)() == "backup"
+    assert await sync_to_async(lambda: Interrupt.objects.get(pk=claimed.pk).claimed_by_id)() is None
+
+
 async def test_wake_from_another_thread_starts_a_tick_at_once(agent, boss):
     boss.start()
     await asyncio.sleep(0.3)  # its first tick found nothing; the next poll is a minute away
