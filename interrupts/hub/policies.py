@@ -109,7 +109,7 @@ def in_force() -> list[Policy]:
     (``selectors.policies_in_force``): its cards and its header's badge then
     judge by the same policies, read once.
     """
-    found = list(Policy.objects.select_related("agent").prefetch_related("groups", "users"))
+    found = list(Policy.objects.select_related("agent", "backup_group").prefetch_related("groups", "users"))
     return sorted(found, key=lambda p: p.specificity, reverse=True)
 
 

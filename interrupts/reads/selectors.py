@@ -388,7 +388,7 @@ def agents():
 
 def policies_listed():
     """Policies with their agent, groups and users (3 queries whatever their number)."""
-    return Policy.objects.select_related("agent").prefetch_related("groups", "users")
+    return Policy.objects.select_related("agent", "backup_group").prefetch_related("groups", "users")
 
 
 def agents_overview():
