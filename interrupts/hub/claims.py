@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -223,11 +224,18 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
     """The socket ``socket`` of ``user`` has (only) these pending cards open now; returns every card whose viewers changed.
 
     Renews the rows it keeps, and ``user``'s own live claims on the cards
-    they have open: having a claimed card open is working on it.
+    they have open that they may still decide: having a claimed card open is
+    working on it. ``user`` is read again (a socket's user keeps the groups
+    and permissions it connected with): one deactivated has nothing open, and
+    one who lost the right to decide a card lets its claim lapse.
     """
     now = timezone.now()
-    wanted = set(Interrupt.objects.filter(pk__in=list(pks)[:MAX_PRESENCE_CARDS], status=Interrupt.Status.PENDING)
-                 .values_list("pk", flat=True))
+    user = get_user_model().objects.filter(pk=user.pk, is_active=True).first()
+    found = list(Interrupt.objects.filter(pk__in=list(pks)[:MAX_PRESENCE_CARDS], status=Interrupt.Status.PENDING)
+                 .select_related("run")) if user is not None else []
+    wanted = {i.pk for i in found}
+    renewed = [i.pk for i in found if i.claimed_by_id == user.pk
+               and policies.refusal(user, policies.rule_for(i), i) is None] if found else []
     with transaction.atomic():
         held = set(Presence.objects.filter(socket=socket).values_list("interrupt_id", flat=True))
         gone = held - wanted
@@ -237,8 +245,8 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
             Presence.objects.filter(socket=socket, interrupt_id__in=held & wanted).update(seen_at=now)
         Presence.objects.bulk_create([Presence(user=user, interrupt_id=pk, socket=socket, seen_at=now)
                                       for pk in wanted - held], ignore_conflicts=True)
-        if wanted:
-            Interrupt.objects.filter(live_claims(now), pk__in=wanted, claimed_by=user).update(claim_renewed_at=now)
+        if renewed:
+            Interrupt.objects.filter(live_claims(now), pk__in=renewed, claimed_by=user).update(claim_renewed_at=now)
         changed = gone | (wanted - held)
         for pk in changed:
             relay.attention(pk, attention)

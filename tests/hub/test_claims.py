@@ -226,3 +226,21 @@ def test_the_api_claims_releases_and_decides_with_confirmation():
     done = as_bob.post(f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve", "confirm_claim": True},
                        format="json")
     assert done.status_code == 201, done.content
+
+
+def test_having_a_card_open_renews_a_claim_only_while_its_holder_may_still_decide(settings):
+    # A reviewer removed from Reviewers (or deactivated) with the inbox still open must not keep
+    # their claim alive forever, making every colleague confirm against someone who cannot decide.
+    settings.COUNTERSIGN_CLAIM_IDLE_SECONDS = 60
+    interrupt = pending()
+    alice = make.user()
+    claims.claim(interrupt, alice)
+    stale = timezone.now() - timedelta(seconds=50)
+    Interrupt.objects.filter(pk=interrupt.pk).update(claim_renewed_at=stale)
+    alice.groups.clear()  # the socket's user object still holds the groups it was read with
+    claims.viewing(alice, "sock-a", [interrupt.pk])
+    assert fresh(interrupt).claim_renewed_at == stale
+    type(alice).objects.filter(pk=alice.pk).update(is_active=False)
+    claims.viewing(alice, "sock-a", [interrupt.pk])
+    assert fresh(interrupt).claim_renewed_at == stale
+    assert claims.viewers([interrupt.pk]) == {}  # nor is a deactivated user shown as looking
