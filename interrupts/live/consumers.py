@@ -128,8 +128,19 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         pks = content.get("interrupts")
         if not isinstance(pks, list) or not all(type(pk) is int and 0 < pk < 2**63 for pk in pks):
             return
+        # A socket outlives its session until a count round notices: one whose user logged
+        # out or was deactivated must not go on showing them looking at cards.
+        if not await database_sync_to_async(self._still_in)():
+            await self.close(code=UNAUTHENTICATED)
+            return
         self.said_viewing = True
         await database_sync_to_async(claims.viewing)(self.scope["user"], self.socket_id, pks)
+
+    def _still_in(self) -> bool:
+        """Whether this socket's session is live and its user active (as the count rounds judge them)."""
+        return bool(self.session_key) and Session.objects.filter(
+            session_key=self.session_key, expire_date__gt=timezone.now()).exists() and get_user_model().objects.filter(
+            pk=self.scope["user"].pk, is_active=True).exists()
 
     async def tell(self, text: str) -> None:
         """Send one encoded message, or hold it until the connect has sent its counts."""

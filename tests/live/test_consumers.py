@@ -236,3 +236,21 @@ async def test_a_socket_saying_too_much_is_not_heard_past_its_burst():
     await asyncio.sleep(0.5)
     assert await database_sync_to_async(held)() == [interrupts[9].pk]
     await chatty.disconnect()
+
+
+async def test_a_socket_whose_session_ended_is_not_heard_saying_what_it_has_open():
+    # Logged out in another tab: until some change starts a count round the socket stays open,
+    # and must not keep showing its user as looking at cards (or renew their claims).
+    from django.contrib.sessions.models import Session
+
+    from interrupts.models import Presence
+
+    interrupt = await database_sync_to_async(make.interrupt)()
+    cookie = await session_cookie()
+    socket, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    await socket.receive_json_from()
+    await database_sync_to_async(lambda: Session.objects.all().delete())()
+    await socket.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
+    assert (await socket.receive_output(timeout=3)) == {"type": "websocket.close", "code": 4401}
+    assert not await database_sync_to_async(Presence.objects.exists)()
