@@ -60,12 +60,16 @@ def live_claims(now: datetime | None = None) -> Q:
 
 
 def holder(interrupt: Interrupt, now: datetime | None = None):
-    """Who holds a live claim on ``interrupt`` (its ``claimed_by`` must be loaded or loadable), or None."""
+    """Who holds a live claim on ``interrupt`` (its ``claimed_by`` must be loaded or loadable), or None.
+
+    A deactivated holder holds nothing: they can no longer work on it, and
+    colleagues must not be asked to confirm against them.
+    """
     now = now or timezone.now()
     if (interrupt.status != Interrupt.Status.PENDING or interrupt.claimed_by_id is None
             or interrupt.claim_renewed_at is None or interrupt.claim_renewed_at <= now - _idle()):
         return None
-    return interrupt.claimed_by
+    return interrupt.claimed_by if interrupt.claimed_by.is_active else None
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,10 @@ def lapse_due(now: datetime | None = None) -> int:
     processes sweeping at once each claim lapses, and is recorded, once.
     """
     now = now or timezone.now()
-    lapsed = 0
+    # A closed card's claim ends with it (it was its decision, expiry or failure that ended the work):
+    # cleared now, not when it would have lapsed, so a card reopened later shows no claim from before.
+    lapsed = Interrupt.objects.filter(claimed_by__isnull=False).exclude(status=Interrupt.Status.PENDING).update(
+        claimed_by=None, claimed_at=None, claim_renewed_at=None)
     due = (Interrupt.objects.filter(claimed_by__isnull=False, claim_renewed_at__lte=now - _idle())
            .select_related("run", "claimed_by")[:500])
     for interrupt in due:

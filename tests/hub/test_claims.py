@@ -244,3 +244,26 @@ def test_having_a_card_open_renews_a_claim_only_while_its_holder_may_still_decid
     claims.viewing(alice, "sock-a", [interrupt.pk])
     assert fresh(interrupt).claim_renewed_at == stale
     assert claims.viewers([interrupt.pk]) == {}  # nor is a deactivated user shown as looking
+
+
+def test_a_deactivated_holder_s_claim_asks_nobody_to_confirm():
+    interrupt = pending()
+    alice, bob = make.user(first_name="Alice"), make.user()
+    claims.claim(interrupt, alice)
+    type(alice).objects.filter(pk=alice.pk).update(is_active=False)
+    assert claims.shown(fresh(interrupt)) is None  # nobody is reviewing it: Alice can no longer log in
+    decisions.decide(interrupt, bob, "resolved", {"approved": True}, claim_confirmed=False)
+    assert fresh(interrupt).status == "resolved"
+
+
+def test_a_closed_card_s_claim_is_cleared_by_the_next_sweep_so_a_reopened_card_shows_none():
+    # A card reopened (a refused answer sent back to people, a lapsed quorum) must not come
+    # back saying the claim someone held before it closed.
+    interrupt = pending()
+    alice, bob = make.user(first_name="Alice"), make.user()
+    claims.claim(interrupt, alice)
+    decisions.decide(interrupt, bob, "resolved", {"approved": True}, claim_confirmed=True)
+    claims.lapse_due()
+    Interrupt.objects.filter(pk=interrupt.pk).update(status=Interrupt.Status.PENDING, closed_at=None)
+    assert claims.shown(fresh(interrupt)) is None
+    assert claims.CLAIM_LAPSED not in kinds(interrupt)
