@@ -498,6 +498,13 @@ def claim_emails(worker: str, limit: int = NOTIFY_BATCH) -> list[Mail]:
     if not EmailNotice.objects.filter(_email_due(now)).exists():
         return []
     with transaction.atomic():
+        # Judged when it goes, not when it was queued: a digest waits a period, and
+        # someone deactivated meanwhile (left the team) must not be sent the requests.
+        unread = list(EmailNotice.objects.select_for_update(skip_locked=True, of=("self",))
+                      .filter(_email_due(now), user__is_active=False).values_list("pk", flat=True)[:limit])
+        EmailNotice.objects.filter(_email_due(now), pk__in=unread).update(
+            status=EmailNotice.Status.FAILED, claimed_by="", lease_until=None,
+            last_error="Not sent: its reader was deactivated before it went.")
         single = list(EmailNotice.objects.select_for_update(skip_locked=True).filter(_email_due(now), digest=False)
                       .order_by("due_at", "pk").values_list("pk", flat=True)[:limit])
         if single:

@@ -354,6 +354,20 @@ def test_a_digest_reader_gets_one_email_per_period_listing_what_arrived(settings
     assert all(f"i-{n}" in digest.body for n in range(3))
 
 
+def test_someone_deactivated_before_their_email_went_is_not_sent_it(settings):
+    # A digest waits up to a period: a reviewer who left the team meanwhile must not get the requests.
+    settings.COUNTERSIGN_EMAIL_DIGEST_SECONDS = 3600
+    leaver = make.user(email="leaver@example.com")
+    NotificationPreference.objects.create(user=leaver, email="digest")
+    quick = make.user(email="quick@example.com")
+    raise_on(streaming_run(), "i-1")
+    EmailNotice.objects.update(due_at=timezone.now())
+    type(leaver).objects.filter(pk__in=[leaver.pk, quick.pk]).update(is_active=False)
+    assert notify.send_due_emails("w-1") == 0
+    assert mail.outbox == []
+    assert set(EmailNotice.objects.values_list("status", flat=True)) == {"failed"}
+    assert "deactivated" in EmailNotice.objects.first().last_error
+
 def test_an_email_server_that_fails_loses_nothing_and_is_tried_again(settings):
     settings.MAILERS = {"default": {"BACKEND": "django.core.mail.backends.smtp.EmailBackend",
                                     "OPTIONS": {"host": "127.0.0.1", "port": 9, "timeout": 2}}}
