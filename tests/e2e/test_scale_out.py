@@ -283,6 +283,30 @@ def test_a_browser_on_one_process_sees_what_another_process_streams(apps, script
         assert [(m["seq"], m["event_type"]) for m in pokes] == [(m["seq"], type_at(log, m["seq"])) for m in pokes]
 
 
+def test_who_claims_and_who_looks_at_a_card_reaches_inboxes_on_every_process(apps, scripted):
+    with apps[0].api() as api:
+        run = start(api, "x-approve")
+        assert finished_run(api, run["run_id"])["status"] == "interrupted"
+        [asked] = wait_for(lambda: pending(api, run["thread"]))
+    session = session_cookie(apps[1])
+    with socket(apps[1], "/ws/inbox/", session) as looking, socket(apps[2], "/ws/inbox/", session) as watching:
+        for ws in (looking, watching):
+            assert json.loads(ws.recv(timeout=10))["type"] == "pending"
+        looking.send(json.dumps({"type": "viewing", "interrupts": [asked["id"]]}))
+        [*_, seen] = receive_until(watching, lambda m: m["type"] == "attention" and m["viewers"])
+        assert seen["interrupt"] == asked["id"] and [v["by"] for v in seen["viewers"]] == ["reviewer"]
+        with apps[0].api() as api:
+            assert api.post(f"/api/interrupts/{asked['id']}/claim/", json={}).status_code == 200
+        [*_, claimed] = receive_until(watching, lambda m: m["type"] == "attention" and m["claim"])
+        assert claimed["claim"]["by"] == "reviewer"
+        # Closing the looking page: the other process hears nobody has it open any more.
+        looking.close()
+        [*_, left] = receive_until(watching, lambda m: m["type"] == "attention" and not m["viewers"])
+        assert left["claim"]["by"] == "reviewer"
+    with apps[2].api() as api:
+        assert api.get(f"/api/interrupts/{asked['id']}/").json()["claim"]["by"] == "reviewer"
+
+
 def test_fifty_reviewers_racing_for_one_interrupt_store_one_decision_and_send_one_resume(apps, scripted, reviewers):
     with apps[0].api() as api:
         run = start(api, "x-approve")
