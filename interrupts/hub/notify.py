@@ -358,21 +358,29 @@ async def post(client: httpx.AsyncClient, outgoing: Outgoing) -> Answer:
         EVENT_HEADER: outgoing.event,
         DELIVERY_HEADER: outgoing.key,
     }
+    status, read = None, b""
+    limit = settings.COUNTERSIGN_WEBHOOK_TIMEOUT
     try:
-        async with client.stream("POST", outgoing.url, content=body, headers=headers) as response:
-            read = b""
-            async for chunk in response.aiter_bytes():
-                read += chunk
-                if len(read) > MAX_RESPONSE_EXCERPT:
-                    break
-            excerpt = read[:MAX_RESPONSE_EXCERPT].decode("utf-8", "replace").replace("\x00", "\\u0000")
-            status = response.status_code
+        # The whole exchange, not each read (httpx's timeout): a receiver dripping its answer a
+        # byte at a time would hold every delivery and email of this round behind it.
+        async with asyncio.timeout(limit):
+            async with client.stream("POST", outgoing.url, content=body, headers=headers) as response:
+                status = response.status_code
+                async for chunk in response.aiter_bytes():
+                    read += chunk
+                    if len(read) > MAX_RESPONSE_EXCERPT:
+                        break
+    except TimeoutError:
+        if status is None:
+            return Answer(None, "", f"Timeout: no answer within {limit:g} s")
+        # It answered: its status stands, with what of its body arrived in time.
     except egress.AgentAddressRefused as refused:
         return Answer(None, "", f"ADDRESS_REFUSED: Countersign does not connect to {refused.host} "
                                 f"({refused.address}); COUNTERSIGN_AGENT_NETWORKS governs webhooks too.")
     except httpx.HTTPError as problem:
         return Answer(None, "", _bounded(f"{type(problem).__name__}: {problem}" if str(problem)
                                          else type(problem).__name__, 500))
+    excerpt = read[:MAX_RESPONSE_EXCERPT].decode("utf-8", "replace").replace("\x00", "\\u0000")
     if 300 <= status < 400:
         return Answer(status, excerpt, f"HTTP {status}: redirects are never followed; give the final URL.")
     return Answer(status, excerpt, "" if 200 <= status < 300 else f"HTTP {status}")

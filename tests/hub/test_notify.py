@@ -238,6 +238,39 @@ def test_a_redirect_is_a_failure_never_followed():
         redirecting.close()
 
 
+def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_timeout(settings):
+    # httpx's timeout is per read: a receiver sending a byte just inside it held the notification
+    # loop (every webhook and email behind it) for hours, and its lease lapsed into a second send.
+    import socket
+
+    settings.COUNTERSIGN_WEBHOOK_TIMEOUT = 1.0
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        while not stop.wait(0.2):
+            try:
+                conn.sendall(b"x")
+            except OSError:
+                break
+        conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    try:
+        Webhook.objects.create(name="slow", url=f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        raise_on(streaming_run(), "i-1")
+        started = time.monotonic()
+        deliver()
+        assert time.monotonic() - started < 3
+        delivery = Delivery.objects.get()
+        assert (delivery.status, delivery.response_status) == ("delivered", 200)  # it did answer 200
+    finally:
+        stop.set()
+        listener.close()
+
 def test_a_webhook_address_goes_through_the_agents_egress_checks(settings):
     settings.COUNTERSIGN_AGENT_NETWORKS = "!127.0.0.0/8"
     Webhook.objects.create(name="inside", url="http://127.0.0.1:9/x")
