@@ -239,6 +239,10 @@ BULK_ACTIONS = ("approve", "reject", "cancel")
 # Closed interrupts the insight figures read for one period at most, newest
 # first: past it they cover the newest this many, and the page says from when.
 INSIGHT_MAX_ROWS = 50_000
+# Rows (agents, reasons, reviewers) each chart and table of the insight page
+# shows at most, the most first: agents choose their reasons, and the page is
+# re-read by everyone watching it on each change. The exports keep every row.
+INSIGHT_CHART_ROWS = 25
 # Pages: interrupts on an inbox page, trail entries on an audit page, and the
 # events a thread's page shows at most.
 INBOX_PAGE_SIZE = 25

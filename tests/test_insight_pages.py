@@ -137,3 +137,19 @@ def test_prometheus_finds_the_metrics_where_it_looks_by_default(client, staff):
     assert client.get("/metrics").status_code == 403
     client.logout()
     assert client.get("/metrics").status_code == 401
+
+
+def test_an_agent_with_endless_reasons_cannot_grow_the_page_past_its_bound(client, team):
+    # Agents choose their reasons: 100,000 distinct ones drew a 40 MB page, re-read by every open
+    # insight page on each inbox change. The page shows the most; the export keeps every one.
+    from interrupts.conf import INSIGHT_CHART_ROWS
+
+    run = make.run(make.thread(agent=make.agent(name="chatty-x")), status="interrupted")
+    Interrupt.objects.bulk_create([Interrupt(run=run, interrupt_id=f"many-{n}", reason=f"many-{n}", raw={})
+                                   for n in range(INSIGHT_CHART_ROWS + 5)])
+    body = client.get("/insight/").content.decode()
+    shown = set(re.findall(r"many-\d+", body))
+    assert len(shown) == INSIGHT_CHART_ROWS - 1  # the hostile reason, waiting too, sorts first
+    assert "6 more in the export" in body and f"Pending now by reason (the {INSIGHT_CHART_ROWS} most of 31)" in body
+    exported = client.get("/insight/export.csv").content.decode()
+    assert len(set(re.findall(r"many-\d+", exported))) == INSIGHT_CHART_ROWS + 5

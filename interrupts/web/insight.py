@@ -17,6 +17,7 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.utils import timezone
 
+from ..conf import INSIGHT_CHART_ROWS
 from ..reads import insight
 from . import charts
 from .views import _csv_safe
@@ -38,18 +39,31 @@ def _decisions(n: int) -> str:
     return f"{n} decision{'s' if n != 1 else ''}"
 
 
+def _shown(entries: list) -> list:
+    """The most of ``entries`` (sorted most first) the page shows: INSIGHT_CHART_ROWS; the export has them all."""
+    return entries[:INSIGHT_CHART_ROWS]
+
+
+def _more(entries: list) -> int:
+    return max(len(entries) - INSIGHT_CHART_ROWS, 0)
+
+
+def _titled(title: str, entries: list) -> str:
+    return f"{title} (the {INSIGHT_CHART_ROWS} most of {len(entries)})" if _more(entries) else title
+
+
 def _ttd_chart(found: dict, by: str, title: str) -> str:
     rows = [charts.Row(entry[by], (entry["p50_seconds"], entry["p95_seconds"]), _decisions(entry["count"]))
-            for entry in found["time_to_decision"][f"by_{by}"]]
-    return charts.bars(title, rows, ("p50", "p95"), axis="time to decision", text=charts.duration_text,
+            for entry in _shown(found["time_to_decision"][f"by_{by}"])]
+    return charts.bars(_titled(title, found["time_to_decision"][f"by_{by}"]), rows, ("p50", "p95"), axis="time to decision", text=charts.duration_text,
                        steps=charts.DURATION_STEPS, chart_id=f"chart-ttd-{by}")
 
 
 def _pending_chart(found: dict, by: str, title: str) -> str:
     rows = [charts.Row(entry[by], (entry["count"],),
                        f"{entry['breached']} past target, {entry['escalated']} escalated")
-            for entry in found["pending"][f"by_{by}"]]
-    return charts.bars(title, rows, ("pending",), axis="interrupts pending", chart_id=f"chart-pending-{by}",
+            for entry in _shown(found["pending"][f"by_{by}"])]
+    return charts.bars(_titled(title, found["pending"][f"by_{by}"]), rows, ("pending",), axis="interrupts pending", chart_id=f"chart-pending-{by}",
                        empty="nothing waits for a decision")
 
 
@@ -57,14 +71,15 @@ def _ttd_table(found: dict, by: str) -> dict:
     rows = [{"label": e[by], "count": e["count"],
              **{f"p{p}": charts.duration_text(e[f"p{p}_seconds"]) for p in insight.PERCENTILES},
              **{f"p{p}_seconds": e[f"p{p}_seconds"] for p in insight.PERCENTILES}}
-            for e in found["time_to_decision"][f"by_{by}"]]
-    return {"by": by, "caption": f"Time to decision by {by}", "rows": rows}
+            for e in _shown(found["time_to_decision"][f"by_{by}"])]
+    return {"by": by, "caption": f"Time to decision by {by}", "rows": rows,
+            "more": _more(found["time_to_decision"][f"by_{by}"])}
 
 
 def _pending_table(found: dict, by: str) -> dict:
     rows = [{"label": e[by], **{k: e[k] for k in ("count", "breached", "escalated")}}
-            for e in found["pending"][f"by_{by}"]]
-    return {"by": by, "caption": f"Pending now by {by}", "rows": rows}
+            for e in _shown(found["pending"][f"by_{by}"])]
+    return {"by": by, "caption": f"Pending now by {by}", "rows": rows, "more": _more(found["pending"][f"by_{by}"])}
 
 
 def _context(found: dict) -> dict:
