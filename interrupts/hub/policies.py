@@ -48,6 +48,8 @@ class Rule:
     group_names: tuple[str, ...] = ()
     usernames: tuple[str, ...] = ()
     target_minutes: int | None = None
+    # The group an interrupt that missed the target escalates to: it admits them only while this names it.
+    backup_group_id: int | None = None
     pk: int | None = None
     # Names groups or users (even if they have since been deleted): admits only them.
     restricted: bool = False
@@ -97,7 +99,8 @@ def _rule(policy: Policy) -> Rule:
         allow_self_approval=policy.allow_self_approval,
         group_ids=frozenset(g.pk for g in groups), user_ids=frozenset(u.pk for u in users),
         group_names=tuple(g.name for g in groups), usernames=tuple(u.get_username() for u in users),
-        target_minutes=policy.target_minutes, pk=policy.pk, restricted=policy.restricted,
+        target_minutes=policy.target_minutes, backup_group_id=policy.backup_group_id, pk=policy.pk,
+        restricted=policy.restricted,
     )
 
 
@@ -203,9 +206,10 @@ def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
     """Why ``user`` may not decide ``interrupt`` under ``rule``, or None when they may.
 
     An escalated interrupt admits its backup group's members too
-    (``escalation``), never for their own requests.
+    (``escalation``), never for their own requests, while ``rule`` still
+    names that group as its backup.
     """
-    backup = not rule.admits(user) and _backs_up(user, interrupt)
+    backup = not rule.admits(user) and _backs_up(user, rule, interrupt)
     if not rule.admits(user) and not backup:
         if not (user.is_authenticated and user.has_perm(DECIDE_PERMISSION)):
             why = "you do not hold the permission to decide interrupts (ask an admin to add you to Reviewers)"
@@ -223,9 +227,15 @@ def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
     return None
 
 
-def _backs_up(user, interrupt: Interrupt) -> bool:
-    """Whether ``user`` is in the backup group ``interrupt`` escalated to, and may decide interrupts at all."""
-    return (interrupt.escalated_to_id is not None and user.is_authenticated and user.is_active
+def _backs_up(user, rule: Rule, interrupt: Interrupt) -> bool:
+    """Whether ``user`` is in the backup group ``interrupt`` escalated to, and may decide interrupts at all.
+
+    Only while the policy governing it now (``rule``) names that group as its
+    backup: moved under another policy (staff made it stricter, or removed the
+    backup), the escalation no longer admits anyone.
+    """
+    return (interrupt.escalated_to_id is not None and interrupt.escalated_to_id == rule.backup_group_id
+            and user.is_authenticated and user.is_active
             and user.has_perm(DECIDE_PERMISSION) and interrupt.escalated_to_id in _group_ids(user))
 
 
@@ -307,12 +317,13 @@ class Reach:
     own_too: tuple[int, ...]  # policies admitting them that allow self-approval
     others_only: tuple[int, ...]  # policies admitting them, not for their own requests
     site_default: bool  # the site default admits them (interrupts with no policy; never their own requests)
-    # Their groups: interrupts escalated to one of them admit them too (never their own requests).
-    backup_groups: tuple[int, ...] = ()
+    # (policy, its backup group) for each policy whose backup group is one of theirs: that policy's
+    # interrupts escalated to that group admit them too (never their own requests).
+    backed_up: tuple[tuple[int, int], ...] = ()
 
     @property
     def any(self) -> bool:
-        return bool(self.own_too or self.others_only or self.site_default or self.backup_groups)
+        return bool(self.own_too or self.others_only or self.site_default or self.backed_up)
 
     @property
     def requester_barred(self) -> Q:
@@ -320,9 +331,10 @@ class Reach:
         barred = Q(policy_id__in=self.others_only)
         if self.site_default:
             barred |= Q(policy__isnull=True)
-        if self.backup_groups:
+        for policy_pk, group_pk in self.backed_up:
             # Escalated to their group, where no policy of their own already admits them.
-            barred |= Q(escalated_to_id__in=self.backup_groups) & ~Q(policy_id__in=self.own_too)
+            if policy_pk not in self.own_too and policy_pk not in self.others_only:
+                barred |= Q(policy_id=policy_pk, escalated_to_id=group_pk)
         return barred
 
     @property
@@ -335,12 +347,15 @@ def reach(user, policies: list[Policy] | None = None) -> Reach | None:
     """Which policies admit ``user`` (None: they may decide nothing)."""
     if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
         return None
-    own_too, others_only = [], []
+    own_too, others_only, backed_up = [], [], []
+    groups = _group_ids(user)
     for policy in in_force() if policies is None else policies:
         rule = _rule(policy)
         if rule.admits(user):
             (own_too if rule.allow_self_approval else others_only).append(policy.pk)
-    return Reach(tuple(own_too), tuple(others_only), SITE_DEFAULT.admits(user), tuple(sorted(_group_ids(user))))
+        if policy.backup_group_id is not None and policy.backup_group_id in groups:
+            backed_up.append((policy.pk, policy.backup_group_id))
+    return Reach(tuple(own_too), tuple(others_only), SITE_DEFAULT.admits(user), tuple(backed_up))
 
 
 def eligible(user, policies: list[Policy] | None = None) -> Q:

@@ -63,7 +63,7 @@ def waiting_count(user, in_force: list[Policy] | None = None) -> int:
     pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
     waiting = Count("pk") - _count(pending.filter(pk__in=policies.decided_by(user))
                                    .filter(policies.eligible(user, in_force)))
-    if reach.others_only or reach.site_default or reach.backup_groups:
+    if reach.others_only or reach.site_default or reach.backed_up:
         waiting -= _count(pending.filter(reach.requester_barred, run__requested_by=user))
     return pending.filter(reach.admitted).aggregate(n=waiting)["n"] or 0
 

@@ -152,3 +152,20 @@ def test_processes_sweeping_at_once_escalate_each_request_once(team):
     assert AuditEntry.objects.filter(kind=escalation.ESCALATED).count() == 3
     assert set(Interrupt.objects.filter(pk__in=[i.pk for i in late]).values_list("escalated_to", flat=True)) == {
         team["oncall"].pk}
+
+
+def test_a_backup_group_decides_only_while_the_governing_policy_still_names_it(team):
+    # Staff who move an agent's requests under a stricter policy (its own people, no backup) must not
+    # find the old policy's on-call group still approving the ones that had escalated.
+    late = raised(team["agent"], minutes_ago=31)
+    escalation.escalate_due()
+    assert selectors.waiting_count(team["carol"]) == 1
+    stricter = make.policy(agent=team["agent"], reason="confirmation", groups=list(team["policy"].groups.all()),
+                           restricted=True)
+    assert Interrupt.objects.get(pk=late.pk).policy_id == stricter.pk
+    late = Interrupt.objects.select_related("run").get(pk=late.pk)
+    with pytest.raises(Refusal) as refused:
+        decisions.decide(late, team["carol"], "resolved", {"approved": True})
+    assert refused.value.code == "NOT_ELIGIBLE"
+    assert selectors.waiting_count(team["carol"]) == 0
+    assert list(selectors.inbox(selectors.InboxFilters(), user=team["carol"])) == []
