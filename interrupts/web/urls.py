@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import bulk, views
 from . import insight
 from . import notifications
 
@@ -9,6 +9,7 @@ urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
     path("interrupts/<int:pk>/decide/", views.decide, name="decide"),
     path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
+    path("interrupts/bulk-decide/", bulk.bulk_decide, name="bulk-decide"),
     path("interrupts/<int:pk>/claim/", views.claim, {"how": "claim"}, name="claim"),
     path("interrupts/<int:pk>/take-over/", views.claim, {"how": "take-over"}, name="claim-take-over"),
     path("interrupts/<int:pk>/release/", views.claim, {"how": "release"}, name="claim-release"),

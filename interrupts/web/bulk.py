@@ -1,0 +1,122 @@
+"""Bulk decisions from the inbox: one action on the cards ticked, or on every card the inbox's filter matches.
+
+The inbox's bulk form posts ``action``, ``comment``, ``confirm_claim`` and either the ticked cards
+(``ids``) or ``everything`` (all matching the filter the page shows). The filter
+rides in the form's query string, read by ``InboxFilters.from_query`` exactly
+as the inbox reads it, and ``selectors.bulk_targets`` picks the interrupts as
+the API does. ``decisions.decide_many`` decides each as if alone; this view
+writes nothing itself.
+
+Asked by the page's script (``HX-Request``) it answers the summary partial, in
+place; without JavaScript it redirects back to the same inbox with the summary
+and each skipped card's reason as messages.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from ..conf import BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS
+from ..hub import decisions
+from ..protocol.errors import ProtocolError
+from ..reads import selectors
+
+# Ids are 64-bit: a larger number is no interrupt, and the database refuses to compare with it.
+_LARGEST_ID = 2**63 - 1
+
+
+class CardIdsField(forms.Field):
+    """The ticked cards: each an interrupt's id, at most ``MAX_BULK_DECISIONS`` of them."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value) -> list[int]:
+        values = list(value or [])
+        if len(values) > MAX_BULK_DECISIONS:
+            raise forms.ValidationError(
+                f"One bulk decision takes at most {MAX_BULK_DECISIONS:,} cards; {len(values):,} were selected. "
+                "Select fewer, or use \"select all matching this filter\" (it takes the first "
+                f"{MAX_BULK_DECISIONS:,} and says how many are left).")
+        ids = []
+        for text in values:
+            try:
+                number = int(text)
+            except (TypeError, ValueError):
+                raise forms.ValidationError(f"{str(text)[:40]!r} is not a card's id.") from None
+            if not 1 <= number <= _LARGEST_ID:
+                raise forms.ValidationError(f"{number} is not a card's id.")
+            ids.append(number)
+        return ids
+
+
+class BulkForm(forms.Form):
+    action = forms.ChoiceField(choices=[(a, a) for a in BULK_ACTIONS], error_messages={
+        "required": "Pick what to do with the selected cards: approve, reject or cancel.",
+        "invalid_choice": "A bulk decision is approve, reject or cancel, not %(value)s: "
+                          "answers of their own (edits, forms) are given card by card.",
+    })
+    ids = CardIdsField(required=False)
+    # Every pending card matching the page's filter (up to MAX_BULK_DECISIONS), whatever is ticked.
+    everything = forms.BooleanField(required=False)
+    comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
+    # Decide cards a colleague has claimed too; otherwise each is skipped (CLAIMED), as one decision would ask.
+    confirm_claim = forms.BooleanField(required=False)
+
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors and not cleaned.get("everything") and not cleaned.get("ids"):
+            raise forms.ValidationError("Select at least one card, or all matching this filter, first.")
+        return cleaned
+
+    def problem(self) -> str:
+        """What is wrong with the form, in one sentence a person can act on."""
+        return " ".join(message for errors in self.errors.values() for message in errors)
+
+
+@require_POST
+def bulk_decide(request):
+    """Approve, reject or cancel the selected cards (or all matching the filter) in one action."""
+    form = BulkForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, {"error": form.problem()}, status=400)
+    data = form.cleaned_data
+    targets = selectors.bulk_targets(
+        ids=None if data["everything"] else data["ids"], filters=selectors.InboxFilters.from_query(request.GET),
+        user=request.user, in_force=selectors.policies_in_force(request))
+    try:
+        done = decisions.decide_many(targets.chosen, request.user, data["action"], data["comment"],
+                                     claim_confirmed=data["confirm_claim"])
+    except ProtocolError as refused:  # what the service refuses whole (INVALID_ACTION, TOO_LARGE)
+        return _answer(request, {"error": refused.message}, status=400)
+    skipped = [{"interrupt_id": interrupt.interrupt_id, "agent": interrupt.run.agent.name, "code": problem.code,
+                "detail": problem.message} for interrupt, problem in done.skipped]
+    skipped += [{"interrupt_id": f"#{pk}", "agent": "", "code": "NOT_FOUND",
+                 "detail": f"No interrupt {pk}: it was removed."} for pk in targets.missing]
+    summary = done.summary + (f"; {len(targets.missing)} not found" if targets.missing else "")
+    return _answer(request, {"summary": summary, "decided": len(done.decided), "skipped": skipped,
+                             "more": _more_left(targets.more) if targets.more else ""})
+
+
+def _answer(request, result: dict, status: int = 200):
+    if request.htmx:
+        return render(request, "interrupts/_bulk_result.html", result, status=status)
+    if "error" in result:
+        messages.error(request, result["error"])
+    else:
+        messages.success(request, result["summary"])
+        for item in result["skipped"]:
+            messages.warning(request, f"Skipped {item['interrupt_id']}: {item['detail']}")
+        if result["more"]:
+            messages.info(request, result["more"])
+    # Back to the inbox as it was filtered: the form's query string is the page's.
+    query = request.GET.urlencode()
+    return redirect(reverse("inbox") + (f"?{query}" if query else ""))
+
+
+def _more_left(count: int) -> str:
+    return (f"{count:,} more matching this filter were left (one bulk decision takes at most "
+            f"{MAX_BULK_DECISIONS:,}): do it again for the next ones.")
