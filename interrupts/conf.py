@@ -228,9 +228,10 @@ MAX_SHOWN_CHARS = 20_000
 # A request is "at risk" once this much of its policy's target time
 # (Policy.target_minutes) has gone by without a decision.
 SLA_AT_RISK_FRACTION = 0.75
-# Cards one page may say it has open at once (presence): a page shows a few;
-# a socket naming thousands would cost a write each.
-MAX_PRESENCE_CARDS = 50
+# Cards one page may say it has open at once (presence): the inbox names the
+# one card with the focus. Each named card costs a write and a broadcast to
+# every inbox, so a socket may not name more than a few.
+MAX_PRESENCE_CARDS = 3
 # Interrupts one bulk decision takes at most: each is decided as if alone (its
 # policy, its state, its batch's lock), so a request stays seconds, not minutes.
 MAX_BULK_DECISIONS = 200

@@ -141,8 +141,9 @@ def escalated(interrupt: Interrupt) -> None:
     if group is not None:
         members = (get_user_model().objects.filter(groups=group, is_active=True).exclude(email="")
                    .exclude(notification_preference__email=EmailChoice.NONE))
-        if not rule.allow_self_approval and interrupt.run.requested_by_id:
-            members = members.exclude(pk=interrupt.run.requested_by_id)
+        # Only those the escalation lets decide it: members without the permission
+        # to decide, or the requester (never their own request), have nothing to do.
+        members = members.filter(pk__in=[m.pk for m in members if policies.refusal(m, rule, interrupt) is None])
         _queue_emails(NotifyEvent.ESCALATED, key, {pk: (choice, [interrupt]) for pk, choice in _with_choice(members)},
                       timezone.now())
 

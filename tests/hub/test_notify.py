@@ -134,11 +134,18 @@ def test_webhooks_are_scoped_by_events_group_and_policy():
 
 def test_an_escalation_reaches_the_backup_teams_webhook_and_its_members_by_email():
     backup = Group.objects.create(name="backup")
-    member = make.user(reviewer=False, email="b@example.com")
+    member = make.user(email="b@example.com")
     member.groups.add(backup)
+    # Backup members the escalation does not let decide it get nothing: no permission, or their own request.
+    make.user(reviewer=False, email="reader@example.com").groups.add(backup)
+    requester = make.user(email="requester@example.com")
+    requester.groups.add(backup)
     make.user(email="someone@example.com")  # a reviewer, but not of the backup team
+    agent = make.agent()
+    make.policy(agent=agent, users=[make.user()], restricted=True, target_minutes=5, backup_group=backup,
+                allow_self_approval=True)
     Webhook.objects.create(name="backup", url="http://127.0.0.1:9/1", group=backup, events=["escalated"])
-    [interrupt] = raise_on(streaming_run(), "i-1")
+    [interrupt] = raise_on(streaming_run(thread_obj=make.thread(agent=agent), requested_by=requester), "i-1")
     EmailNotice.objects.all().delete()
     Interrupt.objects.filter(pk=interrupt.pk).update(escalated_at=timezone.now(), escalated_to=backup)
     interrupt = Interrupt.objects.select_related("run__agent", "run__thread", "escalated_to").get(pk=interrupt.pk)
