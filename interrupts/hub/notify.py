@@ -51,6 +51,7 @@ from ..conf import MAX_DIGEST_ITEMS, MAX_NOTIFY_TEXT_CHARS, MAX_RESPONSE_EXCERPT
 from ..models import (Decision, Delivery, DeliveryAttempt, EmailChoice, EmailNotice, Interrupt,
                       NotificationPreference, NotifyEvent, Run, Webhook)
 from ..protocol import signing
+from ..live import relay
 from . import egress, policies, wakeup
 
 logger = logging.getLogger(__name__)
@@ -206,6 +207,8 @@ def _insert(rows: list) -> None:
     if rows:
         # A key queued before (the same event reported twice) is kept as it was: once per key.
         type(rows[0]).objects.bulk_create(rows, ignore_conflicts=True)
+        if isinstance(rows[0], Delivery):
+            relay.deliveries_changed()
 
 
 def _body(event: str, key: str, interrupt: Interrupt | None, run: Run, extra: dict) -> str:
@@ -417,6 +420,7 @@ def record(outgoing: Outgoing, worker: str, answer: Answer) -> str | None:
         DeliveryAttempt.objects.create(delivery_id=outgoing.pk, number=attempts, at=now,
                                        response_status=answer.status, response_excerpt=answer.excerpt,
                                        error=answer.error, resent_by_id=resent_by)
+        relay.deliveries_changed()
     return status
 
 
@@ -471,6 +475,8 @@ def resend(delivery: Delivery, user) -> bool:
         moved = Delivery.objects.filter(pk=delivery.pk).exclude(status=Delivery.Status.SENDING).update(
             status=Delivery.Status.QUEUED, next_attempt_at=timezone.now(), resent_by=user,
             resent_from=F("attempts"), claimed_by="", lease_until=None)
+        if moved:
+            relay.deliveries_changed()
     if moved:
         transaction.on_commit(wakeup.wake)
     return bool(moved)

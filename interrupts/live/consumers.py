@@ -236,7 +236,11 @@ class Inboxes:
                 logger.exception("receiving inbox broadcasts failed")
                 await asyncio.sleep(1)
                 continue
-            if message.get("type") == "inbox.attention":
+            if message.get("type") == "inbox.deliveries":
+                # Only staff see deliveries: nobody else's page has anything to fetch.
+                await self._tell(json.dumps({"type": "deliveries"}), [
+                    c for found in self.sockets.values() for c in found if c.scope["user"].is_staff])
+            elif message.get("type") == "inbox.attention":
                 await self._tell(json.dumps({
                     "type": "attention", "interrupt": message["interrupt"], "claim": message["claim"],
                     "viewers": message["viewers"]}), [c for found in self.sockets.values() for c in found])

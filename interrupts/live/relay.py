@@ -140,3 +140,8 @@ def attention(interrupt_pk: int, describe: Callable[[int], dict]) -> None:
     """
     transaction.on_commit(lambda: _send(INBOX_GROUP, {
         "type": "inbox.attention", "interrupt": interrupt_pk, **describe(interrupt_pk)}))
+
+
+def deliveries_changed() -> None:
+    """After commit, tell staff watching the Deliveries page that a webhook delivery was tried or queued again."""
+    transaction.on_commit(lambda: _send(INBOX_GROUP, {"type": "inbox.deliveries"}))

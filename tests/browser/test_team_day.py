@@ -117,9 +117,13 @@ def interrupt_of(site, thread: str) -> dict:
     return found
 
 
-def test_a_team_of_three_through_a_day_of_requests(team, team_site, receiver):
+def test_a_team_of_three_through_a_day_of_requests(browser, team, team_site, receiver):
     site, alice, bob, carol = team_site, team["alice"], team["bob"], team["carol"]
     bob_inbox = bob.open("/inbox/?agent=janitor")
+    # Staff keep the Deliveries page open: each delivery appears there as it is made, without a reload.
+    operator = Reviewer(browser, site, "reviewer", "countersign")
+    deliveries = operator.open("/webhooks/deliveries/")
+    expect(deliveries.get_by_test_id("delivery")).to_have_count(0)
 
     # 1. A request arrives: one signed webhook, and an email to each eligible reviewer.
     first = interrupt_of(site, start(site, "janitor"))
@@ -129,6 +133,9 @@ def test_a_team_of_three_through_a_day_of_requests(team, team_site, receiver):
     assert len(raised) == 1
     assert check_signature(site.webhook_secret, raised[0]["headers"]["Countersign-Signature"],
                            base64.b64decode(raised[0]["body"])) > 0
+    expect(deliveries.get_by_test_id("delivery").filter(has_text="raised")).to_have_count(1, timeout=TIMEOUT)
+    expect(deliveries.get_by_test_id("delivery").first).to_contain_text("Delivered", timeout=TIMEOUT)
+    assert deliveries.locator("[data-live-deliveries]").get_attribute("data-refreshed")
     wait_for(lambda: emails_to(site, first["thread"]), "the emails")
     assert emails_to(site, first["thread"]) == {"alice@example.com", "bob@example.com"}
 
@@ -196,3 +203,5 @@ Interrupt.objects.filter(pk={late['id']}).update(created_at=timezone.now() - tim
     breaches = int(page.get_by_test_id("breaches").inner_text())
     assert breaches >= 1
     bob.screenshot("team-day-insight")
+    assert operator.errors == []
+    operator.context.close()

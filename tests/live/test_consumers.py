@@ -254,3 +254,25 @@ async def test_a_socket_whose_session_ended_is_not_heard_saying_what_it_has_open
     await socket.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
     assert (await socket.receive_output(timeout=3)) == {"type": "websocket.close", "code": 4401}
     assert not await database_sync_to_async(Presence.objects.exists)()
+
+
+async def test_only_staff_sockets_hear_that_webhook_deliveries_changed():
+    staff, colleague = await session_cookie(), await session_cookie()
+    await database_sync_to_async(lambda: type(make.user()).objects.filter(
+        pk=int(SessionStore(staff[1].decode().split("=")[1])[SESSION_KEY])).update(is_staff=True))()
+    watching, connected, _ = await connect("/ws/inbox/", ORIGIN, staff)
+    assert connected
+    other, connected, _ = await connect("/ws/inbox/", ORIGIN, colleague)
+    assert connected
+    for socket in (watching, other):
+        await socket.receive_json_from()
+
+    def changed():
+        with transaction.atomic():
+            relay.deliveries_changed()
+
+    await database_sync_to_async(changed)()
+    assert await watching.receive_json_from(timeout=3) == {"type": "deliveries"}
+    assert await other.receive_nothing(timeout=1)
+    await watching.disconnect()
+    await other.disconnect()
