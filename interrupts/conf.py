@@ -51,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     "COUNTERSIGN_LEASE_SECONDS": 30.0,
     # How often each process looks for queued runs and due expiries without a wake-up.
     "COUNTERSIGN_POLL_INTERVAL": 1.0,
+    # How often each process escalates requests past their target and lapses
+    # idle claims: minutes-long deadlines, so not every poll.
+    "COUNTERSIGN_SWEEP_INTERVAL": 5.0,
     # A reviewer's claim on a card ("Alice is reviewing") lapses this long
     # after they last touched it (claimed, renewed, had it open).
     "COUNTERSIGN_CLAIM_IDLE_SECONDS": 900.0,

@@ -75,6 +75,8 @@ class Supervisor:
         self.claimed.set()
         # Per streaming run: set to make it stop now (an operator ended it).
         self.stops: dict[int, asyncio.Event] = {}
+        # When escalation and lapsed claims were last swept (every COUNTERSIGN_SWEEP_INTERVAL).
+        self.swept_at = self.loop.time()
 
     def start_and_return(self) -> Supervisor:
         self.start()
@@ -111,8 +113,10 @@ class Supervisor:
         await sync_to_async(close_old_connections)()
         await self._claim()
         await sync_to_async(decisions.expire_due)()
-        await sync_to_async(escalation.escalate_due)()
-        await sync_to_async(claims.lapse_due)()
+        if self.loop.time() - self.swept_at >= settings.COUNTERSIGN_SWEEP_INTERVAL:
+            self.swept_at = self.loop.time()
+            await sync_to_async(escalation.escalate_due)()
+            await sync_to_async(claims.lapse_due)()
         for run in await sync_to_async(outbox.lapsed)(timezone.now()):
             if await sync_to_async(outbox.take_over)(run, self.worker):
                 await sync_to_async(streaming.recover)(run)

@@ -52,7 +52,7 @@ def receiver(tmp_path_factory):
 @pytest.fixture(scope="module")
 def team_site(tmp_path_factory, receiver):
     app = ServedApp(tmp_path_factory.mktemp("team"), self_approving=True, COUNTERSIGN_POLL_INTERVAL="0.2",
-                    COUNTERSIGN_WEBHOOK_RETRY_BASE="0.5").start()
+                    COUNTERSIGN_WEBHOOK_RETRY_BASE="0.5", COUNTERSIGN_SWEEP_INTERVAL="0.5").start()
     people = json.dumps({name: [first, group] for name, (first, group) in PEOPLE.items()})
     secret = shell(app, f"""
 import json

@@ -119,6 +119,7 @@ async def test_a_tick_expires_interrupts_whose_time_passed(boss):
 
 async def test_a_tick_escalates_a_missed_target_and_lapses_an_idle_claim(boss, settings):
     settings.COUNTERSIGN_CLAIM_IDLE_SECONDS = 60
+    settings.COUNTERSIGN_SWEEP_INTERVAL = 0.0
 
     def arrange():
         from django.contrib.auth.models import Group
