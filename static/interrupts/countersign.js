@@ -85,11 +85,15 @@
         }
         leaving.push(section);
       }
+      // Moving a kept batch out of the page and back blurs whatever had the focus in it: the
+      // reader typing a comment would type into nothing, and presence would say they left the card.
+      const focused = document.activeElement;
       for (const section of $$("section.batch", fresh)) {
         const current = document.getElementById(section.id);
         if (current && busy(current)) section.replaceWith(current);
       }
       list.replaceChildren(...fresh.childNodes);
+      if (focused && focused !== document.activeElement && list.contains(focused)) focused.focus({ preventScroll: true });
       for (const section of leaving) {
         list.append(section);
         if (!busy(section)) setTimeout(() => section.remove(), 1500);
@@ -422,7 +426,19 @@
     enhance();
     setInterval(tick, 1000);
     document.addEventListener("keydown", keyboard);
-    document.body.addEventListener("htmx:afterSwap", (event) => enhance(event.detail.target.parentNode || document));
+    // A claim or a decision answered by htmx replaces the batch around the button just pressed, and the
+    // focus would fall to the page: j/k would start again from the top, presence would drop the card.
+    let focusedCard = null;
+    document.body.addEventListener("htmx:beforeSwap", (event) => {
+      const card = document.activeElement.closest ? document.activeElement.closest("[data-card]") : null;
+      focusedCard = card && event.detail.target.contains(card) ? card.id : null;
+    });
+    document.body.addEventListener("htmx:afterSwap", (event) => {
+      enhance(event.detail.target.parentNode || document);
+      const card = focusedCard && document.getElementById(focusedCard);
+      if (card && !card.contains(document.activeElement)) card.focus({ preventScroll: true });
+      focusedCard = null;
+    });
     document.body.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
     const help = $("[data-action=shortcuts]");
     if (help) help.addEventListener("click", () => $("#shortcuts").showModal());

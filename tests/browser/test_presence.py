@@ -1,0 +1,57 @@
+"""Presence and claims in real Chromium, as two people with the inbox open: who has a card open is said while
+they stay on it, through the live refreshes and the claim answers that replace the cards around them."""
+
+from playwright.sync_api import expect
+
+from .test_review import TIMEOUT, start
+
+
+def open_card(person, thread, where="agent=mailer"):
+    page = person.open(f"/inbox/?{where}")
+    card = page.locator(f"section.batch:has(a[href$='/threads/{thread}/']) [data-card]")
+    expect(card).to_be_visible(timeout=TIMEOUT)
+    return page, card
+
+
+def test_a_reviewer_typing_in_a_card_stays_there_and_present_when_a_new_request_arrives(reviewer, alice, site):
+    thread = start(site, "mailer", "Email c@d.com about lunch")
+    theirs, their_card = open_card(alice, thread)
+    mine, my_card = open_card(reviewer, thread)
+    comment = my_card.locator("input[name=comment]")
+    comment.click()
+    mine.keyboard.type("looks")
+    expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer", timeout=TIMEOUT)
+    # Another request: both inboxes refresh live, my batch is kept as it is and moved back into the list.
+    start(site, "mailer", "Email e@f.com about dinner")
+    expect(mine.locator("[data-card]")).to_have_count(2, timeout=TIMEOUT)
+    # Without it the move blurred the field: what I type next went nowhere, and Alice was told I had left.
+    expect(comment).to_be_focused()
+    mine.keyboard.type(" fine")
+    expect(comment).to_have_value("looks fine")
+    mine.wait_for_timeout(500)  # past presence.js's settling delay, where a lost focus is told
+    expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer")
+    # Closing the tab closes its socket: Alice sees nobody there.
+    mine.close()
+    expect(their_card.get_by_test_id("viewers")).to_have_text("", timeout=TIMEOUT)
+
+
+def test_claim_and_select_with_the_keyboard_only(reviewer, alice, site):
+    thread = start(site, "mailer", "Email g@h.com about the review")
+    theirs, their_card = open_card(alice, thread)
+    mine, my_card = open_card(reviewer, thread, f"thread={thread}")
+    mine.keyboard.press("j")
+    expect(my_card).to_be_focused()
+    claim = my_card.get_by_test_id("claim-button")
+    for _ in range(10):
+        if claim.evaluate("button => button === document.activeElement"):
+            break
+        mine.keyboard.press("Tab")
+    expect(claim).to_be_focused()
+    mine.keyboard.press("Enter")
+    expect(their_card.get_by_test_id("claim")).to_contain_text("Demo Reviewer is reviewing", timeout=TIMEOUT)
+    expect(my_card.get_by_test_id("claim-button")).to_have_text("Release")
+    # The answer replaced the batch around the button; the focus stays on the card, so the keys go on working.
+    expect(my_card).to_be_focused()
+    mine.keyboard.press("x")
+    expect(mine.get_by_test_id("bulk-count")).to_have_text("1 selected.")
+    expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer", timeout=TIMEOUT)
