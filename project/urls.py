@@ -21,7 +21,8 @@ urlpatterns = [
     # Machines' doors answer JSON even for a path nothing serves (Django's 404 page is HTML).
     re_path(r"^agui/", gateway.no_such_endpoint),
     # Where Prometheus looks by default (its metrics_path): the same door as /api/metrics/.
-    path("metrics", Metrics.as_view(), name="metrics-root"),
+    # Left out of the API schema: it is the documented /api/metrics/, at another address.
+    path("metrics", Metrics.as_view(schema=None), name="metrics-root"),
     path("api/", include("interrupts.api.urls")),
     re_path(r"^api/", NoSuchEndpoint.as_view()),
     path("", include("interrupts.web.urls")),
