@@ -333,8 +333,10 @@
   // --- keyboard ---------------------------------------------------------------------------
   function keyboard(event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
-    const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName)
-      || document.activeElement.isContentEditable;
+    // A ticked box is not typing: "decide anyway", ticked with the space bar, is followed by `a` (as `x` is in bulk.js).
+    const active = document.activeElement;
+    const typing = /^(TEXTAREA|SELECT)$/.test(active.tagName) || active.isContentEditable
+      || (active.tagName === "INPUT" && active.type !== "checkbox");
     if (typing) return;
     const cards = $$("[data-card]:not(.expired)");
     const current = document.activeElement.closest ? document.activeElement.closest("[data-card]") : null;

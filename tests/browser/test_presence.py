@@ -55,3 +55,22 @@ def test_claim_and_select_with_the_keyboard_only(reviewer, alice, site):
     mine.keyboard.press("x")
     expect(mine.get_by_test_id("bulk-count")).to_have_text("1 selected.")
     expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer", timeout=TIMEOUT)
+
+
+def test_a_colleague_deciding_a_claimed_card_by_keyboard_is_asked_to_confirm_and_can(reviewer, alice, site):
+    thread = start(site, "mailer", "Email i@j.com about the claim")
+    theirs, their_card = open_card(alice, thread, f"thread={thread}")
+    their_card.get_by_test_id("claim-button").click()
+    expect(their_card.get_by_test_id("claim-button")).to_have_text("Release", timeout=TIMEOUT)
+    mine, my_card = open_card(reviewer, thread, f"thread={thread}")
+    expect(my_card.get_by_test_id("claim")).to_contain_text("Alice is reviewing")
+    mine.keyboard.press("j")
+    mine.keyboard.press("a")
+    expect(my_card.get_by_test_id("card-error")).to_contain_text("Alice is reviewing", timeout=TIMEOUT)
+    anyway = my_card.get_by_test_id("confirm-claim")
+    anyway.focus()
+    mine.keyboard.press("Space")
+    expect(anyway).to_be_checked()
+    # The key goes on meaning approve with the box focused: the reader need not leave it to confirm.
+    mine.keyboard.press("a")
+    expect(mine.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
