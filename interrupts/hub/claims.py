@@ -150,7 +150,7 @@ def claim(interrupt: Interrupt, user, *, take_over: bool = False) -> Claim:
                       interrupt_id=current.interrupt_id)
     other = holder(current, now)
     if other is not None and other.pk != user.pk and not take_over:
-        refuse_if_claimed(current, user, confirmed=False, now=now)
+        raise _held_by(other, current)
     with transaction.atomic():
         # Only if nobody claimed it meanwhile (or it is still the claim read above).
         unchanged = Q(claimed_by__isnull=True) if current.claimed_by_id is None else Q(
@@ -163,15 +163,21 @@ def claim(interrupt: Interrupt, user, *, take_over: bool = False) -> Claim:
             if current.status != Interrupt.Status.PENDING:
                 raise Refusal("CLOSED", f"Interrupt {current.interrupt_id} was decided meanwhile.",
                               interrupt_id=current.interrupt_id)
-            refuse_if_claimed(current, user, confirmed=False, now=now)
-            raise Refusal("CLAIMED", f"Interrupt {current.interrupt_id} was claimed meanwhile; try again.",
-                          interrupt_id=current.interrupt_id)
+            raise _held_by(holder(current, now), current)
         if not renewing:
             trail.record(CLAIM_TAKEN, _content(current, user, takenFrom=other.get_username() if other else None),
                          subject=f"interrupt:{current.pk}", interrupt=current)
             _told(current)
         since = current.claimed_at if renewing else now
     return Claim(user.get_username(), _name(user), since, now + _idle())
+
+
+def _held_by(other, interrupt: Interrupt) -> Refusal:
+    # Said to someone claiming: what they may do is take it over, not "decide anyway".
+    who = _name(other) if other is not None else "A colleague"
+    return Refusal("CLAIMED", f"{who} is reviewing interrupt {interrupt.interrupt_id}: take it over to claim it.",
+                   interrupt_id=interrupt.interrupt_id,
+                   **({"claimed_by": other.get_username()} if other is not None else {}))
 
 
 def release(interrupt: Interrupt, user) -> None:

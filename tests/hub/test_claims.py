@@ -71,7 +71,7 @@ def test_a_colleague_s_claim_is_taken_over_only_when_asked_and_the_trail_says_fr
     claims.claim(interrupt, alice)
     with pytest.raises(Refusal) as refused:
         claims.claim(interrupt, bob)
-    assert refused.value.code == "CLAIMED"
+    assert refused.value.code == "CLAIMED" and "take it over to claim it" in refused.value.message
     claims.claim(interrupt, bob, take_over=True)
     assert fresh(interrupt).claimed_by == bob
     entry = AuditEntry.objects.filter(interrupt_id=interrupt.pk).order_by("-seq").first()
