@@ -446,7 +446,6 @@
     if (help) help.addEventListener("click", () => $("#shortcuts").showModal());
 
     if (document.body.dataset.liveInbox) {
-      let opened = false;
       const inbox = liveSocket(document.body.dataset.liveInbox, {
         onMessage: (message) => {
           // For the page's other modules: every message the inbox socket hears.
@@ -461,8 +460,10 @@
         },
         // After a reconnect, changes may have been missed while offline.
         onOpen: () => {
-          if (opened) refreshInbox();
-          opened = true;
+          // Changes made between the page's render and this socket's first
+          // opening were heard by nobody, as were those while it reconnected:
+          // read the list again either way (a page without one reads nothing).
+          refreshInbox();
           document.dispatchEvent(new CustomEvent("countersign:inbox-open"));
         },
       });

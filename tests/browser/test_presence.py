@@ -74,3 +74,36 @@ def test_a_colleague_deciding_a_claimed_card_by_keyboard_is_asked_to_confirm_and
     # The key goes on meaning approve with the box focused: the reader need not leave it to confirm.
     mine.keyboard.press("a")
     expect(mine.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+
+
+# The page's socket opens late, as on a slow network: whatever changed meanwhile must still show.
+SLOW_SOCKET = """
+const Real = window.WebSocket;
+window.WebSocket = function (...args) {
+  const self = this;
+  self.readyState = 0;
+  setTimeout(() => {
+    const real = new Real(...args);
+    for (const name of ["onopen", "onmessage", "onclose"]) real[name] = (event) => self[name] && self[name](event);
+    self._real = real;
+  }, 6000);
+  self.send = (data) => self._real && self._real.send(data);
+  Object.defineProperty(self, "readyState", { get: () => (self._real ? self._real.readyState : 0) });
+};
+window.WebSocket.OPEN = Real.OPEN;
+"""
+
+
+def test_a_request_raised_before_the_page_s_socket_opened_still_appears(reviewer, site):
+    context = reviewer.context.browser.new_context(viewport={"width": 1280, "height": 900},
+                                                   storage_state=reviewer.context.storage_state())
+    try:
+        context.add_init_script(SLOW_SOCKET)
+        page = context.new_page()
+        page.goto(f"{site.url}/inbox/?agent=janitor&scope=all")
+        expect(page.get_by_test_id("inbox-count")).to_be_visible()
+        before = page.locator("[data-card]").count()
+        start(site, "janitor")  # raised while the page has no socket yet
+        expect(page.locator("[data-card]")).to_have_count(before + 1, timeout=TIMEOUT)
+    finally:
+        context.close()
