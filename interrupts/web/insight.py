@@ -20,7 +20,7 @@ from django.utils import timezone
 from ..conf import INSIGHT_CHART_ROWS
 from ..reads import insight
 from . import charts
-from .views import _csv_safe
+from .exports import csv_safe
 
 # The figures as the charts show them; the page's tables give every number too.
 OUTCOME_LABELS = {"approve": "approved", "edit": "edited", "respond": "answered", "reject": "rejected",
@@ -132,7 +132,7 @@ def export(request, kind: str):
         writer = csv.writer(out)
         writer.writerow(["chart", "label", "measure", "value"])
         # Labels are agents' names and reasons: a leading = + - @ must not run as a spreadsheet formula.
-        writer.writerows([_csv_safe(cell) for cell in row] for row in insight.table_rows(found))
+        writer.writerows([csv_safe(cell) for cell in row] for row in insight.table_rows(found))
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="countersign-insight-{period}-{stamp}.{kind}"'
     return response

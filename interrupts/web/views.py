@@ -24,6 +24,7 @@ from django.views.decorators.http import require_POST
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, THREAD_EVENTS_LIMIT
 from ..hub import claims, decisions, outbox, policies, refused, runs, trail
 from ..reads import history, selectors
+from .exports import csv_safe
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
 from ..protocol.errors import ProtocolError, refusal_body
@@ -424,17 +425,10 @@ def _export(queryset, kind: str):
                 if header is None:
                     header = list(flat)
                     yield writer.writerow(header)
-                yield writer.writerow([_csv_safe(flat[k]) for k in header])
+                yield writer.writerow([csv_safe(flat[k]) for k in header])
         response = StreamingHttpResponse(body(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="countersign-audit-{stamp}.{kind}"'
     return response
-
-
-def _csv_safe(value):
-    # A cell starting with = + - @ runs as a formula in spreadsheets: agent text must not.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
 
 
 # --- agents -----------------------------------------------------------------------------
