@@ -209,8 +209,9 @@ def refusal(user, rule: Rule, interrupt: Interrupt) -> Refusal | None:
     (``escalation``), never for their own requests, while ``rule`` still
     names that group as its backup.
     """
-    backup = not rule.admits(user) and _backs_up(user, rule, interrupt)
-    if not rule.admits(user) and not backup:
+    admitted = rule.admits(user)
+    backup = not admitted and _backs_up(user, rule, interrupt)
+    if not (admitted or backup):
         if not (user.is_authenticated and user.has_perm(DECIDE_PERMISSION)):
             why = "you do not hold the permission to decide interrupts (ask an admin to add you to Reviewers)"
         else:
