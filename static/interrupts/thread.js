@@ -1,0 +1,110 @@
+// The thread page, live: append what the log has beyond the last sequence
+// seen (ws/threads/<id>/ pokes), the refused answers, and whether a new run may start.
+"use strict";
+
+(() => {
+  const { $, $$, liveSocket } = window.countersign;
+
+  // --- the thread page: append what the log has beyond the last sequence seen ------
+  function threadLive(history) {
+    let lastSeq = Number(history.dataset.lastSeq || 0);
+    let fetching = false;
+    let wanted = 0;
+    let forced = false;
+    const status = $("[data-live-status]");
+
+    async function catchUp(force = false) {
+      if (force) forced = true; // ask even if no event is known to be missing
+      if (fetching) return;
+      fetching = true;
+      try {
+        while (wanted > lastSeq || forced) {
+          forced = false;
+          const response = await fetch(`${history.dataset.eventsUrl}?after=${lastSeq}`, { credentials: "same-origin" });
+          if (!response.ok || response.redirected || !response.headers.has("X-Last-Seq")) {
+            if (status) status.textContent = "logged out: reload the page to log in";
+            wanted = lastSeq; // stop asking until something new is announced
+            break;
+          }
+          const html = await response.text();
+          const reached = Number(response.headers.get("X-Last-Seq"));
+          appendHistory(history, html);
+          setStartAllowed(response.headers.get("X-Pending") !== "1");
+          refreshRefused(response.headers.get("X-Refused"));
+          if (reached <= lastSeq) break;
+          lastSeq = reached;
+          history.dataset.lastSeq = String(lastSeq);
+        }
+      } finally {
+        fetching = false;
+        // An event announced but not yet readable (its commit raced our read): try again.
+        if (wanted > lastSeq || forced) setTimeout(catchUp, 200);
+      }
+    }
+
+    history.refreshLive = () => catchUp(true);
+    // A dropped poke is noticed at the next one; the last pokes of a run have
+    // no next one, so also look now and then while the page is visible.
+    setInterval(() => { if (document.visibilityState === "visible") catchUp(true); }, 5000);
+    liveSocket(history.dataset.ws, {
+      onState: (text) => { if (status) status.textContent = text; },
+      onMessage: (message) => {
+        const seq = message.type === "hello" ? message.last_seq : message.seq;
+        if (seq > wanted) wanted = seq;
+        catchUp();
+      },
+    });
+  }
+
+  function appendHistory(history, html) {
+    const holder = document.createElement("div");
+    holder.innerHTML = html;
+    for (const element of Array.from(holder.children)) {
+      if (element.dataset.seq && history.querySelector(`[data-seq="${element.dataset.seq}"]`)) continue; // seen
+      if (element.hasAttribute("data-continues")) {
+        const key = element.dataset.message || element.dataset.call;
+        const target = element.dataset.message
+          ? history.querySelector(`[data-message="${CSS.escape(key)}"] .text`)
+          : history.querySelector(`[data-call="${CSS.escape(key)}"] .args`);
+        const piece = element.querySelector(".text, .args");
+        if (target && piece) { target.textContent += piece.textContent; continue; }
+      }
+      history.append(element);
+    }
+    window.countersign.enhance(history);
+    window.scrollTo({ top: document.body.scrollHeight });
+  }
+
+  // The thread's answers the agent refused: fetched again when their count changed.
+  async function refreshRefused(count) {
+    const section = document.getElementById("refused");
+    const history = $("#history");
+    if (!section || count === null || section.dataset.count === count || !history) return;
+    const response = await fetch(`${history.dataset.eventsUrl}?part=refused`, { credentials: "same-origin" });
+    if (!response.ok || response.redirected) return;
+    const holder = document.createElement("div");
+    holder.innerHTML = await response.text();
+    const fresh = holder.querySelector("#refused");
+    if (!fresh) return;
+    section.replaceWith(fresh);
+    if (window.htmx) window.htmx.process(fresh);
+  }
+
+  function setStartAllowed(allowed) {
+    const form = $("[data-start-run]");
+    if (!form) return;
+    $("button[type=submit]", form).disabled = !allowed;
+    const reason = $("[data-blocked-reason]", form);
+    if (reason) {
+      reason.hidden = allowed;
+      if (!allowed && !$("[data-pending-list]", reason).textContent) {
+        $("[data-pending-list]", reason).textContent = "the interrupts of the last run";
+      }
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const history = $("#history");
+    if (history) threadLive(history);
+  });
+})();
