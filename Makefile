@@ -10,6 +10,8 @@ LG_VENV := .venv-langgraph
 LG_REQUIREMENTS := tests/external/requirements-langgraph.txt
 # The external TanStack AI agent is a node program with its own pinned packages.
 TS_PEER := tests/external/tanstack
+# axe-core for the accessibility browser tests, pinned in its own package (never a CDN).
+AXE := tests/browser/axe
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -53,6 +55,11 @@ $(TS_PEER)/node_modules/.installed: $(TS_PEER)/package-lock.json
 	cd $(TS_PEER) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+$(AXE)/node_modules/.installed: $(AXE)/package-lock.json
+	@command -v npm >/dev/null || { echo "The accessibility tests need axe-core, installed with npm (apt-get install nodejs npm)."; exit 1; }
+	cd $(AXE) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 serve: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_reviewer
@@ -73,11 +80,11 @@ browser:
 	  fi; \
 	fi
 
-test: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed browser
+test: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed $(AXE)/node_modules/.installed browser
 	$(PY) -m pytest
 
 # The same suite against PostgreSQL and Redis (started on loopback by bin/services).
-test-scale: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed browser
+test-scale: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed $(AXE)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
 	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL"; \
 	  $(PY) -m pytest
@@ -116,4 +123,4 @@ bench: venv $(VENV)/.bench-installed
 	  if [ -n "$$failed" ]; then echo "Not measured:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(LG_VENV) $(TS_PEER)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
+	rm -rf $(VENV) $(LG_VENV) $(TS_PEER)/node_modules $(AXE)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
