@@ -51,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "COUNTERSIGN_LEASE_SECONDS": 30.0,
     # How often each process looks for queued runs and due expiries without a wake-up.
     "COUNTERSIGN_POLL_INTERVAL": 1.0,
+    # Seconds a person's decision that completes a batch holds its resume before
+    # the outbox may send it, so the decision can still be undone
+    # (``decisions.undo``); 0 sends it at once.
+    "COUNTERSIGN_UNDO_SECONDS": 5.0,
     # How often each process escalates requests past their target and lapses
     # idle claims: minutes-long deadlines, so not every poll.
     "COUNTERSIGN_SWEEP_INTERVAL": 5.0,

@@ -14,6 +14,13 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def resumes_sent_at_once(settings):
+    # COUNTERSIGN_UNDO_SECONDS holds each decision's resume for an undo; the
+    # suite expects a decision to reach its agent at once. Tests of the hold set it.
+    settings.COUNTERSIGN_UNDO_SECONDS = 0
+
+
 @pytest.fixture
 def staff(client):
     """A superuser, logged in on Django's test ``client``."""

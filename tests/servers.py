@@ -66,7 +66,9 @@ class ServedApp:
         self.self_approving = self_approving
         self.name = name
         self.overrides = env
-        self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true", **env}
+        # Resumes leave at once unless a test holds them for an undo (COUNTERSIGN_UNDO_SECONDS).
+        self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true",
+                    "COUNTERSIGN_UNDO_SECONDS": "0", **env}
         if self.env.get("REDIS_URL") and "COUNTERSIGN_CHANNEL_PREFIX" not in env:
             # One Redis for every test server: each deployment (workdir) gets its own key prefix.
             self.env["COUNTERSIGN_CHANNEL_PREFIX"] = "cs" + hashlib.sha1(str(workdir).encode()).hexdigest()[:10]

@@ -1,4 +1,4 @@
-"""Decide, revise and expire interrupts; the batch's last decision queues the resume.
+"""Decide, revise, undo and expire interrupts; the batch's last decision queues the resume.
 
 Who may decide is ``policies``' answer, asked before anything else: the
 permission, the policy's groups and users, no self-approval, and how many
@@ -59,15 +59,41 @@ def lock_batch(run_pk: int) -> None:
         Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
 
 
+#: How each action reads once taken, on every page: words, never the wire's ``resolved`` or ``{"approved": false}``.
+OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "respond": "Answered",
+                 "reject": "Rejected", "cancel": "Cancelled"}
+
+
+def outcome_words(decision: Decision) -> str:
+    """What ``decision`` did, in words: "Approved", "Rejected", "Approved with edits", "Answered", "Cancelled"."""
+    if decision.action in OUTCOME_WORDS:
+        return OUTCOME_WORDS[decision.action]
+    # A decision recorded before actions were: read it from the answer, as ``action_of`` does.
+    payload = decision.payload if isinstance(decision.payload, dict) else {}
+    if decision.status == Decision.Status.CANCELLED:
+        return OUTCOME_WORDS["cancel"]
+    if payload.get("approved") is False:
+        return OUTCOME_WORDS["reject"]
+    if payload.get("approved") is True:
+        return OUTCOME_WORDS["edit" if EDITED_ARGS in payload else "approve"]
+    return OUTCOME_WORDS["respond"]
+
+
+def _name(user) -> str:
+    return user.get_full_name() or user.get_username()
+
+
 def _already_decided(interrupt: Interrupt) -> Refusal:
     live = interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("-pk").first()
     if live is not None and interrupt.status != Interrupt.Status.PENDING:
-        who = live.user.get_full_name() or live.user.get_username()
+        who, words = _name(live.user), outcome_words(live)
         return Refusal(
             "ALREADY_DECIDED",
-            f"Interrupt {interrupt.interrupt_id} was already decided by {who} "
-            f"({live.status}, {live.created_at:%Y-%m-%d %H:%M:%S} UTC).",
+            f"Interrupt {interrupt.interrupt_id} was already decided by {who}: {words} "
+            f"({live.created_at:%Y-%m-%d %H:%M:%S} UTC).",
             decided_by=live.user.get_username(),
+            decided_by_name=who,
+            outcome=words,
             interrupt_id=interrupt.interrupt_id,
         )
     if interrupt.status == Interrupt.Status.EXPIRED:
@@ -385,6 +411,91 @@ def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     trail.record_decision(decision, superseded=True)
     _after_decision(interrupt, user, relay.Reason.REVISED)
     return decision
+
+
+#: The trail's entry for a decision its author took back (``undo``), after its ``decision.superseded``.
+UNDONE = "decision.undone"
+
+
+def undo(interrupt: Interrupt, user) -> Interrupt:
+    """Withdraw ``user``'s own standing decision on ``interrupt`` while its batch is unsent; the interrupt, pending.
+
+    The decision is superseded (the one change a decision row accepts) and
+    the interrupt waits again: pending, ``closed_at`` cleared, its version
+    moved, so whoever read it before (a page, a racing decision) sees that it
+    changed. If that decision completed the batch, the queued resume is
+    withdrawn too (``runs.withdraw_resume``), but only while no process has
+    taken it: a person's decision holds its resume for
+    COUNTERSIGN_UNDO_SECONDS (``runs.queue_resume``), which is the time an
+    undo has. Under a quorum only ``user``'s approval goes; the others'
+    still count. The trail gets the supersession and a ``decision.undone``
+    entry (who, what, the resume withdrawn); inbox watchers hear of it after commit.
+
+    Refused (``Refusal``) with ``NOT_DECIDED`` (409) when no decision stands
+    on it, ``NOT_YOURS`` (403) when only other people's do, ``ALREADY_SENT``
+    (409) once a process has taken the batch's resume or tried to send it
+    (the agent has the answers, or may have), ``CLOSED`` (409) when its batch
+    closed unsent (another interrupt of it expired), ``EXPIRED`` (409) when
+    its ``expiresAt`` has passed (pending again, it could only expire).
+
+    The race: everything is read again under the batch's lock, as in
+    ``decide``, so an undo and a decision, revision or other undo of the same
+    batch run one after the other; the race with the outbox taking the
+    resume is ``withdraw_resume``'s.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        lock_batch(interrupt.run_id)
+        current = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
+        live = approvals(current)
+        mine = next((d for d in live if d.user_id == user.pk), None)
+        if mine is None:
+            raise _nothing_to_undo(current, live)
+        resume = current.run.resumed_by()
+        if resume is not None and not runs.withdraw_resume(resume):
+            raise Refusal(
+                "ALREADY_SENT",
+                f"Too late to undo: your answer to {current.interrupt_id} was sent to {current.run.agent.name} "
+                f"(run {resume.run_id}), which has it. Ask the agent's owner, or answer what it asks next.",
+                interrupt_id=current.interrupt_id, run_id=resume.run_id,
+            )
+        expired = Interrupt.objects.filter(run_id=current.run_id, status=Interrupt.Status.EXPIRED).values_list(
+            "interrupt_id", flat=True).first()
+        if expired is not None:
+            raise Refusal("CLOSED", f"Interrupt {current.interrupt_id}'s batch closed unsent when {expired} expired: "
+                                    "there is nothing left to undo.", interrupt_id=current.interrupt_id)
+        if current.expires_at is not None and now >= current.expires_at:
+            raise Refusal("EXPIRED", f"Interrupt {current.interrupt_id} expired at "
+                                     f"{current.expires_at:%Y-%m-%d %H:%M:%S} UTC: reopened, it would only expire.",
+                          interrupt_id=current.interrupt_id)
+        Decision.objects.filter(pk=mine.pk, superseded_at__isnull=True).update(superseded_at=now)
+        # Under the batch's lock nobody else moves the version: the UPDATE cannot lose.
+        Interrupt.objects.filter(pk=current.pk, version=current.version).update(
+            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        trail.record_supersessions(current)
+        trail.record(UNDONE, {
+            "decision": mine.pk, "interrupt": current.pk, "interruptId": trail.signable(current.interrupt_id),
+            "threadId": current.run.thread.thread_id, "runId": current.run.run_id,
+            "user": {"id": user.pk, "username": user.get_username()},
+            "action": mine.action, "outcome": outcome_words(mine), "undoneAt": now.isoformat(),
+            "withdrawnRunId": resume.run_id if resume is not None else None,
+        }, subject=f"decision:{mine.pk}", decision=mine, interrupt=current)
+        relay.inbox_changed(current.run.thread_id, current.run.thread.last_seq, relay.Reason.REVISED)
+    return Interrupt.objects.select_related("run__thread", "run__agent").get(pk=current.pk)
+
+
+def _nothing_to_undo(interrupt: Interrupt, live: list[Decision]) -> Refusal:
+    if live:
+        who = ", ".join(_name(d.user) for d in live)
+        return Refusal("NOT_YOURS", f"Interrupt {interrupt.interrupt_id} was decided by {who}, not you: only the "
+                                    "person who decided can undo a decision.", status=403,
+                       interrupt_id=interrupt.interrupt_id, decided_by=live[-1].user.get_username())
+    if interrupt.status == Interrupt.Status.PENDING:
+        said = "it still waits for one"
+    else:
+        said = f"it closed without one ({interrupt.closed_reason or interrupt.get_status_display().lower()})"
+    return Refusal("NOT_DECIDED", f"Interrupt {interrupt.interrupt_id} has no decision of yours to undo: {said}.",
+                   interrupt_id=interrupt.interrupt_id)
 
 
 def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt]:

@@ -10,6 +10,7 @@ queued run and wakes the supervisor after commit (``wakeup``).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import uuid
@@ -207,7 +208,7 @@ def thread_for(agent: Agent, thread_id: str | None, title: str = "") -> Thread:
 
 
 def enqueue(thread: Thread, agent: Agent, run_input: dict, *, user=None, parent=None, resume_key=None,
-           origin=Run.Origin.HUB, claimed_by: str = "") -> Run:
+           origin=Run.Origin.HUB, claimed_by: str = "", hold: float = 0) -> Run:
     now = timezone.now()
     # A resume continues its parent's request: whoever decided it did not ask for it.
     requested_by_id = parent.requested_by_id if resume_key and parent is not None else (user.pk if user else None)
@@ -225,10 +226,25 @@ def enqueue(thread: Thread, agent: Agent, run_input: dict, *, user=None, parent=
         claimed_by=claimed_by,
         lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS) if claimed_by else None,
         started_at=now if claimed_by else None,
+        # ``claim_due`` takes no queued run before its retry_at: the hold is the same gate as a retry's backoff.
+        retry_at=now + timedelta(seconds=hold) if hold > 0 else None,
     )
     if not claimed_by:
-        transaction.on_commit(wakeup.wake)
+        transaction.on_commit(functools.partial(_wake_after, hold) if hold > 0 else wakeup.wake)
     return run
+
+
+def _wake_after(hold: float) -> None:
+    # The supervisor was not woken when the run was committed (it could not take
+    # it yet): a timer on its loop wakes it when the hold ends, so the resume
+    # leaves then, not at the next poll. Without a supervisor here, the poll of
+    # whichever process has one finds it.
+    wakeup.call_soon(_wake_later, hold)
+
+
+def _wake_later(hold: float) -> None:
+    # On the serving loop; a little after the hold, as the loop's clock and the database's need not agree.
+    asyncio.get_running_loop().call_later(hold + 0.05, wakeup.wake)
 
 
 def start_run(
@@ -343,6 +359,12 @@ def queue_resume(interrupted: Run, user=None) -> Run:
     Called by ``decisions`` in the transaction that records the batch's last
     decision, under the batch's lock. The resume's idempotency key is unique: the same answers can
     start at most one run, so a second dispatch returns the first.
+
+    The run is held for COUNTERSIGN_UNDO_SECONDS (its ``retry_at``) before the
+    outbox may take it: until then the person who decided may take the
+    decision back (``decisions.undo``, which withdraws it with
+    ``withdraw_resume``). A gateway client's resume and a refused answer sent
+    again are not decisions made here and are never held.
     """
     thread = interrupted.thread
     entries = resume_entries(interrupted)
@@ -362,7 +384,43 @@ def queue_resume(interrupted: Run, user=None) -> Run:
         "resume": entries,
     }
     run_input = dialect_input(interrupted, run_input)
-    return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key)
+    return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key,
+                   hold=settings.COUNTERSIGN_UNDO_SECONDS)
+
+
+def withdrawable(resume: Run) -> bool:
+    """Whether ``resume`` may still be withdrawn: queued, never taken by a process nor tried (no query).
+
+    Only a hint for pages (whether to offer Undo): ``withdraw_resume`` decides.
+    """
+    return resume.status == Run.Status.QUEUED and not resume.claimed_by and not resume.attempts
+
+
+def withdraw_resume(resume: Run) -> bool:
+    """Take back a queued resume nothing has sent yet (an undo); False once a process took it or tried it.
+
+    Call under the batch's lock (``decisions.lock_batch``), in the
+    transaction that reopens its decisions. The row is deleted, not
+    cancelled: the agent never heard of its runId, and its ``resume_key``
+    must be free for the same answers given again (a cancelled row would
+    keep the key, and the next resume of those answers would be taken for
+    it). Nothing references a run no process has taken: events, interrupts
+    and child runs (all PROTECT) appear only once it streams, and the audit
+    trail names runs by their ids, never by foreign key.
+
+    The race with ``outbox.claim_due``: the row is locked first, with the
+    conditions that make it withdrawable. On PostgreSQL a claim that locked
+    it first (``SKIP LOCKED`` never waits, so no deadlock) has committed by
+    the time this lock is granted, and the row, read again, no longer
+    matches: False. One that comes later skips the locked row, and then
+    finds it gone. SQLite runs one writer at a time, so the claim is before
+    or after this transaction, never inside it.
+    """
+    held = Run.objects.filter(pk=resume.pk, status=Run.Status.QUEUED, claimed_by="", attempts=0)
+    if held.select_for_update().values_list("pk", flat=True).first() is None:
+        return False
+    held.delete()
+    return True
 
 
 def dialect_input(interrupted: Run, run_input: dict) -> dict:
