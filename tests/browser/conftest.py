@@ -96,3 +96,73 @@ def alice(browser, site):
     person = Reviewer(browser, site, "alice", "alice-pass-1234")
     yield person
     person.close()
+
+
+# --- Accessibility and screenshots (issue 15: axe on every page and state, both widths) ---------------
+AXE_JS = Path(__file__).resolve().parent / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+# WCAG 2.0, 2.1 and 2.2 at levels A and AA, and axe's best practices.
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa", "best-practice"]
+AXE_BLOCKING = ("serious", "critical")
+
+
+def axe_source() -> str:
+    """axe-core as tests/browser/axe/package-lock.json pins it (make test runs npm ci there)."""
+    if not AXE_JS.exists():
+        message = f"{AXE_JS.relative_to(ROOT)} is missing: run make test (it runs npm ci in tests/browser/axe)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the accessibility tests: {message}")
+        pytest.skip(f"ACCESSIBILITY TESTS SKIPPED: {message}")
+    return AXE_JS.read_text()
+
+
+def axe_findings(page, state_name: str, rules: list[str] | None = None) -> list[dict]:
+    """axe's serious and critical violations on the page as it is now, one dict per element.
+
+    axe is evaluated through the DevTools protocol (page.evaluate), which the
+    page's Content-Security-Policy does not govern: the app's CSP stays as it
+    ships (no bypass_csp), and axe sees the page its users see. ``rules``
+    narrows the run to those rule ids (e.g. colour contrast in dark mode).
+    """
+    if not page.evaluate("typeof window.axe === 'object'"):
+        page.evaluate(axe_source())
+    options = {"runOnly": {"type": "rule", "values": rules} if rules else {"type": "tag", "values": AXE_TAGS},
+               "resultTypes": ["violations"]}
+    violations = page.evaluate("options => axe.run(document, options).then(r => r.violations)", options)
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    scheme = "dark" if page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches") else "light"
+    return [{"state": state_name, "width": width, "scheme": scheme, "url": page.url, "rule": v["id"],
+             "impact": node.get("impact") or v["impact"], "help": v["help"],
+             "target": " ".join(str(t) for t in node["target"]), "html": node["html"][:160],
+             "summary": (node.get("failureSummary") or "").replace("\n", " ")[:240]}
+            for v in violations for node in v["nodes"] if (node.get("impact") or v["impact"]) in AXE_BLOCKING]
+
+
+def describe_findings(findings: list[dict]) -> str:
+    return "\n".join(f"- {f['state']} @{f['width']} {f['scheme']}: {f['rule']} ({f['impact']}) {f['target']}\n"
+                     f"    {f['html']}\n    {f['summary']}" for f in findings)
+
+
+def axe_check(page, state_name: str, rules: list[str] | None = None) -> list[dict]:
+    """Assert axe finds no serious or critical violation on the page; return what it found (nothing)."""
+    findings = axe_findings(page, state_name, rules)
+    assert not findings, f"axe: {len(findings)} serious/critical on {state_name}:\n{describe_findings(findings)}"
+    return findings
+
+
+def shoot(page, name: str, *, full_page: bool = True) -> Path:
+    """A screenshot at test-artifacts/<name>-<width>.png (the whole page unless ``full_page`` is off)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    path = ARTIFACTS / f"{name}-{width}.png"
+    page.screenshot(path=str(path), full_page=full_page, animations="disabled")
+    return path
+
+
+def sideways_overflow(page) -> int:
+    """How many CSS pixels the page itself scrolls sideways (0 when it fits the window)."""
+    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+
+def no_sideways_scroll(page) -> None:
+    over = sideways_overflow(page)
+    assert over <= 0, f"{page.url} scrolls sideways by {over} px at {page.viewport_size['width']} px"
