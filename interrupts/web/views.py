@@ -293,15 +293,15 @@ def threads(request):
 
 def thread_detail(request, thread_id: str):
     thread = get_object_or_404(selectors.thread_rows(), thread_id=thread_id)
-    events = selectors.thread_events(thread, limit=THREAD_EVENTS_LIMIT)
+    shown = history.page(thread, limit=THREAD_EVENTS_LIMIT)
     return render(request, "interrupts/thread.html", {
         "thread": thread,
-        "items": history.fold(events, *selectors.run_facts(thread)),
-        "last_seq": events[-1][0] if events else 0,
-        "truncated": len(events) == THREAD_EVENTS_LIMIT,
-        "pending": selectors.thread_pending(thread),
+        "items": shown.items,
+        "last_seq": shown.last_seq,
+        "truncated": shown.count == THREAD_EVENTS_LIMIT,
+        "pending": shown.pending,
         "start_form": StartRunForm(initial={"agent": thread.agent.name}),
-        "runs": selectors.thread_runs(thread),
+        "runs": history.runs(thread),
         # Every refused answer holds the thread; each person sees those they may settle.
         "refused_answers": refused.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
         "refused_held": bool(held),
@@ -310,7 +310,8 @@ def thread_detail(request, thread_id: str):
 
 
 def thread_events(request, thread_id: str):
-    """The thread's events after ``after``, rendered as history items (for live updates and gaps)."""
+    """The thread's events after ``after``, rendered as history items (for live updates and gaps), with the
+    decisions that may have changed since and the Runs list."""
     thread = get_object_or_404(Thread, thread_id=thread_id)
     try:
         after = max(int(request.GET.get("after", 0)), 0)
@@ -323,11 +324,12 @@ def thread_events(request, thread_id: str):
         # asks when the count it holds (X-Refused) is not the thread's.
         return render(request, "interrupts/_refused.html", {
             "refused_answers": refused_answers, "refused_on_thread": True, "settle_actions": SETTLE_ACTIONS})
-    events = selectors.thread_events(thread, after=after, limit=500)
+    shown = history.since(thread, after, limit=500)
     pending = selectors.thread_has_pending(thread)
-    items = history.fold(events, *selectors.run_facts(thread))
-    response = render(request, "interrupts/_history.html", {"items": items, "thread": thread})
-    response["X-Last-Seq"] = str(events[-1][0] if events else after)
+    # The Runs list comes along: a run's status changes without an event of its own (queued, paused, finished).
+    response = render(request, "interrupts/_history.html", {
+        "items": shown.items, "thread": thread, "runs": history.runs(thread), "runs_part": True})
+    response["X-Last-Seq"] = str(shown.last_seq)
     # A refused answer holds the thread like a pending decision does.
     response["X-Pending"] = "1" if pending or held else "0"
     response["X-Refused"] = str(len(refused_answers))
