@@ -2,10 +2,12 @@
 
 import difflib
 import json
+import re
 
 from django import template
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
@@ -39,7 +41,8 @@ def json_pretty(value) -> str:
 @register.filter
 def json_highlight(value) -> str:
     """Syntax-highlighted JSON; Pygments escapes every token it emits."""
-    return mark_safe(highlight(json_pretty(value), JsonLexer(), _formatter))
+    text = json_pretty(value)
+    return _reachable(highlight(text, JsonLexer(), _formatter), text.count("\n") + 1)
 
 
 @register.filter
@@ -84,3 +87,89 @@ def inert_schema(value):
 
 def pygments_css() -> str:
     return _formatter.get_style_defs(".highlight")
+
+
+# --- words for people: a reason, a moment, a long block a keyboard can reach (issue 15) -----------------
+
+# A reason the agent namespaced ("countersign:deploy", "acme/refund") reads as its last part.
+_REASON_SEPARATORS = re.compile(r"[:/]")
+_REASON_WORD_BREAKS = re.compile(r"[_\-.\s]+|(?<=[a-z0-9])(?=[A-Z])")
+REASON_WORDS_CHARS = 40  # the label; the reason whole is in its title and the filters
+# Lines of a JSON block past which it scrolls in a box of its own (countersign.css: .highlight pre[tabindex]).
+LONG_BLOCK_LINES = 16
+BRIEF_JSON_CHARS = 160  # args this short read best on one line (json_brief)
+
+
+@register.filter
+def reason_words(reason) -> str:
+    """An interrupt's reason as a label: "tool_call" → "Tool call", "countersign:deploy" → "Deploy".
+
+    The agent's own word, only re-spaced and capitalised (escaped by the template
+    like any string); the exact reason stays in the card's title and the filters.
+    """
+    text = str(reason or "").strip()
+    if not text:
+        return "Request"
+    last = [part for part in _REASON_SEPARATORS.split(text) if part.strip()]
+    words = " ".join(w for w in _REASON_WORD_BREAKS.split(last[-1] if last else text) if w).lower()
+    if not words:
+        return text[:REASON_WORDS_CHARS]
+    words = words[0].upper() + words[1:]
+    return words if len(words) <= REASON_WORDS_CHARS else words[: REASON_WORDS_CHARS - 1] + "…"
+
+
+def _span(seconds: float) -> str:
+    """A span as people say it, to the unit that matters: "4 min", "2 h", "1 h 20 min", "3 d"."""
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{max(minutes, 1)} min"
+    hours, rest = divmod(minutes, 60)
+    if hours < 3:
+        return f"{hours} h {rest} min" if rest else f"{hours} h"
+    if hours < 24:
+        return f"{hours} h"
+    return f"{hours // 24} d"
+
+
+@register.filter
+def ago(moment, now=None) -> str:
+    """How long ago: "just now", "2 min ago", "3 h ago", "4 d ago" (never "0 minutes")."""
+    if not moment:
+        return ""
+    seconds = ((now or timezone.now()) - moment).total_seconds()
+    if seconds < 45:
+        return "just now"
+    return f"{_span(seconds)} ago"
+
+
+@register.filter
+def from_now(moment, now=None) -> str:
+    """How long until: "in 5 min", "in 2 h", "in under a minute", "now" once it has passed."""
+    if not moment:
+        return ""
+    seconds = (moment - (now or timezone.now())).total_seconds()
+    if seconds <= 0:
+        return "now"
+    if seconds < 60:
+        return "in under a minute"
+    return f"in {_span(seconds)}"
+
+
+@register.filter
+def json_brief(value) -> str:
+    """json_highlight, on one (wrapping) line when the whole value is short: a card's args at a glance."""
+    if isinstance(value, (dict, list)) and value:
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) <= BRIEF_JSON_CHARS:
+            return mark_safe(highlight(text, JsonLexer(), _formatter))
+    return json_highlight(value)
+
+
+def _reachable(html: str, lines: int) -> SafeString:
+    # A long block scrolls in its own box (max-height), and a box that scrolls must be reachable by
+    # keyboard (axe: scrollable-region-focusable): tabindex and a name. Short blocks wrap and never
+    # scroll, so they add no stop to the Tab order. Pygments' markup starts with its own <pre>, and
+    # escapes every "<" of the content, so the first "<pre>" is the block's.
+    if lines > LONG_BLOCK_LINES:
+        html = html.replace("<pre>", '<pre tabindex="0" role="region" aria-label="JSON, scrolls">', 1)
+    return mark_safe(html)
