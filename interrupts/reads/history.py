@@ -30,7 +30,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from ..conf import settings
-from ..models import Event, Interrupt, Run, Thread
+from ..hub import decisions
+from ..models import Decision, Event, Interrupt, Run, Thread
 from ..protocol import storable
 from ..protocol.errors import ProtocolError
 from ..protocol.state import apply_delta, json_size
@@ -280,39 +281,8 @@ def fold(events, said: dict[str, str] | None = None, raised: dict[str, dict] | N
 
 # --- decisions, in words ---------------------------------------------------------------
 
-_ACTION_WORDS = {"approve": "Approved", "edit": "Approved with edits", "respond": "Answered", "reject": "Rejected",
-                 "cancel": "Cancelled"}
-_WORDS_ACTION = {words: action for action, words in _ACTION_WORDS.items()}
-
-
-def ago(when: datetime | None, now: datetime) -> str:
-    """How long ago, as people say it: "just now", "2 min ago", "3 h ago", "4 days ago"."""
-    if when is None:
-        return ""
-    seconds = max((now - when).total_seconds(), 0)
-    if seconds < 45:
-        return "just now"
-    if seconds < 3600:
-        return f"{max(round(seconds / 60), 1)} min ago"
-    if seconds < 86400:
-        return f"{round(seconds / 3600)} h ago"
-    days = round(seconds / 86400)
-    return f"{days} day{'s' if days != 1 else ''} ago"
-
-
-def _words(action: str, status: str, payload) -> str:
-    if action in _ACTION_WORDS:
-        return _ACTION_WORDS[action]
-    # Older rows carry no action: read it from the answer, as decisions.action_of does.
-    if status == "cancelled":
-        return "Cancelled"
-    if isinstance(payload, dict) and "editedArgs" in payload:
-        return "Approved with edits"
-    if isinstance(payload, dict) and payload.get("approved") is False:
-        return "Rejected"
-    if isinstance(payload, dict) and payload.get("approved") is True:
-        return "Approved"
-    return "Answered"
+# Each answer's words ("Approved", "Rejected", ...) are decisions.outcome_words', as on every page.
+_WORDS_ACTION = {words: action for action, words in decisions.OUTCOME_WORDS.items()}
 
 
 DECISION_COLUMNS = ("run__run_id", "interrupt_id", "status", "closed_at", "closed_reason",
@@ -338,7 +308,7 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
         closed[run_id, interrupt_id] = (status, closed_at, closed_reason)
         if pk is None:
             continue
-        words = _words(action, decided, payload)
+        words = decisions.outcome_words(Decision(action=action, status=decided, payload=payload))
         answer = None
         if words == "Answered" and payload is not None:
             answer = _quoted(payload)
@@ -346,21 +316,20 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
             answer = _quoted(edited)
         entries.append({"interrupt": interrupt_id, "words": words, "action": _WORDS_ACTION[words],
                         "who": f"{first} {last}".strip() or username, "comment": comment, "answer": answer,
-                        "at": at, "ago": ago(at, now), "withdrawn_at": withdrawn_at,
-                        "withdrawn_ago": ago(withdrawn_at, now)})
+                        "at": at, "withdrawn_at": withdrawn_at})
     items = {}
     for run_id, interrupts in runs.items():
         entries, counts = [], {"decided": 0, "withdrawn": 0, "closed": 0, "waiting": 0}
-        for interrupt_id, decisions in interrupts.items():
+        for interrupt_id, taken in interrupts.items():
             status, closed_at, closed_reason = closed[run_id, interrupt_id]
-            entries += decisions
-            counts["decided"] += len(decisions)
-            counts["withdrawn"] += sum(1 for d in decisions if d["withdrawn_at"])
-            standing = [d for d in decisions if not d["withdrawn_at"]]
+            entries += taken
+            counts["decided"] += len(taken)
+            counts["withdrawn"] += sum(1 for d in taken if d["withdrawn_at"])
+            standing = [d for d in taken if not d["withdrawn_at"]]
             if status == "pending":
                 counts["waiting"] += 1
                 entries.append({"interrupt": interrupt_id, "words": "Waiting", "action": "waiting",
-                                "who": "", "comment": "", "answer": None, "at": None, "ago": "",
+                                "who": "", "comment": "", "answer": None, "at": None,
                                 "withdrawn_at": None, "waiting": True,
                                 "standing": len(standing)})
             elif not standing:
@@ -368,7 +337,7 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
                 entries.append({"interrupt": interrupt_id, "words": "Expired" if status == "expired" else "Closed",
                                 "action": "expired" if status == "expired" else "closed", "who": "",
                                 "comment": closed_reason, "answer": None, "at": closed_at,
-                                "ago": ago(closed_at, now), "withdrawn_at": None})
+                                "withdrawn_at": None})
         # In the order they happened; what still waits, last.
         entries.sort(key=lambda e: (e.get("waiting", False), e["at"] or now))
         version = "{decided}.{withdrawn}.{closed}.{waiting}".format(**counts)

@@ -1,5 +1,7 @@
 // The thread page, live: append what the log has beyond the last sequence
-// seen (ws/threads/<id>/ pokes), the refused answers, and whether a new run may start.
+// seen (ws/threads/<id>/ pokes), the decisions taken since (in place, after
+// their run's end), the Runs list, the refused answers, and whether a new run may start.
+// Everything inserted is our server's rendered fragment; agent text arrives escaped in it.
 "use strict";
 
 (() => {
@@ -29,6 +31,7 @@
           const html = await response.text();
           const reached = Number(response.headers.get("X-Last-Seq"));
           appendHistory(history, html);
+          settled = !unsettled(history);
           setStartAllowed(response.headers.get("X-Pending") !== "1");
           refreshRefused(response.headers.get("X-Refused"));
           if (reached <= lastSeq) break;
@@ -39,9 +42,24 @@
         fetching = false;
         // An event announced but not yet readable (its commit raced our read): try again.
         if (wanted > lastSeq || forced) setTimeout(catchUp, 200);
+        else settle();
       }
     }
 
+    // A run's status commits just after its last event (and a success announces
+    // nothing more): while the Runs list says a run that has ended still streams,
+    // look again soon, less and less often, until the 5 s check takes over.
+    let settled = !unsettled(history);
+    let settleDelay = 250;
+    let settleTimer = null;
+    function settle() {
+      if (settled) { settleDelay = 250; return; }
+      if (settleTimer || settleDelay > 4000) return;
+      settleTimer = setTimeout(() => { settleTimer = null; catchUp(true); }, settleDelay);
+      settleDelay *= 2;
+    }
+
+    settle();
     history.refreshLive = () => catchUp(true);
     // A dropped poke is noticed at the next one; the last pokes of a run have
     // no next one, so also look now and then while the page is visible.
@@ -58,8 +76,13 @@
 
   function appendHistory(history, html) {
     const holder = document.createElement("div");
-    holder.innerHTML = html;
+    holder.innerHTML = html; // our server's rendering of the thread (thread_events), never agent text itself
+    // Follow the newest only if the reader is at the end already: someone reading back stays where they are.
+    const following = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 120;
+    let added = false;
     for (const element of Array.from(holder.children)) {
+      if (element.dataset.part === "runs") { replaceRuns(element); continue; }
+      if (element.hasAttribute("data-decisions")) { placeDecisions(history, element); continue; }
       if (element.dataset.seq && history.querySelector(`[data-seq="${element.dataset.seq}"]`)) continue; // seen
       if (element.hasAttribute("data-continues")) {
         const key = element.dataset.message || element.dataset.call;
@@ -70,9 +93,37 @@
         if (target && piece) { target.textContent += piece.textContent; continue; }
       }
       history.append(element);
+      added = true;
     }
     window.countersign.enhance(history);
-    window.scrollTo({ top: document.body.scrollHeight });
+    if (added && following) window.scrollTo({ top: document.documentElement.scrollHeight });
+  }
+
+  // A run's decisions: replaced when they changed (a new one, one withdrawn), else
+  // put right after their run's end. Before that end is shown they wait for it: it brings them along.
+  function placeDecisions(history, element) {
+    const key = CSS.escape(element.dataset.decisions);
+    const shown = history.querySelector(`[data-decisions="${key}"]`);
+    if (shown) {
+      if (shown.dataset.version !== element.dataset.version) shown.replaceWith(element);
+      return;
+    }
+    const end = history.querySelector(`[data-run-end="${key}"]`);
+    if (end) end.after(element);
+  }
+
+  // The Runs list, when what it says changed (its forms' tokens differ on every rendering, not its words).
+  function replaceRuns(fresh) {
+    const list = document.getElementById("runs");
+    if (!list) return;
+    const words = (element) => Array.from(element.children, (li) => `${li.dataset.status}:${li.textContent.replace(/\s+/g, " ").trim()}`).join("|");
+    if (words(list) !== words(fresh)) list.replaceWith(fresh);
+  }
+
+  // A run the Runs list says is still going, whose end the history already shows.
+  function unsettled(history) {
+    return $$("#runs li[data-status=streaming], #runs li[data-status=queued]")
+      .some((li) => history.querySelector(`[data-run-end="${CSS.escape(li.dataset.run)}"]`));
   }
 
   // The thread's answers the agent refused: fetched again when their count changed.

@@ -153,7 +153,6 @@ def test_the_page_shows_who_decided_what_with_the_comment_and_withdrawn_ones_mar
         ("Answered", "colleague", "deploy", "", False),
     ]
     assert decisions.data["entries"][2]["answer"] == '{"build": 42}'
-    assert decisions.data["entries"][0]["ago"] == "just now"
     assert shown.pending == []
     assert shown.items[6].data["name"] == "sendEmail"
     assert shown.items[7].data["changes"] == [{"op": "changed", "path": "/n", "before": "1", "after": "2"}]
@@ -169,8 +168,8 @@ def test_an_expired_interrupt_and_one_still_waiting_say_so():
     make.interrupt(run, interrupt_id="open")
     shown = history.page(run.thread, limit=100)
     entries = shown.items[1].data["entries"]
-    assert [(e["words"], e["comment"], e["ago"]) for e in entries] == [
-        ("Expired", "expired at its expiresAt", "3 min ago"), ("Waiting", "", "")]
+    assert [(e["words"], e["comment"], bool(e["at"])) for e in entries] == [
+        ("Expired", "expired at its expiresAt", True), ("Waiting", "", False)]
     assert shown.pending == ["open"]
 
 
@@ -202,6 +201,8 @@ def test_the_thread_page_and_its_live_reads_say_where_each_run_stands(client):
     statuses = re.findall(r'data-testid="run-status">([^<]*)<', page)
     assert statuses == ["paused, decided", "finished", "paused for 2 decisions", "waiting for the agent (attempt 2 failed)"]
     assert "not to them &lt;b&gt;" in page and "<b>" not in page
+    assert re.search(r'<del>Approved</del></span> by <strong class="by">Rita</strong>.*?just now</time>\s*'
+                     r'<span class="withdrawn-note" data-testid="withdrawn">withdrawn', page, re.S)
     assert 'result of <code class="tool-name" data-testid="result-tool">sendEmail</code>' in page
     live = client.get(reverse("thread-events", args=[thread.thread_id]), {"after": 9}).content.decode()
     assert re.findall(r'data-testid="run-status">([^<]*)<', live) == statuses
