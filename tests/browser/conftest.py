@@ -115,19 +115,22 @@ def axe_source() -> str:
     return AXE_JS.read_text()
 
 
-def axe_findings(page, state_name: str, rules: list[str] | None = None) -> list[dict]:
+def axe_findings(page, state_name: str, rules: list[str] | None = None, within: str | None = None) -> list[dict]:
     """axe's serious and critical violations on the page as it is now, one dict per element.
 
     axe is evaluated through the DevTools protocol (page.evaluate), which the
     page's Content-Security-Policy does not govern: the app's CSP stays as it
     ships (no bypass_csp), and axe sees the page its users see. ``rules``
-    narrows the run to those rule ids (e.g. colour contrast in dark mode).
+    narrows the run to those rule ids (e.g. colour contrast in dark mode);
+    ``within`` (a selector) to one part of a page already checked whole, such
+    as a dialog just opened (page-wide rules then do not run).
     """
     if not page.evaluate("typeof window.axe === 'object'"):
         page.evaluate(axe_source())
     options = {"runOnly": {"type": "rule", "values": rules} if rules else {"type": "tag", "values": AXE_TAGS},
                "resultTypes": ["violations"]}
-    violations = page.evaluate("options => axe.run(document, options).then(r => r.violations)", options)
+    violations = page.evaluate("([within, options]) => axe.run(within ? {include: [within]} : document, options)"
+                               ".then(r => r.violations)", [within, options])
     width = page.viewport_size["width"] if page.viewport_size else 0
     scheme = "dark" if page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches") else "light"
     return [{"state": state_name, "width": width, "scheme": scheme, "url": page.url, "rule": v["id"],
@@ -142,9 +145,9 @@ def describe_findings(findings: list[dict]) -> str:
                      f"    {f['html']}\n    {f['summary']}" for f in findings)
 
 
-def axe_check(page, state_name: str, rules: list[str] | None = None) -> list[dict]:
+def axe_check(page, state_name: str, rules: list[str] | None = None, within: str | None = None) -> list[dict]:
     """Assert axe finds no serious or critical violation on the page; return what it found (nothing)."""
-    findings = axe_findings(page, state_name, rules)
+    findings = axe_findings(page, state_name, rules, within)
     assert not findings, f"axe: {len(findings)} serious/critical on {state_name}:\n{describe_findings(findings)}"
     return findings
 
