@@ -450,6 +450,11 @@ def _date(value: str) -> str:
         return ""
 
 
+# A decision's action, as the audit says it.
+OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "reject": "Rejected", "respond": "Answered",
+                 "cancel": "Cancelled"}
+
+
 @dataclass
 class AuditRow:
     interrupt: Interrupt
@@ -488,6 +493,33 @@ class AuditRow:
         """The answer sent: the last standing decision (under a quorum they all carry the same answer)."""
         live = self.live
         return live[-1] if live else None
+
+    @property
+    def outcome(self) -> str:
+        """What became of the request, in words: "Approved", "Approved with edits", "Rejected", "Answered",
+        "Cancelled" or "Expired" (the status and payload say it to a machine; this says it to a person)."""
+        i, d = self.interrupt, self.decision
+        if i.status == Interrupt.Status.EXPIRED:
+            return "Expired"
+        if d is None:  # closed without a decision: the run was stopped, or the batch closed
+            return "Cancelled" if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
+        if d.status == Decision.Status.CANCELLED:
+            return "Cancelled"
+        said = OUTCOME_WORDS.get(d.action)
+        if said:
+            return said
+        # Decisions recorded before `action` was: read the answer itself.
+        payload = d.payload if isinstance(d.payload, dict) else None
+        if d.edited_args is not None:
+            return "Approved with edits"
+        if payload is not None and set(payload) <= {"approved", "editedArgs"} and isinstance(payload.get("approved"), bool):
+            return "Approved" if payload["approved"] else "Rejected"
+        return "Answered"
+
+    @property
+    def comment(self) -> str:
+        """The comment sent with the answer (under a quorum, the last approver's)."""
+        return self.decision.comment if self.decision else ""
 
     @property
     def attestation(self) -> dict:
@@ -546,6 +578,8 @@ class AuditRow:
             "resumedRunStatus": self.resume.status if self.resume else None,
             "results": [r.get("content") for r in self.results],
             "trail": [{"seq": seq, "kind": kind, "hash": entry} for seq, kind, entry, *_ in self.trail],
+            "outcome": self.outcome,
+            "comment": self.comment,
         }
 
 
