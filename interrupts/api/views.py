@@ -311,6 +311,21 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(request=None, responses={200: s.InterruptDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def undo(self, request, pk=None):
+        """Take back your own decision while its batch is unsent: the interrupt waits again (200: it, pending).
+
+        A decision that completes its batch holds the resume for
+        COUNTERSIGN_UNDO_SECONDS; undone within it, the resume is withdrawn and
+        nothing reaches the agent. Refusals: 409 NOT_DECIDED (no decision
+        stands on it), 403 NOT_YOURS (someone else's does), 409 ALREADY_SENT
+        (the agent has it), 409 CLOSED (its batch closed unsent), 409 EXPIRED.
+        """
+        decisions.undo(get_object_or_404(Interrupt, pk=pk), request.user)
+        interrupt = selectors.interrupt_details().get(pk=pk)
+        return Response(s.InterruptDetailSerializer(interrupt, context=self.get_serializer_context()).data)
+
     @extend_schema(request=s.ClaimSerializer, responses={200: s.ClaimResultSerializer})
     @action(detail=True, methods=["post"])
     def claim(self, request, pk=None):

@@ -9,6 +9,7 @@ urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
     path("interrupts/<int:pk>/decide/", views.decide, name="decide"),
     path("interrupts/<int:pk>/preview/", views.edit_preview, name="edit-preview"),
+    path("interrupts/<int:pk>/undo/", views.undo, name="undo"),
     path("interrupts/bulk-decide/", bulk.bulk_decide, name="bulk-decide"),
     path("interrupts/<int:pk>/claim/", views.claim, {"how": "claim"}, name="claim"),
     path("interrupts/<int:pk>/take-over/", views.claim, {"how": "take-over"}, name="claim-take-over"),

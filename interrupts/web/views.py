@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -19,10 +22,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, THREAD_EVENTS_LIMIT
-from ..hub import claims, decisions, outbox, policies, refused, runs, trail
+from ..hub import claims, decisions, outbox, policies, refusals, refused, runs, trail
 from ..reads import history, selectors
 from .exports import csv_safe
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
@@ -96,9 +99,60 @@ def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | N
     rules = rules if rules is not None else policies.rules_for(batch.pending)
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
     viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
-    cards = [{"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
-              "errors": (errors or {}).get(i.pk)} for i in batch.pending]
-    return {"batch": batch, "cards": cards, "resume": resumed.get(batch.run.pk)}
+    cards = {i.pk: {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
+                    "errors": (errors or {}).get(i.pk)} for i in batch.pending}
+    sending = _sending(batch, resumed.get(batch.run.pk), timezone.now())
+    # In the batch's own order: a decided interrupt's line stands where its card stood.
+    rows = [cards[m.pk] if m.pk in cards else {"interrupt": m, "decided": _decided(m, user, sending)}
+            for m in batch.members if m.pk in cards or (m.status in _DECIDED and m.live_decisions)]
+    return {"batch": batch, "cards": rows, "resume": sending}
+
+
+_DECIDED = (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED)
+
+
+@dataclass(frozen=True)
+class _Sending:
+    """Where a batch's answers stand, as its section says: the resume run if any, and whether Undo is offered.
+
+    ``state``: ``open`` (some of it waits for decisions), ``held`` (queued, held
+    for undo until ``until``), ``sending`` (queued and due), ``sent`` (a
+    process took it: the agent has it, or is being sent it), ``closed``
+    (closed unsent: one of it expired).
+    """
+
+    run: Run | None
+    state: str
+    until: datetime | None = None
+    left: int = 0  # whole seconds of the hold left when rendered (the page counts down from there)
+
+    @property
+    def undo(self) -> bool:
+        return self.state in ("open", "held", "sending")
+
+
+def _sending(batch: selectors.Batch, resume: Run | None, now) -> _Sending:
+    if any(m.status == Interrupt.Status.EXPIRED for m in batch.members):
+        return _Sending(resume, "closed")
+    if resume is None:
+        return _Sending(None, "open")
+    if not runs.withdrawable(resume):
+        return _Sending(resume, "sent")
+    if resume.retry_at is not None and resume.retry_at > now:
+        return _Sending(resume, "held", resume.retry_at, math.ceil((resume.retry_at - now).total_seconds()))
+    return _Sending(resume, "sending")
+
+
+def _decided(member: Interrupt, user, sending: _Sending) -> dict:
+    """A decided interrupt's one line: what was decided, in words, by whom, and whether this reader may undo it."""
+    live = member.live_decisions
+    closing = live[-1]
+    mine = any(d.user_id == user.pk for d in live)
+    return {
+        "words": decisions.outcome_words(closing), "action": closing.action, "decisions": live,
+        "names": ", ".join(d.user.get_full_name() or d.user.get_username() for d in live),
+        "mine": mine, "undo": mine and sending.undo, "at": closing.created_at,
+    }
 
 
 def inbox(request):
@@ -133,7 +187,7 @@ def inbox(request):
     return render(request, "interrupts/inbox.html", context)
 
 
-def _render_batch(request, interrupt: Interrupt, errors: dict | None = None):
+def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False):
     whole = selectors.batch(interrupt.run)
     rules = policies.rules_for(whole.pending, selectors.policies_in_force(request))
     context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), request.user, errors, rules=rules),
@@ -141,6 +195,9 @@ def _render_batch(request, interrupt: Interrupt, errors: dict | None = None):
     if errors and interrupt not in whole.pending:
         # Its card is gone (decided by someone else, or expired): say why at the batch.
         context["batch_error"] = errors[interrupt.pk]
+    # What the page keeps on screen when the live list no longer holds this batch
+    # (countersign.js): what this reader just decided (or undid), or the refusal that says who won.
+    context["keep"] = "conflict" if "batch_error" in context else "decided" if decided else ""
     return render(request, "interrupts/_batch.html", context)
 
 
@@ -159,16 +216,44 @@ def decide(request, pk: int):
                              seen=data["seen"] if "seen" in request.POST else None, fresh=True,
                              claim_confirmed=data["confirm_claim"])
         except ProtocolError as refused:
-            problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"))
+            # With its details: who decided first, and what (the batch says so in words).
+            problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"),
+                                   **{k: v for k, v in refused.details.items() if k != "errors"})
     else:
         problem = refusal_body("INVALID_FORM", " ".join(
             f"{field}: {' '.join(errs)}" for field, errs in form.errors.items()))
     if request.htmx:
-        return _render_batch(request, interrupt, errors={interrupt.pk: problem} if problem else None)
+        return _render_batch(request, interrupt, errors={interrupt.pk: problem} if problem else None,
+                             decided=problem is None)
     if problem:
         messages.error(request, problem["detail"])
     else:
         messages.success(request, f"Decision recorded for {interrupt.interrupt_id}.")
+    return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
+
+
+@require_http_methods(["GET", "POST"])
+def undo(request, pk: int):
+    """POST: take back my decision (``decisions.undo``). GET (htmx): the batch as it stands now.
+
+    The page reads the GET to follow a decision it made until its resume is
+    sent, and to say who decided a batch that left the list.
+    """
+    interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
+    problem = None
+    if request.method == "POST":
+        try:
+            decisions.undo(interrupt, request.user)
+        except ProtocolError as refused:
+            problem = refusals.render(refused).body
+    if request.htmx:
+        return _render_batch(request, interrupt, errors={interrupt.pk: problem} if problem else None,
+                             decided=request.method == "POST" and problem is None)
+    if request.method == "POST":
+        if problem:
+            messages.error(request, problem["detail"])
+        else:
+            messages.success(request, f"Undone: {interrupt.interrupt_id} waits for a decision again.")
     return redirect(_safe_next(request, request.POST.get("next"), reverse("inbox")))
 
 
