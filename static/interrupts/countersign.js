@@ -53,11 +53,146 @@
   }
 
   // --- the inbox: refresh the list, keeping any card someone is working on --------
+  // Server-rendered fragments (every agent text in them escaped there), parsed inert: scripts never run.
+  const parse = (html) => new DOMParser().parseFromString(html, "text/html").body;
   let refreshing = null;
   function busy(section) {
     return section.contains(document.activeElement) || $$("details[open]", section).length > 0
-      || $$("[data-dirty]", section).length > 0;
+      || $$("[data-dirty]", section).length > 0
+      // A request from inside it is on its way: its answer swaps into this very element.
+      || section.matches(".htmx-request") || $$(".htmx-request", section).length > 0;
   }
+  // Busy in the narrower sense: working on a card of it (a focus on a decided line or its Undo moves over
+  // to the new rendering, see install).
+  function working(section) {
+    const active = document.activeElement;
+    return (section.contains(active) && active.closest("[data-card]") !== null)
+      || $$("details[open]", section).length > 0 || $$("[data-dirty]", section).length > 0
+      || section.matches(".htmx-request") || $$(".htmx-request", section).length > 0;
+  }
+  // A batch's members' versions, in order: each only grows, so a rendering with one higher is later.
+  const versions = (section) => (section.dataset.versions || "").split(" ").map(Number);
+  function newer(a, b) {
+    const x = versions(a), y = versions(b);
+    return x.length === y.length && x.every((v, i) => v >= y[i]) && x.some((v, i) => v > y[i]);
+  }
+
+  // Batches this page decided (or was refused on, told who decided first): they stay in view, where
+  // they stood, after the list stops holding them, and follow their resume until it is sent.
+  // Section id -> { keep: "decided" | "conflict", timer, tries }.
+  const kept = new Map();
+  const LINGER = { decided: 10000, conflict: 20000 }; // ms a kept batch stays once it was sent
+  const GONE_LINGER = 4000; // ms a batch someone else decided stays, saying who and what
+  function keep(section, how) {
+    const entry = kept.get(section.id);
+    if (entry) clearTimeout(entry.timer);
+    kept.set(section.id, { keep: how, timer: null, tries: 0 });
+    follow(section);
+  }
+  // A refusal saying who decided first stays with its batch through every later rendering.
+  function carry(from, to) {
+    const entry = kept.get(from.id);
+    const error = $(".batch-error", from);
+    if (!entry || entry.keep !== "conflict" || !error || $(".batch-error", to)) return;
+    $(".batch-head", to).after(error.cloneNode(true));
+    to.dataset.keep = "conflict";
+  }
+  async function readBatch(section) {
+    const url = section.dataset.batchUrl;
+    if (!url) return null;
+    try {
+      const response = await fetch(url, { headers: { "HX-Request": "true" }, credentials: "same-origin" });
+      if (!response.ok || response.redirected) return null;
+      return $("section.batch", parse(await response.text()));
+    } catch (error) {
+      return null;
+    }
+  }
+  function install(section, fresh) {
+    carry(section, fresh);
+    if (section.classList.contains("gone")) fresh.classList.add("gone");
+    const active = document.activeElement;
+    const holder = section.contains(active) ? active.closest("[id]") : null;
+    section.replaceWith(fresh);
+    const again = holder && document.getElementById(holder.id);
+    if (again && fresh.contains(again)) again.focus({ preventScroll: true });
+    htmx.process(fresh);
+    enhance(fresh);
+    document.dispatchEvent(new CustomEvent("countersign:refreshed", { detail: { list: fresh.parentNode } }));
+    return fresh;
+  }
+  function later(section, ms, then) {
+    const entry = kept.get(section.id);
+    if (!entry) return;
+    clearTimeout(entry.timer);
+    entry.timer = setTimeout(() => { entry.timer = null; then(); }, ms);
+  }
+  // A kept batch: read it again when its hold ends (and while it is being sent), then let it go a
+  // while after it was sent, once the reader is not in it.
+  function follow(section) {
+    const entry = kept.get(section.id);
+    if (!entry || !section.isConnected) { kept.delete(section.id); return; }
+    const state = section.dataset.state;
+    if (state === "held" || state === "sending") {
+      const hold = $("time[data-hold]", section);
+      const due = hold ? Date.parse(hold.getAttribute("datetime")) - Date.now() + 300 : 0;
+      later(section, Math.max(due, Math.min(700 * 2 ** entry.tries, 5000)), async () => {
+        entry.tries += 1;
+        const current = document.getElementById(section.id);
+        if (!current) { kept.delete(section.id); return; }
+        const fresh = await readBatch(current);
+        if (fresh && !working(current) && document.getElementById(section.id) === current) follow(install(current, fresh));
+        else if (entry.tries < 30) follow(current);
+      });
+    } else if (state === "sent" || state === "closed") {
+      const leave = () => {
+        const current = document.getElementById(section.id);
+        if (!current) { kept.delete(section.id); return; }
+        if (busy(current) || inList(current)) { later(current, 3000, leave); return; }
+        kept.delete(section.id);
+        current.remove();
+      };
+      later(section, LINGER[entry.keep] || LINGER.decided, leave);
+    }
+    // "open": some of it waits again (an undo): it stays until the reader decides it.
+  }
+  // Whether the live list still holds this batch (it then refreshes it like any other).
+  const inList = (section) => section.dataset.listed === "1";
+
+  // A batch that left the list, not decided on this page: say who decided it and how, then let it go.
+  async function departed(section) {
+    section.classList.add("gone");
+    const fresh = await readBatch(section);
+    if (!section.isConnected) return;
+    let shown = section;
+    if (fresh && fresh.dataset.state !== "open" && !busy(section)) {
+      shown = install(section, fresh);
+    } else if (!$(".gone-note", section)) {
+      // Someone is working in it: what they type stays, with who decided above it.
+      const note = document.createElement("p");
+      note.className = "gone-note";
+      note.setAttribute("role", "status");
+      const said = fresh && fresh.dataset.state !== "open"
+        ? $$(".decided .outcome", fresh).map((o) => o.textContent.trim()).join("; ") : "";
+      note.textContent = said || "No longer waiting in this list.";
+      section.prepend(note);
+    }
+    const leave = () => {
+      if (!shown.isConnected) return;
+      if (busy(shown)) { setTimeout(leave, 2000); return; }
+      shown.remove();
+    };
+    setTimeout(leave, GONE_LINGER);
+  }
+
+  // Put a batch the list no longer holds back where it stood: after the one before it.
+  function place(list, section, afterId) {
+    const after = afterId && document.getElementById(afterId);
+    if (after && list.contains(after)) { after.after(section); return; }
+    const first = $("section.batch", list) || $(".pager", list);
+    if (first) first.before(section); else list.append(section);
+  }
+
   async function refreshInbox() {
     const list = $("#inbox-list");
     if (!list) return;
@@ -69,37 +204,37 @@
       });
       // A redirect here is to the login page: the session ended, show nothing of it.
       if (!response.ok || response.redirected) return;
-      const fresh = document.createElement("div");
-      fresh.innerHTML = await response.text();
-      const freshIds = new Set($$("section.batch", fresh).map((s) => s.id));
-      // Batches decided elsewhere: say so. One someone is working on stays
-      // (sending it is answered with who decided first); the others fade away.
-      const leaving = [];
-      for (const section of $$("section.batch", list)) {
-        if (freshIds.has(section.id)) continue;
-        if (!section.classList.contains("gone")) {
-          section.classList.add("gone");
-          const note = document.createElement("p");
-          note.className = "gone-note";
-          note.setAttribute("role", "status");
-          note.textContent = "Decided elsewhere.";
-          section.prepend(note);
-        }
-        leaving.push(section);
-      }
+      const fresh = parse(await response.text());
+      const incoming = new Map($$("section.batch", fresh).map((s) => [s.id, s]));
       // Moving a kept batch out of the page and back blurs whatever had the focus in it: the
       // reader typing a comment would type into nothing, and presence would say they left the card.
       const focused = document.activeElement;
-      for (const section of $$("section.batch", fresh)) {
-        const current = document.getElementById(section.id);
-        if (current && busy(current)) section.replaceWith(current);
+      const leaving = [];
+      let before = null;
+      for (const section of incoming.values()) section.dataset.listed = "1";
+      for (const section of $$("section.batch", list)) {
+        const next = incoming.get(section.id);
+        if (!next) {
+          section.dataset.listed = "0";
+          leaving.push([section, before]);
+        } else if (busy(section) || newer(section, next)) {
+          // Someone is working in it, or this list was read before a change the batch already shows.
+          section.dataset.listed = "1";
+          next.replaceWith(section);
+        } else {
+          carry(section, next);
+          const entry = kept.get(section.id);
+          if (entry && entry.keep !== "conflict" && next.dataset.state === "open") kept.delete(section.id);
+        }
+        before = section.id;
       }
       list.replaceChildren(...fresh.childNodes);
-      if (focused && focused !== document.activeElement && list.contains(focused)) focused.focus({ preventScroll: true });
-      for (const section of leaving) {
-        list.append(section);
-        if (!busy(section)) setTimeout(() => section.remove(), 1500);
+      for (const [section, after] of leaving) {
+        place(list, section, after);
+        if (kept.has(section.id)) follow(section);
+        else if (!section.classList.contains("gone")) departed(section);
       }
+      if (focused && focused !== document.activeElement && list.contains(focused)) focused.focus({ preventScroll: true });
       htmx.process(list);
       enhance(list);
       // For the page's other modules (selection, presence): the cards were replaced.
@@ -111,9 +246,13 @@
     }
   }
 
-  // --- expiry countdowns ---------------------------------------------------------------
+  // --- countdowns: expiries, and how long a decision is held for an undo ----------------------
   function tick() {
     const now = Date.now();
+    for (const time of $$("time[data-hold]")) {
+      const left = Math.ceil((Date.parse(time.getAttribute("datetime")) - now) / 1000);
+      time.textContent = left > 0 ? `${left} s` : "a moment";
+    }
     for (const time of $$("time[data-countdown]")) {
       const left = Math.round((Date.parse(time.getAttribute("datetime")) - now) / 1000);
       const card = time.closest("[data-card]");
@@ -135,18 +274,27 @@
   }
 
   // --- keyboard ---------------------------------------------------------------------------
+  // A control a key may press: enabled and shown (not inside a closed <details>, not disabled while edits wait).
+  const pressable = (control) => !control.disabled && control.getAttribute("aria-disabled") !== "true"
+    && !control.closest("fieldset:disabled") && control.getClientRects().length > 0;
   function keyboard(event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     // A ticked box is not typing: "decide anyway", ticked with the space bar, is followed by `a` (as `x` is in bulk.js).
     const active = document.activeElement;
     const typing = /^(TEXTAREA|SELECT)$/.test(active.tagName) || active.isContentEditable
       || (active.tagName === "INPUT" && active.type !== "checkbox");
+    const current = active.closest ? active.closest("[data-card]") : null;
+    // Esc in a card's field or control gives the focus back to the card, where j/k and the action keys work.
+    if (event.key === "Escape" && current && active !== current) {
+      event.preventDefault();
+      current.focus();
+      return;
+    }
     if (typing) return;
     const cards = $$("[data-card]:not(.expired)");
-    const current = document.activeElement.closest ? document.activeElement.closest("[data-card]") : null;
     const index = cards.indexOf(current);
     const press = (key) => {
-      const control = current && $(`[data-key="${key}"]`, current);
+      const control = current && $$(`[data-key="${key}"]`, current).find(pressable);
       if (control) { event.preventDefault(); control.click(); }
     };
     switch (event.key) {
@@ -154,8 +302,13 @@
       case "k": if (cards.length) { event.preventDefault(); cards[Math.max(index - 1, 0)].focus(); } break;
       case "a": case "r": case "c": press(event.key); break;
       case "e": {
-        const summary = current && $("details[data-edit] > summary", current);
-        if (summary) { event.preventDefault(); summary.click(); const area = $("textarea", current); if (area) area.focus(); }
+        const edit = current && $("details[data-edit]", current);
+        if (edit) {
+          event.preventDefault();
+          if (!edit.open) $("summary", edit).click();
+          const field = $$("input:not([type=hidden]), textarea, select", edit).find(pressable);
+          if (field) field.focus();
+        }
         break;
       }
       case "?": { event.preventDefault(); const dialog = $("#shortcuts"); if (dialog) dialog.showModal(); break; }
@@ -173,18 +326,49 @@
     enhance();
     setInterval(tick, 1000);
     document.addEventListener("keydown", keyboard);
-    // A claim or a decision answered by htmx replaces the batch around the button just pressed, and the
-    // focus would fall to the page: j/k would start again from the top, presence would drop the card.
-    let focusedCard = null;
+    // A claim, a decision or an undo answered by htmx replaces the batch around the button just pressed,
+    // and the focus would fall to the page: j/k would start again from the top, presence would drop the
+    // card. A card still there keeps the focus (a claim, a refusal); a card decided gives it to the next
+    // card; an undo gives it to the card it brought back.
+    let swapped = null;
     document.body.addEventListener("htmx:beforeSwap", (event) => {
-      const card = document.activeElement.closest ? document.activeElement.closest("[data-card]") : null;
-      focusedCard = card && event.detail.target.contains(card) ? card.id : null;
+      const target = event.detail.target;
+      swapped = null;
+      if (!target || !target.matches || !target.matches("section.batch")) return;
+      // The element that sent the request (the form); detail.elt is the target the event fires on.
+      const from = event.detail.requestConfig && event.detail.requestConfig.elt;
+      const active = document.activeElement;
+      const inCard = (node) => (node && node.closest ? node.closest("[data-card]") : null);
+      const card = inCard(from) || inCard(active);
+      const undone = from && from.closest ? from.closest("[data-undo-for]") : null;
+      const cards = $$("[data-card]:not(.expired)");
+      const at = card ? cards.indexOf(card) : -1;
+      swapped = {
+        id: target.id,
+        card: card && target.contains(card) ? card.id : null,
+        following: at < 0 ? [] : [...cards.slice(at + 1), ...cards.slice(0, at).reverse()].map((c) => c.id),
+        restore: undone ? `interrupt-${undone.dataset.undoFor}` : null,
+        held: target.contains(active),
+      };
     });
     document.body.addEventListener("htmx:afterSwap", (event) => {
-      enhance(event.detail.target.parentNode || document);
-      const card = focusedCard && document.getElementById(focusedCard);
-      if (card && !card.contains(document.activeElement)) card.focus({ preventScroll: true });
-      focusedCard = null;
+      const was = swapped;
+      swapped = null;
+      const section = was && document.getElementById(was.id);
+      enhance(section || event.detail.target.parentNode || document);
+      if (!section) return;
+      if (section.dataset.keep) keep(section, section.dataset.keep);
+      const restored = was.restore && document.getElementById(was.restore);
+      const same = was.card && document.getElementById(was.card);
+      if (restored) { restored.focus(); return; }
+      if (same) { if (!same.contains(document.activeElement)) same.focus({ preventScroll: true }); return; }
+      if (!was.card && !was.held) return;
+      // The card is gone (decided here, or by someone first): on to the next one.
+      const next = was.following.map((id) => document.getElementById(id)).find((c) => c && !c.classList.contains("expired"));
+      if (next) { next.focus(); return; }
+      const line = (was.card && document.getElementById(was.card.replace("interrupt-", "decided-")))
+        || $(".batch-error", section);
+      if (line) line.focus();
     });
     document.body.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
     const help = $("[data-action=shortcuts]");
