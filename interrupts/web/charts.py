@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-# Geometry, in the SVG's own units: it scales to the page's width.
-WIDTH = 860
-LABEL_WIDTH = 180  # agent names and reasons, cut to LABEL_CHARS with an ellipsis (whole in the tooltip)
-VALUE_WIDTH = 110  # the figure written after each bar
-LABEL_CHARS = 26
-BAR_HEIGHT = 14
+# Geometry. Across, in percent of the chart's width: the SVG has no viewBox, so it is as wide as the page
+# lets it be and its text keeps the page's size (a viewBox scaled 12 px text to 5 px on a phone). Down, in
+# px. Each row's label sits on its own line above its bars, so a label never competes with a bar for width.
+PLOT = 68.0  # the longest bar; the rest of the width is for the figure written after it
+LABEL_CHARS = 60  # agent names and reasons, cut with an ellipsis (whole in the tooltip)
+LABEL_LINE = 17
+BAR_HEIGHT = 16
 GROUP_GAP = 10
-AXIS_HEIGHT = 36
+AXIS_HEIGHT = 40
 TICKS = 5
 # Steps an axis of durations is marked in (seconds): round times people read without arithmetic.
 DURATION_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
@@ -81,45 +82,43 @@ def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
     top = max((v for row in rows for v in row.values if v is not None), default=0)
     step = _step(top, steps)
     end = step * max(math.ceil(top / step), 1)
-    plot = WIDTH - LABEL_WIDTH - VALUE_WIDTH
-    group = len(series) * BAR_HEIGHT + GROUP_GAP
+    group = LABEL_LINE + len(series) * BAR_HEIGHT + GROUP_GAP
     height = len(rows) * group + AXIS_HEIGHT
 
-    def x(value: float) -> float:
-        return LABEL_WIDTH + plot * value / end
+    def x(value: float) -> float:  # percent
+        return PLOT * value / end
 
     parts = []
     for index, row in enumerate(rows):
-        top_y = index * group + GROUP_GAP / 2
-        parts.append(format_html('<text class="chart-label" x="{}" y="{}" text-anchor="end">{}<title>{}</title></text>',
-                                 LABEL_WIDTH - 8, f"{top_y + len(series) * BAR_HEIGHT / 2 + 4:.1f}",
-                                 _cut(row.label), row.label))
+        top_y = index * group
+        parts.append(format_html('<text class="chart-label" x="0" y="{}">{}<title>{}</title></text>',
+                                 top_y + LABEL_LINE - 4, _cut(row.label), row.label))
         for n, (name, value) in enumerate(zip(series, row.values)):
-            y = top_y + n * BAR_HEIGHT
+            y = top_y + LABEL_LINE + n * BAR_HEIGHT
             tip = f"{row.label}, {name}: {text(value)}" + (f" ({row.note})" if row.note else "")
-            width = 0 if value is None else max(x(value) - LABEL_WIDTH, 1)
+            width = 0 if value is None else max(x(value), 0.2)
             parts.append(format_html(
-                '<g class="chart-bar series-{}"><rect x="{}" y="{}" width="{}" height="{}"/>'
-                '<text class="chart-value" x="{}" y="{}">{}</text><title>{}</title></g>',
-                n, LABEL_WIDTH, f"{y:.1f}", f"{width:.1f}", BAR_HEIGHT - 2,
-                f"{LABEL_WIDTH + width + 4:.1f}", f"{y + BAR_HEIGHT - 4:.1f}",
+                '<g class="chart-bar series-{}"><rect x="0" y="{}" width="{}%" height="{}"/>'
+                '<text class="chart-value" x="{}%" dx="4" y="{}">{}</text><title>{}</title></g>',
+                n, y, f"{width:.2f}", BAR_HEIGHT - 3, f"{width:.2f}", y + BAR_HEIGHT - 5,
                 f"{name} {text(value)}" if len(series) > 1 else text(value), tip))
     base = len(rows) * group
     ticks = [step * n for n in range(round(end / step) + 1)]
-    parts.append(format_html('<line class="chart-axis" x1="{}" y1="{}" x2="{}" y2="{}"/>',
-                             LABEL_WIDTH, base, LABEL_WIDTH + plot, base))
-    parts += [format_html('<line class="chart-tick" x1="{0}" y1="0" x2="{0}" y2="{1}"/>'
-                          '<text class="chart-tick-label" x="{0}" y="{2}" text-anchor="middle">{3}</text>',
-                          f"{x(t):.1f}", base, base + 14, text(t)) for t in ticks]
-    parts.append(format_html('<text class="chart-axis-label" x="{}" y="{}" text-anchor="middle">{}</text>',
-                             LABEL_WIDTH + plot / 2, base + 30, axis))
+    parts.append(format_html('<line class="chart-axis" x1="0" y1="{0}" x2="{1}%" y2="{0}"/>', base, f"{PLOT:.2f}"))
+    # The first figure starts at the axis' start rather than centred on it: half of it would be cut off.
+    parts += [format_html('<line class="chart-tick" x1="{0}%" y1="0" x2="{0}%" y2="{1}"/>'
+                          '<text class="chart-tick-label" x="{0}%" y="{2}" text-anchor="{3}">{4}</text>',
+                          f"{x(t):.2f}", base, base + 15, "start" if n == 0 else "middle", text(t))
+              for n, t in enumerate(ticks)]
+    parts.append(format_html('<text class="chart-axis-label" x="{}%" y="{}" text-anchor="middle">{}</text>',
+                             f"{PLOT / 2:.2f}", base + 33, axis))
     legend = format_html_join(" ", '<span class="chart-key series-{}">{}</span>', enumerate(series)) \
         if len(series) > 1 else ""
     return format_html(
         '<figure class="chart" id="{id}"><figcaption>{title} {legend}</figcaption>'
-        '<svg class="chart-svg" viewBox="0 0 {w} {h}" role="img" aria-labelledby="{id}-title">'
+        '<svg class="chart-svg" width="100%" height="{h}" role="img" aria-labelledby="{id}-title">'
         '<title id="{id}-title">{title}</title>{parts}</svg></figure>',
-        id=chart_id, title=title, legend=legend, w=WIDTH, h=height, parts=mark_safe("".join(parts)))
+        id=chart_id, title=title, legend=legend, h=height, parts=mark_safe("".join(parts)))
 
 
 def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str) -> SafeString:
@@ -128,22 +127,22 @@ def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str) -> S
     if not total:
         return format_html('<p class="chart-empty muted" id="{}">{}: nothing closed in this period.</p>',
                            chart_id, title)
-    plot, height, at = WIDTH - 2, 28, 1.0
+    height, at = 28, 0.0
     segments = []
     for name, n in parts:
         if not n:
             continue
-        width = plot * n / total
+        width = 100 * n / total  # percent, as bars' are
         segments.append(format_html(
-            '<g class="chart-part outcome-{}"><rect x="{}" y="1" width="{}" height="{}"/><title>{}: {} of {} ({})</title>'
-            '</g>', name, f"{at:.1f}", f"{width:.1f}", height, name, n, total, f"{n / total:.0%}"))
+            '<g class="chart-part outcome-{}"><rect x="{}%" y="1" width="{}%" height="{}"/><title>{}: {} of {} ({})</title>'
+            '</g>', name, f"{at:.2f}", f"{width:.2f}", height, name, n, total, f"{n / total:.0%}"))
         at += width
     legend = format_html_join(" ", '<span class="chart-key outcome-{}">{} {} ({})</span>',
                               ((name, name, n, f"{n / total:.0%}") for name, n in parts))
     return format_html(
         '<figure class="chart" id="{id}"><figcaption>{title}</figcaption>'
-        '<svg class="chart-svg chart-stacked" viewBox="0 0 {w} {h}" role="img" aria-labelledby="{id}-title">'
+        '<svg class="chart-svg chart-stacked" width="100%" height="{h}" role="img" aria-labelledby="{id}-title">'
         '<title id="{id}-title">{title}: {total} closed</title>{parts}</svg><p class="chart-legend">{legend}</p>'
         '</figure>',
-        id=chart_id, title=title, w=WIDTH, h=height + 2, total=total, parts=mark_safe("".join(segments)),
+        id=chart_id, title=title, h=height + 2, total=total, parts=mark_safe("".join(segments)),
         legend=legend)
