@@ -7,6 +7,10 @@ read. Also shown: how long the decision request itself took to answer, so
 the rest is the supervisor picking up the queued resume and calling the
 agent. Goals: p50 <= 15 ms, and p50 <= 10 ms for the decision request's own answer.
 
+Measured with COUNTERSIGN_UNDO_SECONDS=0: a deployment holds each decision's
+resume for that many seconds (default 5) so it can be undone, a wait chosen
+by policy, not a cost of the path measured here.
+
     .venv/bin/python bench/resume_latency.py [--samples 30] [--backend all|sqlite|postgres]
 """
 
@@ -47,7 +51,8 @@ async def sample(api: httpx.AsyncClient, agent_client: httpx.AsyncClient) -> tup
 
 
 async def measure(backend, agent_process, samples: int) -> dict:
-    with served(backend, "resume-latency") as app:
+    # No hold for undo (see the docstring): the figure is the path from decision to agent.
+    with served(backend, "resume-latency", COUNTERSIGN_UNDO_SECONDS="0") as app:
         register_agent(app, "bench-interrupt", agent_process.url("/interrupt/"))
         async with (
             httpx.AsyncClient(base_url=app.url, headers={"Authorization": f"Token {app.token}"}, timeout=60) as api,
@@ -86,7 +91,8 @@ def main() -> None:
          *(f"{results[b.name]['decide_response_p50_ms']:.1f}" for b in chosen)],
         ["  p99", *(f"{results[b.name]['decide_response_p99_ms']:.1f}" for b in chosen)],
     ]
-    table(f"Decision to resume, ms ({args.samples} decisions, one at a time)", ["", *(b.label for b in chosen)], rows)
+    table(f"Decision to resume, ms ({args.samples} decisions, one at a time; COUNTERSIGN_UNDO_SECONDS=0, "
+          "no hold for undo)", ["", *(b.label for b in chosen)], rows)
     save("resume_latency", results)
 
 
