@@ -110,7 +110,8 @@ def test_the_edit_preview_diffs_proposed_and_edited_args(client, reviewer):
                                response_schema=EDITS_SCHEMA,
                                raw={"id": "e-1", "reason": "tool_call", "toolCallId": "tc-1", "responseSchema": EDITS_SCHEMA})
     good = client.post(reverse("edit-preview", args=[interrupt.pk]), {"edited_args": '{"to": "c@d.com"}'}).content.decode()
-    assert 'data-testid="edit-diff"' in good and 'class="diff"' in good and 'class="diff_chg"' in good
+    assert 'data-testid="edit-diff"' in good and 'class="diff"' in good
+    assert '<del><span class="sr">removed: </span>a@b.com</del><ins><span class="sr">added: </span>c@d.com</ins>' in good
     assert 'value="{&quot;to&quot;: &quot;c@d.com&quot;}"' in good  # what the final click sends
     bad = client.post(reverse("edit-preview", args=[interrupt.pk]), {"edited_args": '{"to": "nope"}'}).content.decode()
     assert 'data-testid="preview-error"' in bad and "/editedArgs/to" in bad

@@ -1,6 +1,5 @@
 """Template filters for agent-supplied data: always escaped, readable, bounded."""
 
-import difflib
 import json
 import re
 
@@ -16,6 +15,7 @@ from ...conf import MAX_SHOWN_CHARS
 from ...protocol import storable
 
 from ...protocol.inert import inert_schema as _inert_schema
+from .. import diffs
 
 register = template.Library()
 
@@ -63,10 +63,8 @@ def json_tree(value, depth=0):
 
 @register.simple_tag
 def json_diff(before, after) -> str:
-    """Side-by-side diff of two JSON values (difflib escapes both sides)."""
-    left, right = _pretty(before).splitlines(), _pretty(after).splitlines()
-    table = difflib.HtmlDiff(wrapcolumn=60).make_table(left, right, "proposed", "edited", context=False)
-    return mark_safe(table)
+    """Word-level diff of two JSON values, one row per changed path (``web/diffs.py``; all text escaped)."""
+    return diffs.render(before, after)
 
 
 @register.filter
