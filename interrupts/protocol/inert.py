@@ -59,7 +59,7 @@ import math
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["inert_schema", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["inert_schema", "args_form", "answer_start", "MAX_DEPTH", "MAX_NODES"]
 
 #: Nesting of subschemas (after inlining references) a form may have.
 MAX_DEPTH = 16
@@ -283,3 +283,183 @@ def _data(value: Any) -> Any:
         return copy(value, 0)
     except _Unbounded:
         return _DROP
+
+
+# --------------------------------------------------------------------------- #
+# Forms that start from what the agent gave: edited arguments, prefilled answers
+# --------------------------------------------------------------------------- #
+
+#: A string longer than this, or with a line break, is edited in a textarea.
+LONG_TEXT = 80
+#: Keywords whose subschemas let json-editor choose between shapes: a form
+#: built on them could silently turn a proposed value into another shape.
+_CHOOSERS = ("oneOf", "anyOf", "allOf", "not")
+
+
+class _Unfit(Exception):
+    """The proposed value cannot be held, unchanged, by a form."""
+
+
+def args_form(response_schema: Any, proposed_args: Any) -> dict[str, Any] | None:
+    """A form schema for editing a tool call's arguments field by field, or ``None`` (edit as JSON).
+
+    Built from the inert form of the ``editedArgs`` schema (see ``inert_schema``)
+    where the agent declared one, completed from the shape of *proposed_args*
+    for every key it does not describe: a field per argument, labelled by its
+    ``title``/``description`` or its key. Only the proposed keys get fields
+    (editing starts from the proposal: a declared key it lacks is added as
+    JSON). ``None`` when the proposal has a shape a form cannot give back
+    unchanged: a value outside its declared type, enum or const, a choice
+    between subschemas, an array of mixed shapes or of unknown items, a key
+    too long to be a label, or past the module's bounds. Never raises.
+    """
+    if not isinstance(proposed_args, dict) or not isinstance(response_schema, dict):
+        return None
+    reduced = inert_schema(response_schema)
+    if reduced is None:
+        return None
+    declared = (reduced.get("properties") or {}).get("editedArgs", {})
+    if declared is True:
+        declared = {}
+    if not isinstance(declared, dict):
+        return None
+    budget = [MAX_NODES]
+    try:
+        return _fit(declared, proposed_args, 0, budget)
+    except (_Unfit, RecursionError):
+        return None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    raise _Unfit
+
+
+def _fits(kind: str, declared: Any) -> bool:
+    return declared == kind or (kind == "integer" and declared == "number")
+
+
+def _fit(node: Any, value: Any, depth: int, budget: list[int]) -> dict[str, Any]:
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise _Unfit
+    if node is True:
+        node = {}
+    if not isinstance(node, dict) or any(key in node for key in _CHOOSERS):
+        raise _Unfit
+    kind = _kind(value)
+    if kind == "number" and not math.isfinite(value):
+        raise _Unfit
+    declared = node.get("type")
+    if isinstance(declared, list):
+        # json-editor draws a type switcher for a list; the proposal picks one.
+        if not any(_fits(kind, d) for d in declared):
+            raise _Unfit
+        declared = kind if kind in declared else "number"
+    elif declared is not None and not _fits(kind, declared):
+        raise _Unfit
+    if "enum" in node and not any(_same(value, option) for option in node["enum"]):
+        raise _Unfit
+    if "const" in node and not _same(value, node["const"]):
+        raise _Unfit
+    out = {key: item for key, item in node.items()
+           if key not in ("properties", "additionalProperties", "items", "additionalItems", "required", "type")}
+    out["type"] = declared or kind
+    if kind == "string":
+        if "format" not in out and ("\n" in value or len(value) > LONG_TEXT):
+            out["format"] = "textarea"
+    elif kind == "object":
+        properties = node.get("properties") or {}
+        extra = node.get("additionalProperties", True)
+        fields = {}
+        for name, item in value.items():
+            if not _is_name(name):
+                raise _Unfit
+            sub = properties.get(name, extra if isinstance(extra, dict) else ({} if extra is not False else None))
+            if sub is None:
+                raise _Unfit  # a key the schema forbids: only JSON can show it as proposed
+            fields[name] = _fit(sub, item, depth + 1, budget)
+        out["properties"] = fields
+        required = [name for name in node.get("required", []) if name in value]
+        if required:
+            out["required"] = required
+    elif kind == "array":
+        items = node.get("items", {})
+        if isinstance(items, list) or "additionalItems" in node:
+            raise _Unfit  # a tuple: json-editor's tuple form cannot grow or shrink as the proposal may
+        if not value and not (isinstance(items, dict) and items.get("type")):
+            raise _Unfit  # nothing to learn the items' shape from
+        shapes = [_fit(items, item, depth + 1, budget) for item in value]
+        if any(shape != shapes[0] for shape in shapes[1:]):
+            raise _Unfit  # mixed shapes: one form per item would change some
+        out["items"] = shapes[0] if shapes else _fit_empty(items, depth + 1, budget)
+    return out
+
+
+def _fit_empty(items: dict[str, Any], depth: int, budget: list[int]) -> dict[str, Any]:
+    """The declared items schema of an empty proposed array, when a form can draw it as declared."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH or any(key in items for key in _CHOOSERS):
+        raise _Unfit
+    if items.get("type") not in ("string", "number", "integer", "boolean"):
+        raise _Unfit  # an object or array item would be drawn with invented empty values
+    return dict(items)
+
+
+def _same(value: Any, other: Any) -> bool:
+    """JSON equality: ``true`` is not ``1`` (Python's ``==`` says it is); ``1`` is ``1.0``."""
+    if isinstance(value, bool) or isinstance(other, bool):
+        return isinstance(value, bool) and isinstance(other, bool) and value == other
+    return value == other
+
+
+def answer_start(form_schema: Any, *sources: Any) -> dict[str, Any] | None:
+    """What an answer form starts with, taken only from what the agent gave.
+
+    *form_schema* is an ``inert_schema`` result; each of *sources* (a tool
+    call's proposed args, the interrupt's metadata, in that order) may supply
+    the value of a top-level property it names, when that value is a scalar
+    the property accepts (its type, enum and const). Everything else starts
+    empty: no invented zeros, dates or first choices. ``default`` is not
+    copied here: json-editor applies it itself. ``None`` when nothing fits.
+    """
+    if not isinstance(form_schema, dict) or not isinstance(form_schema.get("properties"), dict):
+        return None
+    start: dict[str, Any] = {}
+    for name, sub in form_schema["properties"].items():
+        if not isinstance(sub, dict) or "default" in sub:
+            continue
+        for source in sources:
+            if isinstance(source, dict) and name in source and _is_scalar(source[name]) and source[name] is not None:
+                try:
+                    fitted = _fit({k: v for k, v in sub.items() if k != "format"}, source[name], 0, [1])
+                except _Unfit:
+                    continue
+                if fitted.get("type") in ("string", "number", "integer", "boolean") and _within(sub, source[name]):
+                    start[name] = source[name]
+                    break
+    return start or None
+
+
+def _within(schema: dict[str, Any], value: Any) -> bool:
+    """Whether a scalar meets the bounds *schema* sets on it (a value outside them would open the form invalid)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (value >= schema.get("minimum", value) and value <= schema.get("maximum", value)
+                and ("exclusiveMinimum" not in schema or value > schema["exclusiveMinimum"])
+                and ("exclusiveMaximum" not in schema or value < schema["exclusiveMaximum"]))
+    if isinstance(value, str):
+        return schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
+    return True

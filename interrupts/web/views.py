@@ -31,10 +31,10 @@ from .exports import csv_safe
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
 from ..protocol.errors import ProtocolError, refusal_body
+from ..protocol.inert import args_form
 from ..protocol.schema import (
     EDITED_ARGS,
     approval_payload,
-    edited_args_schema,
     payload_errors,
     supports_edits,
 )
@@ -79,7 +79,8 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         "viewers": [name for by, name in (viewers or {}).get(interrupt.pk, []) if by != user.get_username()],
         "approval": approval_payload(schema, True) is not None,
         "edits": supports_edits(schema),
-        "edit_schema": edited_args_schema(schema),
+        # The form Edit & approve draws, a field per argument (None: the JSON textarea).
+        "edit_schema": args_form(schema, interrupt.proposed_args) if supports_edits(schema) else None,
         "rule": rule,
         # Read-only for anyone the policy does not admit: the card says who may decide.
         "refused": refused,

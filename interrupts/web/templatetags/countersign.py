@@ -14,6 +14,7 @@ from pygments.lexers import JsonLexer
 from ...conf import MAX_SHOWN_CHARS
 from ...protocol import storable
 
+from ...protocol.inert import answer_start as _answer_start
 from ...protocol.inert import inert_schema as _inert_schema
 from .. import diffs
 
@@ -81,6 +82,19 @@ def inert_schema(value):
     server's validation; json-editor would turn parts of it into markup.
     """
     return _inert_schema(value)
+
+
+@register.filter
+def answer_start(interrupt):
+    """What the card's answer form starts with, from what the agent gave (``inert.answer_start``), or None.
+
+    An answer that approves (any reason but ``input_required``) starts from
+    the tool call's proposed args and the metadata (the deployer's ``build``);
+    a question for input starts empty, but for the schema's own defaults.
+    """
+    if interrupt.reason == "input_required":
+        return None
+    return _answer_start(_inert_schema(interrupt.response_schema), interrupt.proposed_args, interrupt.metadata)
 
 
 def pygments_css() -> str:
