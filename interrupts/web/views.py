@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
-from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, THREAD_EVENTS_LIMIT
+from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS, THREAD_EVENTS_LIMIT
 from ..hub import claims, decisions, outbox, policies, refusals, refused, runs, trail
 from ..reads import history, selectors
 from .exports import csv_safe
@@ -345,7 +345,12 @@ def cancel_run(request, pk: int):
 
 @require_POST
 def edit_preview(request, pk: int):
-    """Check edited args and show them side by side with the proposal before the final click."""
+    """Check edited args and show their word diff against the proposal before the final click.
+
+    Without JavaScript the preview is a page of its own, and the comment typed
+    with the edits rides along to its final form; with it, the card's one
+    comment box is added when that form sends (forms.js).
+    """
     interrupt = get_object_or_404(Interrupt, pk=pk)
     form = DecideForm({"action": "edit", "edited_args": request.POST.get("edited_args", "")})
     errors, edited = [], None
@@ -358,10 +363,13 @@ def edit_preview(request, pk: int):
         except ProtocolError as problem:  # the agent's schema cannot be used (REMOTE_REF, UNSAFE_PATTERN, ...)
             errors = [{"path": "", "message": problem.message}]
     claim = claims.shown(interrupt)
-    return render(request, "interrupts/_edit_preview.html", {
+    return render(request, "interrupts/_edit_preview.html" if request.htmx else "interrupts/edit_preview.html", {
         "interrupt": interrupt, "edited": edited, "edited_json": json.dumps(edited, ensure_ascii=False),
         "errors": errors, "claim": claim,
         "claimed_by_other": claim is not None and claim.by != request.user.get_username(),
+        "comment": request.POST.get("comment", "")[:MAX_COMMENT_CHARS],
+        "next": _safe_next(request, request.POST.get("next"), reverse("inbox")),
+        "edited_text": request.POST.get("edited_args", "")[:MAX_JSON_CHARS],
     })
 
 
