@@ -103,7 +103,8 @@ def test_select_all_matching_the_filter_decides_only_what_it_matches(reviewer, s
     page = reviewer.open("/inbox/")
     expect(page.locator("[data-card]")).to_have_count(3, timeout=TIMEOUT)
     # The filter changes through htmx (no reload): the bulk form follows the address shown.
-    page.locator("form.filters select[name=agent]").select_option("janitor")
+    page.get_by_test_id("filters").locator("summary").click()  # the inbox's filters fold behind one Filter
+    page.locator("form[data-filters] select[name=agent]").select_option("janitor")
     expect(page.locator("[data-card]")).to_have_count(2, timeout=TIMEOUT)
     expect(page).to_have_url(re.compile(r"/inbox/\?.*agent=janitor"))
     everything = page.get_by_test_id("bulk-everything")

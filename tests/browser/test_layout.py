@@ -1,0 +1,182 @@
+"""Issue 15's layout in real Chromium, at 1440x900 and 390x844: every page fits its window (the page itself
+never scrolls sideways) with Log out on screen; the inbox on a phone shows cards in its first screen, its
+filters folded behind one Filter, reasons and ages in words, and a skip link to the first card; the audit
+says Rejected, not {"approved": false}; dark mode follows the system; the agent form speaks in words.
+
+One served app and two logged-in people (the demo reviewer, staff, and Alice, a reviewer) for the module;
+each page is opened once and measured at both widths by resizing it.
+"""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import Reviewer, axe_findings, describe_findings, sideways_overflow
+from .test_review import TIMEOUT, start
+
+WIDE, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
+
+# Relative luminance of an element's computed colour (WCAG's formula): dark mode is measured, not assumed.
+LUMINANCE = """([selector, property]) => {
+  const element = document.querySelector(selector);
+  let colour = getComputedStyle(element)[property];
+  const [r, g, b] = colour.match(/[\\d.]+/g).slice(0, 3).map(Number).map((v) => {
+    v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+}"""
+
+
+@pytest.fixture(scope="module")
+def made(site):
+    """A mailer and a deployer waiting, one mailer call approved and one rejected with a comment."""
+    waiting = {"mailer": start(site, "mailer", "Email c@d.com about lunch"), "deployer": start(site, "deployer")}
+    with site.api() as api:
+        for action, comment in (("approve", "Looks right"), ("reject", "Wrong recipient")):
+            thread = start(site, "mailer")
+            [pending] = api.get("/api/interrupts/", params={"thread": thread}).json()["results"]
+            answer = api.post(f"/api/interrupts/{pending['id']}/decide/", json={"action": action, "comment": comment})
+            assert answer.status_code == 201, answer.text
+    return waiting
+
+
+@pytest.fixture(scope="module")
+def staff(browser, site, made):
+    person = Reviewer(browser, site, "reviewer", "countersign")
+    yield person
+    person.close()
+
+
+@pytest.fixture(scope="module")
+def member(browser, site, made):
+    person = Reviewer(browser, site, "alice", "alice-pass-1234")
+    yield person
+    person.close()
+
+
+def fits(page, where: str) -> list[str]:
+    """What is wrong with the page at its current width: a sideways scroll, Log out off screen."""
+    problems = []
+    over = sideways_overflow(page)
+    if over > 0:
+        problems.append(f"{where}: {over} px too wide")
+    if page.locator("header.topbar").get_by_role("button", name="Log out").count():
+        box = page.locator("header.topbar").get_by_role("button", name="Log out").bounding_box()
+        width = page.viewport_size["width"]
+        if not box or box["x"] < 0 or box["x"] + box["width"] > width or box["y"] < 0:
+            problems.append(f"{where}: Log out is off screen ({box})")
+    return problems
+
+
+def test_every_page_fits_both_widths_with_log_out_in_sight(browser, site, made, staff, member):
+    problems = []
+    thread = made["mailer"]
+    pages = {staff: ["/inbox/", "/inbox/?scope=all", "/threads/", f"/threads/{thread}/", "/audit/",
+                     f"/threads/{thread}/audit/", "/insight/", "/registry/", "/registry/add/", "/registry/mailer/edit/",
+                     "/policies/add/", "/webhooks/", "/webhooks/deliveries/", "/settings/notifications/"],
+             member: ["/inbox/", "/threads/", "/audit/", "/insight/", "/registry/", "/settings/notifications/"]}
+    for person, paths in pages.items():
+        for path in paths:
+            page = person.page
+            page.set_viewport_size(WIDE)
+            person.open(path)
+            for size in (WIDE, PHONE):
+                page.set_viewport_size(size)
+                problems += fits(page, f"{person.page.url} @{size['width']}")
+    # Logged out: the login page.
+    context = browser.new_context(viewport=PHONE)
+    try:
+        page = context.new_page()
+        page.goto(f"{site.url}/accounts/login/")
+        problems += fits(page, "login @390")
+    finally:
+        context.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_inbox_on_a_phone_shows_cards_first_in_words(staff, made):
+    page = staff.page
+    page.set_viewport_size(PHONE)
+    staff.open("/inbox/")
+    cards = page.locator("[data-card]")
+    expect(cards.first).to_be_visible(timeout=TIMEOUT)
+    # Search in sight, the rest folded behind one Filter that says none is on; the first card starts on screen.
+    filters = page.get_by_test_id("filters")
+    expect(page.get_by_role("searchbox", name="Search")).to_be_visible()
+    assert filters.evaluate("details => details.open") is False
+    expect(filters.locator("summary")).to_have_text("Filter: none")
+    expect(page.get_by_role("combobox", name="Agent")).to_be_hidden()
+    assert cards.first.bounding_box()["y"] < PHONE["height"] - 100
+    # Reasons and ages in words; the ids still in the page's text (find in page), cut on screen.
+    titles = " ".join(cards.locator("h2 .reason").all_inner_texts())
+    assert "Tool call" in titles and "Deploy" in titles and not re.search(r"TOOL_CALL|countersign:deploy", titles, re.I)
+    meta = " ".join(cards.locator(".meta").all_inner_texts())
+    assert re.search(r"raised (just now|\d+ (min|h|d) ago)", meta) and "0 minutes" not in meta
+    deploy = page.locator("[data-card][data-interrupt-id='approve-deploy']")
+    assert deploy.locator("code.id").first.text_content() == "approve-deploy"
+    # A filter chosen: the summary says it, and the list follows.
+    filters.locator("summary").click()
+    page.get_by_role("combobox", name="Agent").select_option("deployer")
+    expect(filters.locator("summary")).to_have_text("Filter · agent deployer")
+    expect(cards).to_have_count(1, timeout=TIMEOUT)
+
+
+def test_the_first_card_is_a_skip_link_away(staff, made):
+    page = staff.page
+    page.set_viewport_size(WIDE)
+    staff.open("/inbox/")
+    expect(page.locator("[data-card]").first).to_be_visible(timeout=TIMEOUT)
+    page.keyboard.press("Tab")
+    skip = page.get_by_test_id("skip-to-cards")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    page.keyboard.press("Enter")
+    for presses in range(1, 4):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.matches('[data-card]')"):
+            break
+    assert page.evaluate("document.activeElement.matches('[data-card]')"), page.evaluate(
+        "document.activeElement.outerHTML.slice(0, 120)")
+    assert presses <= 3
+
+
+def test_the_audit_reads_outcomes_in_words(staff, made):
+    page = staff.open("/audit/?agent=mailer")
+    outcomes = page.get_by_test_id("audit-outcome")
+    expect(outcomes.first).to_be_visible(timeout=TIMEOUT)
+    said = outcomes.all_inner_texts()
+    assert "Approved" in said and "Rejected" in said, said
+    rejected = page.get_by_test_id("audit-row").filter(has=page.get_by_test_id("audit-outcome").get_by_text("Rejected"))
+    expect(rejected.get_by_test_id("audit-comment")).to_have_text("“Wrong recipient”")
+    assert '"approved": false' not in page.locator("table.audit").inner_text()
+
+
+def test_dark_mode_follows_the_system_with_readable_contrast(staff, made):
+    page = staff.page
+    problems = []
+    for path in ("/inbox/", "/audit/"):
+        page.set_viewport_size(PHONE)
+        staff.open(path)
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            background = page.evaluate(LUMINANCE, ["body", "backgroundColor"])
+            text = page.evaluate(LUMINANCE, ["body", "color"])
+            surface = page.evaluate(LUMINANCE, ["header.topbar", "backgroundColor"])
+            if scheme == "dark":
+                assert background < 0.05 and surface < 0.05 and text > 0.6, (path, background, surface, text)
+            else:
+                assert background > 0.85 and text < 0.05, (path, background, text)
+            problems += axe_findings(page, f"{path} {scheme}", ["color-contrast", "scrollable-region-focusable"])
+        page.emulate_media(color_scheme="light")
+    assert not problems, describe_findings(problems)
+
+
+def test_the_agent_form_speaks_in_words(staff):
+    page = staff.open("/registry/mailer/edit/")
+    expect(page.get_by_label("URL", exact=True)).to_be_visible()
+    assert "Url" not in page.locator("main").inner_text()
+    expect(page.get_by_label("Credential header")).to_be_visible()
+    # The mailer has no stored credential: nothing to remove.
+    expect(page.get_by_text("Remove the stored credential")).to_have_count(0)
+    expect(page.get_by_role("group", name="People in the loop").get_by_label(
+        "Raises interrupts for a person to answer")).to_be_visible()
