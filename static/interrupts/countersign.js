@@ -141,7 +141,10 @@
         const current = document.getElementById(section.id);
         if (!current) { kept.delete(section.id); return; }
         const fresh = await readBatch(current);
-        if (fresh && !working(current) && document.getElementById(section.id) === current) follow(install(current, fresh));
+        const now = document.getElementById(section.id);
+        // Replaced meanwhile (an undo, a decision): the new rendering is followed from its own state.
+        if (now !== current) { if (now) follow(now); return; }
+        if (fresh && !working(current)) follow(install(current, fresh));
         else if (entry.tries < 30) follow(current);
       });
     } else if (state === "sent" || state === "closed") {
@@ -357,6 +360,9 @@
       const section = was && document.getElementById(was.id);
       enhance(section || event.detail.target.parentNode || document);
       if (!section) return;
+      // htmx wires the new content only when it settles (20 ms on): a key pressed on the card this
+      // gives the focus to must already send through htmx, not as a plain form.
+      htmx.process(section);
       if (section.dataset.keep) keep(section, section.dataset.keep);
       const restored = was.restore && document.getElementById(was.restore);
       const same = was.card && document.getElementById(was.card);

@@ -164,17 +164,18 @@ def test_esc_gives_a_field_s_focus_back_to_its_card(people, site):
     thread = start(site, "mailer", "Email c@d.com about lunch")
     page = inbox_for(me, thread)
     card = page.locator("[data-card]").first
+    interrupt_id = card.get_attribute("data-interrupt-id")
+    card = card_of(page, interrupt_id)
     card.focus()
     page.keyboard.press("e")  # opens Edit & approve, in its first field
     assert page.evaluate("document.activeElement.closest('details[data-edit]') !== null")
     page.keyboard.press("Escape")
     assert focused_id(page) == card.get_attribute("id")
-    card.locator("input[name=comment]").focus()
+    card.locator("input[name=comment]").first.focus()
     page.keyboard.press("Escape")
     assert focused_id(page) == card.get_attribute("id")
     page.keyboard.press("c")  # the keys work again
-    expect(line_of(page, card.get_attribute("data-interrupt-id")).get_by_test_id("outcome")).to_have_text(
-        "Cancelled", timeout=TIMEOUT)
+    expect(line_of(page, interrupt_id).get_by_test_id("outcome")).to_have_text("Cancelled", timeout=TIMEOUT)
 
 
 def test_of_two_people_deciding_at_once_the_loser_is_told_who_won_and_it_stays(people, site, agent):
