@@ -67,6 +67,35 @@ class StartRunForm(forms.Form):
                               widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Message to the agent"}))
 
 
+# Capabilities an agent declares (AG-UI AgentCapabilities, reference/ag-ui/capabilities.mdx) that a person
+# ticks rather than types: (category, its legend, ((key, what ticking it says), ...)). Everything else the
+# agent declares stays JSON, in the form's "Other capabilities" field.
+CAPABILITY_CHOICES = (
+    ("humanInTheLoop", "People in the loop", (
+        ("interrupts", "Raises interrupts for a person to answer"), ("approvals", "Asks for approvals"),
+        ("approveWithEdits", "Takes edited arguments with an approval"),
+        ("interventions", "Lets a person step in during a run"), ("feedback", "Takes feedback"))),
+    ("tools", "Tools", (
+        ("supported", "Calls tools"), ("parallelCalls", "Calls several tools at once"),
+        ("clientProvided", "Uses tools the caller provides"))),
+    ("state", "State", (
+        ("snapshots", "Sends state snapshots"), ("deltas", "Sends state changes (deltas)"),
+        ("persistentState", "Keeps state across runs"))),
+    ("transport", "Transport", (
+        ("streaming", "Streams its events"), ("resumable", "Resumes a dropped stream"))),
+)
+
+
+def _ticked(capabilities, category: str, keys) -> list[str]:
+    section = capabilities.get(category) if isinstance(capabilities, dict) else None
+    return [key for key in keys if isinstance(section, dict) and section.get(key) is True]
+
+
+def _capability_field(category: str) -> forms.MultipleChoiceField:
+    legend, choices = next((legend, choices) for name, legend, choices in CAPABILITY_CHOICES if name == category)
+    return forms.MultipleChoiceField(choices=choices, required=False, widget=forms.CheckboxSelectMultiple, label=legend)
+
+
 class AgentForm(forms.ModelForm):
     # The stored credential is never sent back to the browser: the field starts
     # empty and an empty submission keeps the current value.
@@ -75,16 +104,54 @@ class AgentForm(forms.ModelForm):
         max_length=MAX_CREDENTIAL_CHARS,
         widget=forms.PasswordInput(render_value=False),
         label="Credential",
-        help_text="Sent to the agent in the header above. Leave empty to keep the current one.",
+        help_text="Sent to the agent in the header above, e.g. “Bearer sk-…”. Leave empty to keep the current one.",
     )
     clear_auth_value = forms.BooleanField(required=False, label="Remove the stored credential")
     # Left out of a post (a script's, an older page's): the agent keeps the dialect it has.
     dialect = forms.ChoiceField(choices=DIALECT_CHOICES, required=False, help_text=Agent._meta.get_field(
         "dialect").help_text)
+    # Ticked capabilities; the model keeps one JSON object (Agent.capabilities), as the API reads and writes it.
+    cap_humanInTheLoop = _capability_field("humanInTheLoop")
+    cap_tools = _capability_field("tools")
+    cap_state = _capability_field("state")
+    cap_transport = _capability_field("transport")
 
     class Meta:
         model = Agent
         fields = ["name", "url", "description", "dialect", "auth_header", "auth_value", "capabilities"]
+        labels = {"name": "Name", "url": "URL", "description": "Description", "auth_header": "Credential header",
+                  "capabilities": "Other capabilities (JSON)"}
+        help_texts = {
+            "description": "What it does, in a line: the Agents page and the Threads page show it.",
+            "auth_header": "The header that carries the credential, e.g. “Authorization”. Empty: none is sent.",
+            "capabilities": "Anything else the agent declares (AG-UI AgentCapabilities) as a JSON object, e.g. "
+                            "{\"identity\": {\"version\": \"1.2\"}}. The boxes above are kept apart from it.",
+        }
+        widgets = {"description": forms.Textarea(attrs={"rows": 2}),
+                   "capabilities": forms.Textarea(attrs={"rows": 3, "spellcheck": "false"})}
+
+    field_order = ["name", "url", "description", "dialect", "auth_header", "auth_value", "clear_auth_value",
+                   *(f"cap_{category}" for category, _legend, _choices in CAPABILITY_CHOICES), "capabilities"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.label_suffix = ""  # "URL", not "URL:"
+        if not self.instance.auth_value:
+            # Nothing stored: nothing to offer to remove (hidden, not deleted: the admin lays out every field).
+            self.fields["clear_auth_value"].widget = forms.HiddenInput()
+        stored = self.instance.capabilities if isinstance(self.instance.capabilities, dict) else {}
+        for category, _legend, choices in CAPABILITY_CHOICES:
+            self.initial.setdefault(f"cap_{category}", _ticked(stored, category, [key for key, _ in choices]))
+        if not self.is_bound:
+            self.initial["capabilities"] = _unticked(stored)
+
+    def clean_capabilities(self):
+        value = self.cleaned_data.get("capabilities")
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Give a JSON object, like {\"identity\": {\"version\": \"1.2\"}}, or leave it empty.")
+        return value
 
     def clean(self):
         cleaned = super().clean()
@@ -97,12 +164,35 @@ class AgentForm(forms.ModelForm):
             cleaned["auth_value"] = "" if cleaned.get("clear_auth_value") else self.instance.auth_value
         if cleaned.get("auth_value") and not cleaned.get("auth_header"):
             self.add_error("auth_header", "Name the header that carries the credential.")
+        if isinstance(cleaned.get("capabilities"), dict):
+            # A ticked box declares the capability; an unticked one leaves what the JSON says (the page's
+            # JSON never repeats the boxes, so unticking removes it; a script posting JSON alone keeps its own).
+            merged = json.loads(json.dumps(cleaned["capabilities"]))
+            for category, _legend, _choices in CAPABILITY_CHOICES:
+                ticked = cleaned.get(f"cap_{category}") or []
+                if ticked:
+                    section = merged.get(category) if isinstance(merged.get(category), dict) else {}
+                    merged[category] = {**section, **{key: True for key in ticked}}
+            cleaned["capabilities"] = merged
         return cleaned
 
     @property
     def notices(self) -> list[str]:
         """What the page should tell the user after save() (the model may drop a stale credential)."""
         return [Agent.CREDENTIAL_DROPPED] if self.instance.credential_dropped else []
+
+
+def _unticked(capabilities: dict) -> dict:
+    """``capabilities`` without what the boxes show (a ticked key): the rest, for the JSON field."""
+    rest = json.loads(json.dumps(capabilities))
+    for category, _legend, choices in CAPABILITY_CHOICES:
+        section = rest.get(category)
+        if isinstance(section, dict):
+            for key in _ticked(rest, category, [k for k, _ in choices]):
+                del section[key]
+            if not section:
+                del rest[category]
+    return rest
 
 
 class PolicyForm(forms.ModelForm):
