@@ -250,6 +250,17 @@
   }
 
   // --- countdowns: expiries, and how long a decision is held for an undo ----------------------
+  // A span as the server's from_now filter says it (templatetags: _span): "4 min", "1 h 20 min", "2 h",
+  // "3 d"; the last minute counts down in seconds, when they matter.
+  function span(seconds) {
+    if (seconds < 60) return `${seconds} s`;
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return `${minutes} min`;
+    const hours = Math.floor(minutes / 60), rest = minutes % 60;
+    if (hours < 3) return rest ? `${hours} h ${rest} min` : `${hours} h`;
+    return hours < 24 ? `${hours} h` : `${Math.floor(hours / 24)} d`;
+  }
+
   function tick() {
     const now = Date.now();
     for (const time of $$("time[data-hold]")) {
@@ -270,8 +281,7 @@
           card.append(note);
         }
       } else {
-        const h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
-        time.textContent = `in ${h ? h + "h " : ""}${m ? m + "m " : ""}${s}s`;
+        time.textContent = `in ${span(left)}`;
       }
     }
   }
