@@ -136,3 +136,13 @@ def test_the_loser_of_a_race_is_told_who_won_and_what(client, me):
     assert "Already decided by Alice: Approved" in page and 'data-keep="conflict"' in page
     assert "was already decided by Alice" in page
     assert not Decision.objects.filter(user=me).exists()
+
+
+def test_the_audit_page_says_who_undid_a_decision_and_which_resume_was_withdrawn(client, me):
+    interrupt = raised()
+    api_post(client, f"/api/interrupts/{interrupt.pk}/decide/", {"action": "reject", "comment": "not yet"})
+    withdrawn = Run.objects.get(parent=interrupt.run).run_id
+    assert api_post(client, f"/api/interrupts/{interrupt.pk}/undo/").status_code == 200
+    assert api_post(client, f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve"}).status_code == 201
+    page = client.get(reverse("audit")).content.decode()
+    assert f"{me.get_username()} undid their decision (Rejected); its resume {withdrawn} was withdrawn" in page

@@ -467,7 +467,7 @@ class AuditRow:
 
     @property
     def attention(self) -> list[tuple[datetime, str]]:
-        """Who claimed it, released it or let it lapse, and its escalation, as the trail records them: (at, text)."""
+        """Who claimed it, released it or let it lapse, its escalation and any undone decision, as the trail records them: (at, text)."""
         said = []
         for _seq, kind, _hash, at, data in self.trail:
             who = (data.get("user") or {}).get("username")
@@ -478,6 +478,9 @@ class AuditRow:
                 "claim.lapsed": lambda: f"claim of {data.get('holder')} lapsed (idle)",
                 "interrupt.escalated": lambda: f"missed its {data.get('targetMinutes')} min target: "
                                                f"escalated to {data.get('group')}",
+                "decision.undone": lambda: f"{who} undid their decision ({data.get('outcome')})"
+                                           + (f"; its resume {data['withdrawnRunId']} was withdrawn before it was sent"
+                                              if data.get("withdrawnRunId") else ""),
             }.get(kind)
             if text is not None:
                 said.append((at, text()))
