@@ -274,8 +274,11 @@
     const proposed = holder ? JSON.parse(holder.dataset.proposed) : null;
     let editor = null;
 
-    const current = () => (editor ? canonical(editor.getValue()) : textarea.value);
-    const edited = () => (editor ? current() !== canonical(proposed) : textarea.value !== original);
+    const parsed = (text) => { try { return canonical(JSON.parse(text)); } catch (problem) { return text; } };
+    const before = proposed !== null ? canonical(proposed) : parsed(original);
+    // As data, not text: the same arguments re-indented (Edit as JSON) are no edit.
+    const current = () => (editor ? canonical(editor.getValue()) : parsed(textarea.value));
+    const edited = () => current() !== before;
     const previewed = () => Boolean(preview && $("[data-testid=edit-diff]", preview));
     const refresh = () => setPending(card, edited() || previewed());
     let reviewed = null; // what the form held when it was sent for the preview
@@ -384,6 +387,8 @@
     saved.comment = box ? box.value : "";
     const editor = editors.get(main);
     if (editor) saved.payload = editor.getValue();
+    const answer = $("textarea[name=payload]", main);
+    if (answer) saved.answerText = answer.value;
     const edit = $("form[data-edit-form]", card);
     if (edit && form !== main) {
       const holder = $(".edit-editor", edit);
@@ -396,9 +401,14 @@
   function enhanceCard(card) {
     if (card.dataset.formsEnhanced) return;
     card.dataset.formsEnhanced = "1";
+    // The comment fields for pages without scripts: htmx parses what it swaps in with
+    // scripting off, which makes a <noscript>'s content real fields of the form.
+    for (const element of $$("noscript", card)) element.remove();
     const saved = takeDraft(card);
     const box = commentBox(card);
     if (saved && box && !box.value) box.value = saved.comment || "";
+    const answerText = $("form.actions textarea[name=payload]", card);
+    if (saved && answerText && saved.answerText !== undefined) answerText.value = saved.answerText;
     const answer = $("form.actions[data-schema-form]", card);
     if (answer) enhanceAnswerForm(answer, card, saved);
     const edit = $("form[data-edit-form]", card);

@@ -186,7 +186,7 @@ def test_two_deployers_countersign_a_deploy_the_requester_cannot_and_the_trail_s
     page = all_pending(outsider, thread)
     card = card_of(page)
     expect(card.get_by_test_id("read-only")).to_have_text("Waiting for Deployers.")
-    expect(card.get_by_role("button", name="Send answer")).to_have_count(0)
+    expect(card.get_by_role("button", name="Approve")).to_have_count(0)
     refused = forged_post(outsider, decide_api, json_body={"action": "respond", "payload": {"build": 42}})
     assert refused["status"] == 403 and '"code":"NOT_ELIGIBLE"' in refused["text"].replace(" ", ""), refused
 
@@ -197,7 +197,7 @@ def test_two_deployers_countersign_a_deploy_the_requester_cannot_and_the_trail_s
     expect(card).to_be_visible(timeout=TIMEOUT)
     expect(card.get_by_test_id("read-only")).to_have_count(0)
     card.locator("input[name='root[build]']").fill("42")
-    card.get_by_role("button", name="Send answer").click()
+    card.get_by_role("button", name="Approve", exact=True).click()  # the deployer's form asks to go ahead
     expect(card.get_by_test_id("approvals")).to_have_text("1 of 2 approvals", timeout=TIMEOUT)
     expect(card.get_by_test_id("mine")).to_contain_text("it waits for 1 more approval")
     expect(page.get_by_test_id("resumed-run")).to_have_count(0)
@@ -216,7 +216,7 @@ def test_two_deployers_countersign_a_deploy_the_requester_cannot_and_the_trail_s
     expect(card.get_by_test_id("approvals")).to_have_text("1 of 2 approvals", timeout=TIMEOUT)
     expect(card.locator(".approvers")).to_contain_text("approver1")
     card.locator("input[name='root[build]']").fill("42")
-    card.get_by_role("button", name="Send answer").click()
+    card.get_by_role("button", name="Approve", exact=True).click()  # the deployer's form asks to go ahead
     expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
 
     # The deployer verified the signature and the fingerprint (it refuses unsigned requests here,

@@ -1,0 +1,190 @@
+"""A card's forms in real Chromium, at 1440x900 and 390x844: answer forms open valid and honest, the one comment
+box goes with whichever action sends (and survives a refusal), Edit & approve edits each argument as a field with
+a word diff, and the plain Approve cannot approve unedited arguments under pending edits.
+
+One served app and one logged-in reviewer for the module (each width re-sizes the page); the demo agents'
+threads that are only looked at are started once.
+"""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import Reviewer, axe_check, no_sideways_scroll
+from .test_review import TIMEOUT, start
+
+WIDTHS = {1440: 900, 390: 844}
+SHOWN_ERRORS = "[data-card] .errmsg:visible"
+
+
+@pytest.fixture(scope="module")
+def person(browser, site):
+    reviewer = Reviewer(browser, site, "reviewer", "countersign")
+    yield reviewer
+    reviewer.close()
+
+
+@pytest.fixture(scope="module")
+def looked_at(site):
+    """Threads whose cards are only looked at (and typed into, never sent)."""
+    return {agent: start(site, agent) for agent in ("filing", "deployer", "planner")}
+
+
+@pytest.fixture(params=list(WIDTHS), ids=lambda width: f"{width}px")
+def page(request, person):
+    person.page.set_viewport_size({"width": request.param, "height": WIDTHS[request.param]})
+    return person.page
+
+
+def open_card(person, thread, interrupt_id=None):
+    page = person.open(f"/inbox/?thread={thread}")
+    cards = page.locator(f"[data-card][data-interrupt-id='{interrupt_id}']" if interrupt_id else "[data-card]")
+    expect(cards.first).to_be_visible(timeout=TIMEOUT)
+    # Built: json-editor draws the form on a later frame.
+    expect(cards.first.locator(".schema-editor.je-ready, .edit-editor.je-ready, form.actions:not([data-schema-form])")
+           .first).to_be_attached(timeout=TIMEOUT)
+    return cards.first
+
+
+def decisions_of(site, thread):
+    with site.api() as api:
+        [asked] = api.get("/api/interrupts/", params={"thread": thread, "status": "all"}).json()["results"]
+        return api.get(f"/api/interrupts/{asked['id']}/").json()["decisions"]
+
+
+def key_hint(button, key):
+    expect(button.locator("kbd")).to_have_text(key)
+    expect(button.locator("kbd")).to_be_visible()
+
+
+def test_forms_open_valid_with_nothing_invented_and_say_errors_once_touched(person, page, looked_at, site):
+    card = open_card(person, looked_at["filing"])
+    # Human labels, empty fields, no choice made for the reviewer, and no error before anything is typed.
+    form = card.locator(".schema-editor")
+    for label in ("Quarter", "Year", "Revenue"):
+        expect(form.get_by_label(label, exact=True)).to_be_visible()
+    expect(form.get_by_label("Year", exact=True)).to_have_value("")
+    expect(form.get_by_label("Revenue", exact=True)).to_have_value("")
+    expect(form.get_by_label("Quarter", exact=True)).to_have_value("_placeholder_")
+    expect(page.locator(SHOWN_ERRORS)).to_have_count(0)
+    send = card.get_by_role("button", name="Send answer")
+    key_hint(send, "a")
+    key_hint(card.get_by_role("button", name="Cancel"), "c")
+    expect(card.get_by_test_id("decide-help")).to_contain_text("Cancel declines without an answer")
+    no_sideways_scroll(page)
+    # Touched: only that field says what is wrong.
+    year = form.get_by_label("Year", exact=True)
+    year.fill("1999")
+    year.press("Tab")
+    expect(page.locator(SHOWN_ERRORS)).to_have_text(["Value must be at least 2000."])
+    expect(year).to_have_attribute("aria-invalid", "true")
+    # Sent: every field that is wrong says so, and nothing is sent.
+    send.click()
+    expect(page.locator(SHOWN_ERRORS)).to_have_text(["Required.", "Value must be at least 2000.", "Required."])
+    expect(form.get_by_label("Quarter", exact=True)).to_be_focused()
+    axe_check(page, "filing-form-errors", within=f"#{card.get_attribute('id')}")
+    assert decisions_of(site, looked_at["filing"]) == []
+
+    # The deployer asks "Deploy build 42?": Approve, with the build it asked about, and no error.
+    card = open_card(person, looked_at["deployer"])
+    approve = card.get_by_role("button", name="Approve")
+    key_hint(approve, "a")
+    expect(card.get_by_role("button", name="Reject")).to_have_count(0)
+    expect(card.get_by_label("Build", exact=True)).to_have_value("42")
+    expect(card.get_by_test_id("prefilled")).to_be_visible()
+    expect(page.locator(SHOWN_ERRORS)).to_have_count(0)
+
+    # The planner: the date is empty and quiet; the yes/no card shows its keys.
+    date = open_card(person, looked_at["planner"], "confirm-date")
+    expect(date.get_by_label("Date", exact=True)).to_have_value("")
+    expect(page.locator(SHOWN_ERRORS)).to_have_count(0)
+    budget = page.locator("[data-card][data-interrupt-id='approve-budget']")
+    key_hint(budget.get_by_role("button", name="Yes"), "a")
+    key_hint(budget.get_by_role("button", name="No"), "r")
+    no_sideways_scroll(page)
+
+
+def test_a_comment_goes_with_a_form_answer_and_survives_a_refusal(person, browser, site):
+    page = person.page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    thread = start(site, "deployer")
+    card = open_card(person, thread)
+    card.get_by_label("Build", exact=True).fill("43")
+    card.get_by_label(re.compile("^Comment")).fill("43 has the fix")
+    # A colleague claims the card meanwhile: the answer is refused, and nothing typed is lost.
+    alice = Reviewer(browser, site, "alice", "alice-pass-1234")
+    try:
+        theirs = alice.open(f"/inbox/?thread={thread}").get_by_test_id("claim-button")
+        theirs.click()
+        expect(alice.page.get_by_test_id("claim")).to_contain_text("You", timeout=TIMEOUT)
+    finally:
+        alice.close()
+    card.get_by_role("button", name="Approve").click()
+    expect(card.get_by_test_id("card-error")).to_contain_text("Alice", timeout=TIMEOUT)
+    expect(card.get_by_label(re.compile("^Comment"))).to_have_value("43 has the fix")
+    expect(card.get_by_label("Build", exact=True)).to_have_value("43")
+    card.get_by_test_id("confirm-claim").check()
+    # The key sends it: `a` presses the form's Approve.
+    card.focus()
+    page.keyboard.press("a")
+    expect(card).to_have_count(0, timeout=TIMEOUT)
+    [decision] = decisions_of(site, thread)
+    assert (decision["action"], decision["payload"], decision["comment"]) == ("respond", {"build": 43}, "43 has the fix")
+
+
+def test_edit_and_approve_by_field_with_a_word_diff_and_no_unedited_approve(person, page, site):
+    thread = start(site, "mailer", "Email c@d.com about lunch")
+    card = open_card(person, thread)
+    summary = card.locator("details[data-edit] > summary")
+    key_hint(summary, "e")
+    key_hint(card.get_by_role("button", name="Approve"), "a")
+    key_hint(card.get_by_role("button", name="Reject"), "r")
+    expect(card.get_by_test_id("decide-help")).to_have_text(
+        re.compile(r"Reject tells the agent no;\s+Cancel declines without an answer\."))
+    summary.click()
+    editor = card.locator(".edit-editor")
+    to, body = editor.get_by_label("To", exact=True), editor.get_by_label("Body", exact=True)
+    expect(to).to_be_focused()  # opening it puts the cursor in its first field
+    expect(to).to_have_value("c@d.com")
+    expect(editor.get_by_label("Subject", exact=True)).to_be_visible()
+    expect(card.locator("textarea[name=edited_args]")).to_be_hidden()
+    approve = card.locator("form.actions").get_by_role("button", name="Approve")
+    expect(approve).to_be_enabled()
+
+    body.fill("Email c@d.com about dinner at <b>eight</b>")
+    expect(approve).to_be_disabled()  # at the first keystroke
+    expect(card.locator("[data-edits-pending]")).to_be_visible()
+    card.focus()
+    page.keyboard.press("a")  # nothing to press: the unedited args are not approved
+    card.get_by_role("button", name="Review changes").click()
+    diff = card.get_by_test_id("word-diff")
+    expect(diff).to_be_visible(timeout=TIMEOUT)
+    row = diff.locator(".diff-row")
+    expect(row).to_have_count(1)
+    expect(row.locator("dt")).to_contain_text("body")
+    expect(row.locator("del")).to_have_text("removed: lunch")
+    expect(row.locator("ins")).to_have_text("added: dinner at <b>eight</b>")  # agent-shaped text stays text
+    expect(diff).to_contain_text("unchanged: to, subject")
+    expect(approve).to_be_disabled()
+    card.focus()
+    page.keyboard.press("a")
+    page.wait_for_timeout(300)  # a decision would have replaced the card by now
+    assert decisions_of(site, thread) == []
+    no_sideways_scroll(page)
+    # Changed again: the preview of the old edits is gone, so its button cannot send them.
+    body.fill("Email c@d.com about dinner at eight")
+    expect(card.get_by_test_id("edit-diff")).to_have_count(0)
+    # Discarded: back to the proposal, Approve works again.
+    card.get_by_role("button", name="Discard edits").click()
+    expect(approve).to_be_enabled()
+    summary.click()
+    body.fill("Email c@d.com about dinner")
+    card.get_by_role("button", name="Review changes").click()
+    expect(card.get_by_test_id("word-diff")).to_be_visible(timeout=TIMEOUT)
+    card.get_by_label(re.compile("^Comment")).fill("dinner, not lunch")
+    card.get_by_role("button", name="Approve with these edits").click()
+    expect(card).to_have_count(0, timeout=TIMEOUT)
+    [decision] = decisions_of(site, thread)
+    assert decision["action"] == "edit" and decision["comment"] == "dinner, not lunch"
+    assert decision["edited_args"] == {"to": "c@d.com", "subject": "Hi", "body": "Email c@d.com about dinner"}
