@@ -93,7 +93,9 @@ def test_cancel_declines_without_an_answer(reviewer, site):
     thread = start(site, "deployer")
     page = inbox_for(reviewer, thread)
     card = page.locator("[data-card]").first
-    expect(card).to_contain_text("countersign:deploy")
+    # The reason in words, the agent's own value kept in its title.
+    expect(card.locator(".reason")).to_have_text("Deploy")
+    expect(card.locator(".reason")).to_have_attribute("title", "reason: countersign:deploy")
     card.get_by_role("button", name="Cancel").click()
     expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
     page = reviewer.open(f"/threads/{thread}/")

@@ -168,8 +168,8 @@ def test_the_audit_page_and_thread_page_say_it_expired_and_the_thread_takes_inpu
     run = raised(batch(PAST, None))
     audit = client.get(reverse("audit"), {"outcome": "expired"}).content.decode()
     assert audit.count('data-testid="audit-row"') == 2
-    assert f"<strong>expired</strong>: expiresAt {PAST} had already passed when the agent raised it" in audit
-    assert "<strong>expired</strong>: closed with its batch: a had already expired when raised" in audit
+    assert f">Expired</strong>: expiresAt {PAST} had already passed when the agent raised it" in audit
+    assert ">Expired</strong>: closed with its batch: a had already expired when raised" in audit
     [row_a] = [r for r in json.loads(b"".join(client.get(reverse("audit"), {"format": "json"}).streaming_content))
                if r["interruptId"] == "a"]
     assert row_a["status"] == "expired" and [t["kind"] for t in row_a["trail"]] == [trail.EXPIRY]
