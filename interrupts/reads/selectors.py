@@ -17,7 +17,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import MAX_BULK_DECISIONS
-from ..hub import policies, refused
+from ..hub import decisions, policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 
 SORTS = {
@@ -450,11 +450,6 @@ def _date(value: str) -> str:
         return ""
 
 
-# A decision's action, as the audit says it.
-OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "reject": "Rejected", "respond": "Answered",
-                 "cancel": "Cancelled"}
-
-
 @dataclass
 class AuditRow:
     interrupt: Interrupt
@@ -505,19 +500,9 @@ class AuditRow:
         if i.status == Interrupt.Status.EXPIRED:
             return "Expired"
         if d is None:  # closed without a decision: the run was stopped, or the batch closed
-            return "Cancelled" if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
-        if d.status == Decision.Status.CANCELLED:
-            return "Cancelled"
-        said = OUTCOME_WORDS.get(d.action)
-        if said:
-            return said
-        # Decisions recorded before `action` was: read the answer itself.
-        payload = d.payload if isinstance(d.payload, dict) else None
-        if d.edited_args is not None:
-            return "Approved with edits"
-        if payload is not None and set(payload) <= {"approved", "editedArgs"} and isinstance(payload.get("approved"), bool):
-            return "Approved" if payload["approved"] else "Rejected"
-        return "Answered"
+            return decisions.OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
+        # The decision's words are the ones the inbox, the thread page and a refusal say.
+        return decisions.outcome_words(d)
 
     @property
     def comment(self) -> str:
