@@ -40,3 +40,45 @@ def test_the_audit_says_what_the_inbox_and_thread_page_say(action, decided):
 
 def test_the_words_are_defined_once():
     assert not hasattr(selectors, "OUTCOME_WORDS")
+
+
+# --- insight: reasons and outcomes in the inbox's words, exports in the machine's ------------------------
+
+
+@pytest.mark.django_db
+def test_insight_says_reasons_and_outcomes_in_words_and_exports_keep_the_raw_ones(client):
+    import csv
+    import io
+    import json
+    from datetime import timedelta
+
+    from interrupts.models import Interrupt
+
+    reader = make.user(username="reader-w")
+    client.force_login(reader)
+    mailer = make.agent(name="mailer-w")
+    for reason in ("tool_call", "countersign:deploy"):
+        made = make.interrupt(make.run(make.thread(agent=mailer), status="interrupted"), reason=reason)
+        make.decision(made, reader, action="approve", payload={"approved": True})
+        closed = timezone.now() - timedelta(minutes=5)
+        Interrupt.objects.filter(pk=made.pk).update(status="resolved", created_at=closed - timedelta(minutes=2),
+                                                    closed_at=closed)
+    make.interrupt(make.run(make.thread(agent=mailer), status="interrupted"), reason="tool_call")
+    body = client.get("/insight/").content.decode()
+    # Chart labels and table rows read as the inbox's cards do; the exact reason stays in the tooltip.
+    assert '<text class="chart-label" x="0" y="13">Tool call<title>Tool call (tool_call)</title></text>' in body
+    assert "<title>Deploy (countersign:deploy), p50: 2 min (1 decision)</title>" in body
+    assert '<th scope="row" title="Tool call (tool_call)">Tool call</th>' in body
+    assert '<th scope="row" title="Deploy (countersign:deploy)">Deploy</th>' in body
+    assert ">tool_call<" not in body and ">countersign:deploy<" not in body
+    # Names are not reasons: shown as they are, with no tooltip of their own.
+    assert '<th scope="row">mailer-w</th>' in body
+    # The outcomes chart's legend and tooltips in words too.
+    assert ">approved 2 (100%)</span>" in body and "<title>approved: 2 of 2 (100%)</title>" in body
+    assert ">approve 2" not in body
+    rows = list(csv.reader(io.StringIO(client.get("/insight/export.csv").content.decode())))
+    assert ["pending_by_reason", "tool_call", "count", "1"] in rows
+    assert ["outcomes", "approve", "count", "2"] in rows
+    exported = json.loads(client.get("/insight/export.json").content)
+    assert {e["reason"] for e in exported["time_to_decision"]["by_reason"]} == {"tool_call", "countersign:deploy"}
+

@@ -10,7 +10,7 @@ with its exact figure; each chart is also given as a table by the page.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.utils.html import format_html, format_html_join
@@ -66,11 +66,16 @@ def _cut(label: str) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    """One group of bars: its label, a value per series (None: nothing to show), and what its tooltip adds."""
+    """One group of bars: its label, a value per series (None: nothing to show), and what its tooltip adds.
+
+    ``named`` is what the label's tooltip says instead of the label: a reason shown in words keeps the
+    agent's exact word there ("Tool call (tool_call)"), as two spellings can read the same.
+    """
 
     label: str
     values: tuple[float | None, ...]
     note: str = ""
+    named: str = ""
 
 
 def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
@@ -92,10 +97,10 @@ def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
     for index, row in enumerate(rows):
         top_y = index * group
         parts.append(format_html('<text class="chart-label" x="0" y="{}">{}<title>{}</title></text>',
-                                 top_y + LABEL_LINE - 4, _cut(row.label), row.label))
+                                 top_y + LABEL_LINE - 4, _cut(row.label), row.named or row.label))
         for n, (name, value) in enumerate(zip(series, row.values)):
             y = top_y + LABEL_LINE + n * BAR_HEIGHT
-            tip = f"{row.label}, {name}: {text(value)}" + (f" ({row.note})" if row.note else "")
+            tip = f"{row.named or row.label}, {name}: {text(value)}" + (f" ({row.note})" if row.note else "")
             width = 0 if value is None else max(x(value), 0.2)
             parts.append(format_html(
                 '<g class="chart-bar series-{}"><rect x="0" y="{}" width="{}%" height="{}"/>'
@@ -121,8 +126,13 @@ def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
         id=chart_id, title=title, legend=legend, h=height, parts=mark_safe("".join(parts)))
 
 
-def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str) -> SafeString:
-    """One bar split into ``parts`` (name, count), each as wide as its share, with a legend of counts and shares."""
+def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str,
+            labels: Mapping[str, str] | None = None) -> SafeString:
+    """One bar split into ``parts`` (name, count), each as wide as its share, with a legend of counts and shares.
+
+    ``labels`` says each name in words (the name stays the part's class).
+    """
+    said = labels or {}
     total = sum(n for _name, n in parts)
     if not total:
         return format_html('<p class="chart-empty muted" id="{}">{}: nothing closed in this period.</p>',
@@ -135,10 +145,10 @@ def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str) -> S
         width = 100 * n / total  # percent, as bars' are
         segments.append(format_html(
             '<g class="chart-part outcome-{}"><rect x="{}%" y="1" width="{}%" height="{}"/><title>{}: {} of {} ({})</title>'
-            '</g>', name, f"{at:.2f}", f"{width:.2f}", height, name, n, total, f"{n / total:.0%}"))
+            '</g>', name, f"{at:.2f}", f"{width:.2f}", height, said.get(name, name), n, total, f"{n / total:.0%}"))
         at += width
     legend = format_html_join(" ", '<span class="chart-key outcome-{}">{} {} ({})</span>',
-                              ((name, name, n, f"{n / total:.0%}") for name, n in parts))
+                              ((name, said.get(name, name), n, f"{n / total:.0%}") for name, n in parts))
     return format_html(
         '<figure class="chart" id="{id}"><figcaption>{title}</figcaption>'
         '<svg class="chart-svg chart-stacked" width="100%" height="{h}" role="img" aria-labelledby="{id}-title">'

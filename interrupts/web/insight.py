@@ -21,6 +21,7 @@ from ..conf import INSIGHT_CHART_ROWS
 from ..reads import insight
 from . import charts
 from .exports import csv_safe
+from .templatetags.countersign import reason_words
 
 # The figures as the charts show them; the page's tables give every number too.
 OUTCOME_LABELS = {"approve": "approved", "edit": "edited", "respond": "answered", "reject": "rejected",
@@ -52,23 +53,35 @@ def _titled(title: str, entries: list) -> str:
     return f"{title} (the {INSIGHT_CHART_ROWS} most of {len(entries)})" if _more(entries) else title
 
 
+def _label(entry: dict, by: str) -> str:
+    """A row's label: a reason in the inbox's words ("Tool call"), an agent's or reviewer's name as it is."""
+    return reason_words(entry[by]) if by == "reason" else entry[by]
+
+
+def _named(entry: dict, by: str) -> str:
+    """What a label stands for, when it is not the value itself: the agent's exact reason ("" otherwise)."""
+    label = _label(entry, by)
+    return f"{label} ({entry[by]})" if label != entry[by] else ""
+
+
 def _ttd_chart(found: dict, by: str, title: str) -> str:
-    rows = [charts.Row(entry[by], (entry["p50_seconds"], entry["p95_seconds"]), _decisions(entry["count"]))
+    rows = [charts.Row(_label(entry, by), (entry["p50_seconds"], entry["p95_seconds"]), _decisions(entry["count"]),
+                       named=_named(entry, by))
             for entry in _shown(found["time_to_decision"][f"by_{by}"])]
     return charts.bars(_titled(title, found["time_to_decision"][f"by_{by}"]), rows, ("p50", "p95"), axis="time to decision", text=charts.duration_text,
                        steps=charts.DURATION_STEPS, chart_id=f"chart-ttd-{by}")
 
 
 def _pending_chart(found: dict, by: str, title: str) -> str:
-    rows = [charts.Row(entry[by], (entry["count"],),
-                       f"{entry['breached']} past target, {entry['escalated']} escalated")
+    rows = [charts.Row(_label(entry, by), (entry["count"],),
+                       f"{entry['breached']} past target, {entry['escalated']} escalated", named=_named(entry, by))
             for entry in _shown(found["pending"][f"by_{by}"])]
     return charts.bars(_titled(title, found["pending"][f"by_{by}"]), rows, ("pending",), axis="interrupts pending", chart_id=f"chart-pending-{by}",
                        empty="nothing waits for a decision")
 
 
 def _ttd_table(found: dict, by: str) -> dict:
-    rows = [{"label": e[by], "count": e["count"],
+    rows = [{"label": _label(e, by), "named": _named(e, by), "count": e["count"],
              **{f"p{p}": charts.duration_text(e[f"p{p}_seconds"]) for p in insight.PERCENTILES},
              **{f"p{p}_seconds": e[f"p{p}_seconds"] for p in insight.PERCENTILES}}
             for e in _shown(found["time_to_decision"][f"by_{by}"])]
@@ -77,7 +90,7 @@ def _ttd_table(found: dict, by: str) -> dict:
 
 
 def _pending_table(found: dict, by: str) -> dict:
-    rows = [{"label": e[by], **{k: e[k] for k in ("count", "breached", "escalated")}}
+    rows = [{"label": _label(e, by), "named": _named(e, by), **{k: e[k] for k in ("count", "breached", "escalated")}}
             for e in _shown(found["pending"][f"by_{by}"])]
     return {"by": by, "caption": f"Pending now by {by}", "rows": rows, "more": _more(found["pending"][f"by_{by}"])}
 
@@ -101,7 +114,7 @@ def _context(found: dict) -> dict:
             "pending_reason": _pending_chart(found, "reason", "Pending now by reason"),
             "outcomes": charts.stacked("What became of the interrupts closed",
                                        [(name, outcomes["counts"][name]) for name in insight.OUTCOMES],
-                                       chart_id="chart-outcomes"),
+                                       chart_id="chart-outcomes", labels=OUTCOME_LABELS),
         },
         "overall": {key: charts.duration_text(found["time_to_decision"]["overall"][f"{key}_seconds"])
                     for key in ("p50", "p95")},
