@@ -82,3 +82,37 @@ def test_insight_says_reasons_and_outcomes_in_words_and_exports_keep_the_raw_one
     exported = json.loads(client.get("/insight/export.json").content)
     assert {e["reason"] for e in exported["time_to_decision"]["by_reason"]} == {"tool_call", "countersign:deploy"}
 
+
+# --- the webhook, notification and policy forms: labels in words, no colons, empty choices that say so -----
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url, form, labels, empty", [
+    ("/webhooks/", 'data-testid="webhook-form"', ["Name", "URL", "Team", "Policy", "Events", "Active"],
+     ["Any team", "Any policy"]),
+    ("/policies/add/", 'class="stacked"', ["Name", "Agent", "Reason", "Tool", "Approvals needed",
+                                           "Self-approval allowed", "Target time (minutes)",
+                                           "Backup group"], ["Every agent"]),
+    ("/settings/notifications/", 'data-testid="notification-form"', ["Email me about requests I may decide"], []),
+])
+def test_forms_label_their_fields_in_words_without_colons(client, url, form, labels, empty):
+    import re
+
+    client.force_login(make.user(is_staff=True))
+    page = client.get(url).content.decode()
+    body = page[page.index(form):]
+    body = body[: body.index("</form>")]
+    said = [re.sub(r"<[^>]+>", "", text).strip() for text in re.findall(r"<(?:label|legend)[^>]*>(.*?)</(?:label|legend)>",
+                                                                        body, re.S)]
+    assert said and not [text for text in said if text.endswith(":")], said
+    for label in labels:
+        assert label in said, (label, said)
+    # The raw field names Django makes from the model are gone.
+    for raw in ("Url", "Tool name", "Required approvals", "Allow self approval", "Target minutes", "---------"):
+        assert raw not in body, raw
+    for words in empty:
+        assert f">{words}</option>" in body
+    # A group of boxes or radios is a fieldset its legend names (Django's as_p gave it a label for nothing).
+    assert "<label>" not in body
+    if "webhook" in form:
+        assert "How the deliveries page names it." in body and "Which events it is sent." in body

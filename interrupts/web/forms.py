@@ -203,4 +203,15 @@ class PolicyForm(forms.ModelForm):
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
                   "allow_self_approval", "target_minutes", "backup_group"]
         widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8})}
-        labels = {"agent": "Agent (empty: every agent)", "tool_name": "Tool name"}
+        labels = {"name": "Name", "agent": "Agent", "reason": "Reason", "tool_name": "Tool", "groups": "Groups",
+                  "users": "People", "required_approvals": "Approvals needed",
+                  "allow_self_approval": "Self-approval allowed",
+                  "target_minutes": "Target time (minutes)", "backup_group": "Backup group"}
+        help_texts = {"name": "How the Agents page and the API's URLs name it, so it holds no slash."}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.label_suffix = ""  # "Agent", not "Agent:"
+        # An empty choice says what it means, not "---------".
+        self.fields["agent"].empty_label = "Every agent"
+        self.fields["backup_group"].empty_label = "None"

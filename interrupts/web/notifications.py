@@ -18,16 +18,31 @@ from ..models import Delivery, EmailChoice, NotifyEvent, Webhook
 
 class WebhookForm(forms.ModelForm):
     events = forms.MultipleChoiceField(choices=NotifyEvent.choices, widget=forms.CheckboxSelectMultiple,
-                                       initial=list(NotifyEvent.values))
+                                       initial=list(NotifyEvent.values), label="Events",
+                                       help_text="Which events it is sent.")
 
     class Meta:
         model = Webhook
         fields = ["name", "url", "group", "policy", "events", "active"]
+        labels = {"name": "Name", "url": "URL", "group": "Team", "policy": "Policy", "active": "Active"}
+        help_texts = {"name": "How the deliveries page names it.",
+                      "active": "Unticked, no new event is sent to it; its deliveries so far stay listed."}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.label_suffix = ""  # "URL", not "URL:"
+        # An empty scope says what it means, not "---------".
+        self.fields["group"].empty_label = "Any team"
+        self.fields["policy"].empty_label = "Any policy"
 
 
 class PreferenceForm(forms.Form):
     email = forms.ChoiceField(choices=EmailChoice.choices, widget=forms.RadioSelect,
                               label="Email me about requests I may decide")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.label_suffix = ""
 
 
 @staff_member_required
