@@ -116,3 +116,15 @@ def test_forms_label_their_fields_in_words_without_colons(client, url, form, lab
     assert "<label>" not in body
     if "webhook" in form:
         assert "How the deliveries page names it." in body and "Which events it is sent." in body
+
+
+# --- a JSON tree counts in English ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, said", [
+    ({"a": 1}, "{…} 1 key<"), ({"a": 1, "b": 2}, "{…} 2 keys<"), ([1], "[…] 1 item<"), ([1, 2], "[…] 2 items<"),
+])
+def test_a_json_tree_says_1_key_and_2_keys(value, said):
+    from interrupts.web.templatetags.countersign import json_tree
+
+    assert said in str(json_tree(value))

@@ -52,13 +52,13 @@ def json_tree(value, depth=0):
     if isinstance(value, dict) and value:
         rows = format_html_join("", "<li><span class=\"key\">{}</span>: {}</li>",
                                 ((key, json_tree(item, depth + 1)) for key, item in list(value.items())[:500]))
-        return format_html("<details{}><summary>{{…}} {} keys</summary><ul class=\"tree\">{}</ul></details>",
-                           mark_safe(" open") if depth < 1 else "", len(value), rows)
+        return format_html("<details{}><summary>{{…}} {} key{}</summary><ul class=\"tree\">{}</ul></details>",
+                           mark_safe(" open") if depth < 1 else "", len(value), "" if len(value) == 1 else "s", rows)
     if isinstance(value, list) and value:
         rows = format_html_join("", "<li><span class=\"key\">{}</span>: {}</li>",
                                 ((index, json_tree(item, depth + 1)) for index, item in enumerate(value[:500])))
-        return format_html("<details{}><summary>[…] {} items</summary><ul class=\"tree\">{}</ul></details>",
-                           mark_safe(" open") if depth < 1 else "", len(value), rows)
+        return format_html("<details{}><summary>[…] {} item{}</summary><ul class=\"tree\">{}</ul></details>",
+                           mark_safe(" open") if depth < 1 else "", len(value), "" if len(value) == 1 else "s", rows)
     return format_html("<code class=\"leaf\">{}</code>", json.dumps(value, ensure_ascii=False)[:2000])
 
 
