@@ -358,9 +358,11 @@
     });
 
     if (details) {
-      // Opening it (a click, or `e`) puts the cursor in its first field.
+      // Opening it with a click puts the cursor in its first field (`e` does so itself). "toggle" comes a
+      // task later: by then the reader may have pressed Esc back to the card, and the focus stays theirs.
       details.addEventListener("toggle", () => {
-        if (!details.open || details.contains(document.activeElement) && document.activeElement !== $("summary", details)) return;
+        const active = document.activeElement;
+        if (!details.open || (active !== $("summary", details) && active !== document.body)) return;
         const first = $$("input, select, textarea", form).find((field) => field.type !== "hidden" && field.offsetParent !== null);
         if (first) first.focus();
       });
