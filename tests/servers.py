@@ -176,6 +176,19 @@ class ServedApp:
         self.token = token if token is not None else _setup(self.env, self.self_approving)
         return self
 
+    def empty_database(self) -> "ServedApp":
+        """Create this app's database empty (on PostgreSQL; SQLite makes its file), for a caller that
+        migrates it itself instead of ``prepare`` (production settings refuse the demo reviewer)."""
+        url = self.env["DATABASE_URL"]
+        if url.startswith("postgres"):
+            import psycopg
+
+            name = url.rsplit("/", 1)[1]
+            with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as admin:
+                if not _pg_exists(admin, name):
+                    admin.execute(f'CREATE DATABASE "{name}"')
+        return self
+
     def launch(self) -> "ServedApp":
         """Start `manage.py serve` without waiting for it (see ``ready``)."""
         # Output goes to a file, not a pipe nobody drains: a full pipe would

@@ -252,6 +252,7 @@ class ProxiedApp:
 
         from .servers import ROOT, manage
 
+        self.app.empty_database()
         done = manage("migrate", "--noinput", env=self.app.env)  # no demo login: it refuses DEBUG off
         assert done.returncode == 0, done.stderr
         flags = ["--proxy-headers"] if self.proxy_headers else []

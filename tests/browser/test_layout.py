@@ -106,7 +106,9 @@ def test_the_inbox_on_a_phone_shows_cards_first_in_words(staff, made):
     assert filters.evaluate("details => details.open") is False
     expect(filters.locator("summary")).to_have_text("Filter: none")
     expect(page.get_by_role("combobox", name="Agent")).to_be_hidden()
-    assert cards.first.bounding_box()["y"] < PHONE["height"] - 100
+    # Read in the page in one go: a live refresh may replace the card between two Playwright calls.
+    top = page.evaluate("() => document.querySelector('[data-card]').getBoundingClientRect().top + window.scrollY")
+    assert top < PHONE["height"] - 100
     # Reasons and ages in words; the ids still in the page's text (find in page), cut on screen.
     titles = " ".join(cards.locator("h2 .reason").all_inner_texts())
     assert "Tool call" in titles and "Deploy" in titles and not re.search(r"TOOL_CALL|countersign:deploy", titles, re.I)
