@@ -24,7 +24,7 @@ BOOTSTRAP_PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do \
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: serve test test-scale bench venv check-python browser clean
+.PHONY: serve test test-scale bench venv check-python browser clean peers
 
 check-python:
 	@if [ -z "$(BOOTSTRAP_PYTHON)" ]; then \
@@ -48,6 +48,19 @@ $(LG_VENV)/.installed: $(LG_REQUIREMENTS) | check-python
 	@[ -x $(LG_VENV)/bin/python ] || "$(BOOTSTRAP_PYTHON)" -m venv $(LG_VENV)
 	$(LG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(LG_REQUIREMENTS)
 	@touch $@
+
+# Every other framework the tests run as an agent (tests/external/<name>_agent.py)
+# has its own venv, .venv-<name>, from tests/external/requirements-<name>.txt:
+# each pins its own ag-ui-protocol and friends, which need not agree with the app's
+# or each other's. Built once and rebuilt only when its requirements change.
+PEERS :=
+PEER_STAMPS := $(foreach peer,$(PEERS),.venv-$(peer)/.installed)
+.venv-%/.installed: tests/external/requirements-%.txt | check-python
+	@[ -x .venv-$*/bin/python ] || "$(BOOTSTRAP_PYTHON)" -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	@touch $@
+
+peers: $(LG_VENV)/.installed $(PEER_STAMPS) $(TS_PEER)/node_modules/.installed
 
 # Reinstalled (npm ci: exactly the lock file) when package-lock.json changes.
 $(TS_PEER)/node_modules/.installed: $(TS_PEER)/package-lock.json
@@ -80,11 +93,11 @@ browser:
 	  fi; \
 	fi
 
-test: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed $(AXE)/node_modules/.installed browser
+test: venv peers $(AXE)/node_modules/.installed browser
 	$(PY) -m pytest
 
 # The same suite against PostgreSQL and Redis (started on loopback by bin/services).
-test-scale: venv $(LG_VENV)/.installed $(TS_PEER)/node_modules/.installed $(AXE)/node_modules/.installed browser
+test-scale: venv peers $(AXE)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
 	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL"; \
 	  $(PY) -m pytest
@@ -123,4 +136,4 @@ bench: venv $(VENV)/.bench-installed
 	  if [ -n "$$failed" ]; then echo "Not measured:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(VENV) $(LG_VENV) $(TS_PEER)/node_modules $(AXE)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
+	rm -rf $(VENV) $(LG_VENV) $(foreach peer,$(PEERS),.venv-$(peer)) $(TS_PEER)/node_modules $(AXE)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts

@@ -144,26 +144,47 @@ def new_input(thread: str, run: str = "r1", **fields) -> dict:
             "forwardedProps": {}, **fields}
 
 
+def peer_python(name: str):
+    """The Python of the framework ``name``'s own venv (``.venv-<name>``, built by ``make peers``)."""
+    python = ROOT / f".venv-{name}" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{python} is missing: `make test` creates it from tests/external/requirements-{name}.txt")
+    return python
+
+
 LANGGRAPH_PYTHON = ROOT / ".venv-langgraph" / "bin" / "python"
+
+
+@contextlib.contextmanager
+def external_agent(command: list, workdir, *, ready: str = "ready on", timeout: float = 90):
+    """An agent written with another framework, in its own process, until it prints ``ready``: yields its log.
+
+    Started from the project's root; its output goes to ``workdir/agent.log``,
+    which a failing test shows. SIGTERM, then SIGKILL after 3 s, at the end.
+    """
+    log = workdir / "agent.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([str(part) for part in command], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: ready in log.read_text() or process.poll() is not None, timeout=timeout)
+        assert process.poll() is None, log.read_text()
+        yield log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @contextlib.contextmanager
 def langgraph_agent(workdir, *options: str):
     """The LangGraph agent (tests/external) in its own process and venv, on a free port: yields the port."""
-    if not LANGGRAPH_PYTHON.exists():
-        pytest.fail(f"{LANGGRAPH_PYTHON} is missing: `make test` creates it from tests/external/requirements-langgraph.txt")
     port = free_port()
-    log = workdir / "agent.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen([str(LANGGRAPH_PYTHON), "tests/external/langgraph_agent.py", "--port", str(port),
-                                    *options], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: "ready on" in log.read_text() or process.poll() is not None, timeout=60)
-        assert process.poll() is None, log.read_text()
+    with external_agent([peer_python("langgraph"), "tests/external/langgraph_agent.py", "--port", port, *options],
+                        workdir, timeout=60):
         yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
