@@ -135,8 +135,8 @@ class _ForClient:
     """
 
     def __init__(self, agent: Agent, thread_id: str, run_id: str) -> None:
-        dialect = dialects.for_agent(agent.dialect)
-        self.read = None if dialect.name == dialects.AGUI else _AsRead(dialect, run_id)
+        # Every dialect may read the end anew: the default one detects LangGraph's on_interrupt.
+        self.read = _AsRead(dialects.for_agent(agent.dialect, agent.paused_as), run_id)
         self.thread_id, self.run_id, self.opened = thread_id, run_id, False
 
     def __call__(self, payload: dict) -> str:
@@ -146,7 +146,7 @@ class _ForClient:
             if payload.get("type") != "RUN_STARTED":
                 frames = encode_event(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id,
                                                       timestamp=int(time.time() * 1000)))
-        return frames + _frame(payload if self.read is None else self.read(payload))
+        return frames + _frame(self.read(payload))
 
 
 async def _live(listener: asyncio.Queue, client: _ForClient):

@@ -108,6 +108,9 @@ class Agent(models.Model):
         help_text="How the agent raises interrupts: AG-UI's interrupt outcome (the default), or LangGraph's "
                   "on_interrupt event (ag-ui-langgraph without emit_interrupt_outcome).",
     )
+    # How its last paused run paused (protocol.dialects.pause_kind), set when a run
+    # of it is interrupted: the default dialect answers a LangGraph pause that way.
+    paused_as = models.CharField(max_length=32, blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     # Set by a caller that takes a credential from the user in this change

@@ -27,8 +27,8 @@ from . import notify, policies, trail
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..conf import settings
 from ..live import relay
-from ..models import Event, Interrupt, Run, Thread
-from ..protocol import storable
+from ..models import Agent, Event, Interrupt, Run, Thread
+from ..protocol import dialects, storable
 from ..protocol.contract import interrupt_problems, parse_expiry
 from ..protocol.errors import ContractViolation
 from ..protocol.state import DeltaRefused, apply_delta
@@ -152,6 +152,12 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
             # What makes the proposal doubtful (a snapshot naming another tool or
             # other args than the stream did): the card shows it beside the args.
             problems += [{"code": "DOUBTFUL_PROPOSAL", "interrupt_id": wire.id, "message": doubt} for doubt in doubts]
+        if (action := dialects.proposed_action(raw)) is not None:
+            # A framework that wraps or describes the call (ADK's confirmation, CrewAI's
+            # feedback): the card, policies and attestation name the call itself.
+            tool_name, args = action
+            problems += [{"code": "DOUBTFUL_PROPOSAL", "interrupt_id": wire.id, "message": doubt}
+                         for doubt in _wrapped_doubts(raw, action, proposal)]
         if args is not None and storable.problem(args, "") is not None:
             # Args that decode to what nothing can show or store (an escaped lone
             # surrogate): kept as JSON text, which can.
@@ -174,6 +180,18 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
         ))
     policies.assign(rows, run.agent_id)
     return rows
+
+
+def _wrapped_doubts(raw: dict, action: tuple, proposal: ProposalLookup) -> list[str]:
+    """Where the stream's own call contradicts the call a wrapper names (ADK's original call), in words."""
+    call = dialects.adk_call(raw)
+    if call is None or not call["id"]:
+        return []
+    name, args, _doubts = proposal(call["id"])
+    if name is None or (name, args) == action:
+        return []
+    return [f"The confirmation asks about {action[0]} with the args shown, but the agent's own call "
+            f"{call['id'][:100]} was {name} with other args."]
 
 
 def _fitted(field: str, value: str, problems: list[dict], interrupt_id: str) -> str:
@@ -209,6 +227,9 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
         return
     if fields["status"] == Run.Status.INTERRUPTED:
         Interrupt.objects.bulk_create(raised)
+        # How it paused, remembered on the agent: its resumes are shaped for it (``dialects.for_agent``).
+        kind = dialects.pause_kind([row.raw for row in raised])
+        Agent.objects.filter(pk=run.agent_id).exclude(paused_as=kind).update(paused_as=kind)
     for name, value in fields.items():
         setattr(run, name, value)
 

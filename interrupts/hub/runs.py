@@ -302,11 +302,14 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
     """
     closing = live[-1]
     bound = {}
-    if interrupt.tool_call_id and status == Decision.Status.RESOLVED and closing.action in ("approve", "edit"):
+    # A call a framework wraps or describes (``dialects.proposed_action``) is named as the call itself,
+    # with or without a toolCallId of its own (CrewAI's feedback has none).
+    if ((interrupt.tool_call_id or interrupt.tool_name) and status == Decision.Status.RESOLVED
+            and closing.action in ("approve", "edit")):
         # What will run: the edited args, or the proposal as approved. Signed with
         # the rest of the body, so an agent can run these rather than its own copy.
         args = closing.edited_args if closing.edited_args is not None else interrupt.proposed_args
-        bound = {"toolCallId": interrupt.tool_call_id, "toolName": interrupt.tool_name or None, "args": args}
+        bound = {"toolCallId": interrupt.tool_call_id or None, "toolName": interrupt.tool_name or None, "args": args}
     return {
         **bound,
         "decisions": [
@@ -425,7 +428,7 @@ def withdraw_resume(resume: Run) -> bool:
 
 def dialect_input(interrupted: Run, run_input: dict) -> dict:
     """A resume's RunAgentInput as the agent's framework takes it (``protocol.dialects``)."""
-    dialect = dialects.for_agent(interrupted.agent.dialect)
+    dialect = dialects.for_agent(interrupted.agent.dialect, interrupted.agent.paused_as)
     if not dialect.reshapes_resume:
         return run_input
     batch = list(Interrupt.objects.filter(run=interrupted).order_by("pk").values_list("raw", flat=True))

@@ -206,7 +206,7 @@ def recover(run: Run) -> None:
     already have acted on it.
     """
     lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
-    dialect = dialects.for_agent(run.agent.dialect)
+    dialect = dialects.for_agent(run.agent.dialect, run.agent.paused_as)
     terminal = None
     customs = []
     for payload in run.events.filter(from_agent=True).order_by("seq").values_list("payload", flat=True):
@@ -293,7 +293,7 @@ class RunStreamer:
         self.lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
         self.terminal: dict | None = None
         # The agent's framework, and the CUSTOM events it says matter for how the run ends.
-        self.dialect = dialects.for_agent(run.agent.dialect)
+        self.dialect = dialects.for_agent(run.agent.dialect, run.agent.paused_as)
         self.customs: list[dict] = []
         # Events checked but not yet handed to the writer. The reader keeps
         # reading while the writer records what came before, and the writer

@@ -169,7 +169,6 @@ def test_a_run_without_on_interrupt_ends_as_it_says_and_other_custom_events_are_
     assert not LEGACY.keeps({"type": "CUSTOM", "name": "countersign.delivery_failed"})
     assert not LEGACY.keeps({"type": "RAW", "name": "on_interrupt"})
     assert LEGACY.notice(FINISHED, [on_interrupt(APPROVAL)]) == ""
-    assert "langgraph-legacy" in dialects.for_agent("agui").notice(FINISHED, [on_interrupt(APPROVAL)])
 
 
 def entry(item, status="resolved", payload=None):

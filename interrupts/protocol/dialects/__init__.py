@@ -8,9 +8,12 @@ knows nothing else about any framework:
 
 * ``terminal``: the run's end as Countersign reads it (a framework that
   raises interrupts some other way has them turned into an outcome here);
-* ``notice``: what the run's end says about the registration (an ``agui``
-  agent that used LangGraph's older event instead of an outcome);
+* ``notice``: what the run's end says about the registration;
 * ``resume_input``: the resume's RunAgentInput as the framework takes it.
+
+The default dialect detects LangGraph's older form from the run's own
+events (``detection``), and the hub remembers on the agent how it paused
+(``Agent.paused_as``): the registered dialect is only an override.
 
 Some frameworks mark the interrupts themselves (TanStack AI's
 ``tanstack:interruptBinding``): their adapter applies whatever the agent's
@@ -22,11 +25,13 @@ Pure Python: nothing here touches Django or the network.
 from __future__ import annotations
 
 from . import tanstack
+from .actions import adk_call, proposed_action
 from .agui import AGUI, LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, steering, without_steering
+from .detection import Detected, detect, pause_kind, pause_words
 from .langgraph_legacy import LegacyLangGraph
 
-__all__ = ["AGUI", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "RESERVED_METADATA_KEYS", "Dialect", "LegacyLangGraph", "entry_metadata",
-           "for_agent", "steering", "without_steering"]
+__all__ = ["AGUI", "adk_call", "proposed_action", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "RESERVED_METADATA_KEYS", "Dialect", "LegacyLangGraph", "detect", "entry_metadata",
+           "for_agent", "pause_kind", "pause_words", "steering", "without_steering"]
 
 
 #: Metadata keys of a resume entry that an adapter writes (``entry_metadata``): a
@@ -41,9 +46,17 @@ def entry_metadata(raw_interrupt: dict, status: str, payload: object) -> dict:
 
 
 #: Every dialect by its registered name.
-DIALECTS: dict[str, Dialect] = {AGUI: Dialect(), LANGGRAPH_LEGACY: LegacyLangGraph()}
+DIALECTS: dict[str, Dialect] = {AGUI: Detected(), LANGGRAPH_LEGACY: LegacyLangGraph()}
 
 
-def for_agent(name: str) -> Dialect:
-    """The dialect registered under ``name``; an unknown name (an old row) is plain AG-UI."""
-    return DIALECTS.get(name or AGUI, DIALECTS[AGUI])
+def for_agent(name: str, paused_as: str = "") -> Dialect:
+    """The dialect of an agent registered under ``name`` whose last pause was ``paused_as`` (``pause_kind``).
+
+    A registered dialect other than the default is an override; otherwise an
+    agent last seen pausing LangGraph's way is answered that way (its resumes
+    are shaped by ``LegacyLangGraph``, which reads an outcome as it says).
+    An unknown name (an old row) is the default.
+    """
+    if name and name != AGUI and name in DIALECTS:
+        return DIALECTS[name]
+    return DIALECTS[LANGGRAPH_LEGACY] if paused_as == LANGGRAPH_LEGACY else DIALECTS[AGUI]

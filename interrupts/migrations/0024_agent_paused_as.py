@@ -1,0 +1,16 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("interrupts", "0021_notifications"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="agent",
+            name="paused_as",
+            field=models.CharField(blank=True, default="", editable=False, max_length=32),
+        ),
+    ]

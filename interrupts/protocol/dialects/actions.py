@@ -1,0 +1,65 @@
+"""What an interrupt asks to do, where its framework wraps or describes the call: the call itself.
+
+Recognised from the interrupt alone, whatever the agent's registered
+dialect (as TanStack's binding is). Shapes as the adapters send them
+(captured in tests/protocol/fixtures/frameworks/):
+
+* Google ADK (``ag-ui-adk`` 0.11.0, ``require_confirmation=True``): reason
+  ``confirmation``, ``toolCallId`` ADK's wrapper call
+  ``adk_request_confirmation``; the call it asks about is
+  ``metadata.adk.originalFunctionCall`` ``{id, name, args}``.
+* CrewAI (``ag-ui-crewai`` 1.0.0, ``@human_feedback``): reason
+  ``crewai:human_feedback``, no ``toolCallId``; the step's output (the
+  proposal) is ``metadata.crewai.output``: a call when it names a tool and
+  its args, otherwise the proposal itself is what is approved.
+
+The wrapper stays in the interrupt as raised, and the resume still answers
+the interrupt's own id. Pure Python.
+"""
+
+from __future__ import annotations
+
+from .detection import CREWAI_REASON
+
+#: Longest tool name taken from an interrupt's metadata (a tool name is short; the column is cut anyway).
+MAX_TOOL_NAME = 200
+
+
+def _name(value: object) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_TOOL_NAME else None
+
+
+def adk_call(raw: dict) -> dict | None:
+    """ADK's original call ``{id, name, args}`` behind a confirmation interrupt, or None."""
+    metadata = raw.get("metadata")
+    adk = metadata.get("adk") if isinstance(metadata, dict) else None
+    call = adk.get("originalFunctionCall") if isinstance(adk, dict) else None
+    if not isinstance(call, dict) or _name(call.get("name")) is None or not isinstance(call.get("args", {}), dict):
+        return None
+    return {"id": call.get("id") if isinstance(call.get("id"), str) else None, "name": call["name"],
+            "args": call.get("args", {})}
+
+
+def _crewai_proposal(raw: dict) -> tuple[str | None, object] | None:
+    metadata = raw.get("metadata")
+    crewai = metadata.get("crewai") if isinstance(metadata, dict) else None
+    if not isinstance(crewai, dict) or (raw.get("reason") != CREWAI_REASON and "output" not in crewai):
+        return None
+    output = crewai.get("output")
+    if output is None:
+        return None
+    if isinstance(output, dict):
+        tool = _name(output.get("tool") or output.get("toolName") or output.get("tool_name"))
+        args = next((output[key] for key in ("args", "arguments") if isinstance(output.get(key), dict)), None)
+        if tool is not None and args is not None:
+            return tool, args
+    return None, output  # a draft, a plan: the thing itself is what the reviewer approves
+
+
+def proposed_action(raw: object) -> tuple[str | None, object] | None:
+    """(tool name or None, args or the proposal) of an interrupt whose framework wraps or describes the call; else None."""
+    if not isinstance(raw, dict):
+        return None
+    if (call := adk_call(raw)) is not None:
+        return call["name"], call["args"]
+    return _crewai_proposal(raw)
