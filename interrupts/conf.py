@@ -270,3 +270,8 @@ MAX_RESPONSE_EXCERPT = 2000
 NOTIFY_BATCH = 20
 MAX_DIGEST_ITEMS = 100
 DELIVERIES_PAGE_SIZE = 50
+
+# The Agents page: how many of an agent's latest resumes it sums up, and how
+# much of the agent's reason for refusing the latest refused one it quotes.
+AGENT_RECENT_RESUMES = 5
+AGENT_REFUSAL_CHARS = 300

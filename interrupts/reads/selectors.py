@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import (BooleanField, Count, Exists, ExpressionWrapper, Func, IntegerField, Max, OuterRef,
-                              Prefetch, Q, Subquery)
-from django.db.models.functions import Coalesce
+from django.db.models import (BooleanField, Count, Exists, ExpressionWrapper, F, Func, IntegerField, Max, OuterRef,
+                              Prefetch, Q, Subquery, Window)
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
-from ..conf import MAX_BULK_DECISIONS
+from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
 from ..hub import decisions, policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
+from ..protocol import capabilities, dialects
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -391,13 +392,64 @@ def policies_listed():
     return Policy.objects.select_related("agent", "backup_group").prefetch_related("groups", "users")
 
 
-def agents_overview():
-    """Agents with their last run, pending count and latest notice (``latest_notice``), in one query."""
-    return Agent.objects.annotate(
+def agents_overview() -> list[Agent]:
+    """Agents with their last run, pending count and latest notice (``latest_notice``), in two queries.
+
+    Each also says how it pauses (``pauses``), how its latest resumes went
+    (``resumes``, a ``ResumeRecord`` or None) and what it declares of
+    ``humanInTheLoop`` (``human_in_the_loop``, ``protocol.capabilities``).
+    """
+    listed = list(Agent.objects.annotate(
         pending=Count("runs__interrupts", filter=Q(runs__interrupts__status=Interrupt.Status.PENDING)),
         last_run=Max("runs__created_at"),
         **latest_notice(OuterRef("pk")),
-    ).order_by("name")
+    ).order_by("name"))
+    resumes = recent_resumes()
+    for agent in listed:
+        agent.pauses = dialects.pause_words(agent.paused_as, agent.dialect)
+        agent.resumes = resumes.get(agent.pk)
+        agent.human_in_the_loop = capabilities.human_in_the_loop(agent.capabilities)
+    return listed
+
+
+@dataclass(frozen=True)
+class ResumeRecord:
+    """How an agent's latest resumes went: how many it accepted and refused, and why the latest refusal."""
+
+    accepted: int
+    refused: int
+    reason: str
+
+    def words(self) -> str:
+        count = self.accepted + self.refused
+        said = f"Last {count} resume{'s' if count != 1 else ''}: {self.accepted} accepted, {self.refused} refused"
+        return f"{said}: {self.reason}" if self.refused and self.reason else said
+
+
+def recent_resumes(limit: int = AGENT_RECENT_RESUMES) -> dict[int, ResumeRecord]:
+    """Each agent's last ``limit`` ended resumes (agent pk -> ``ResumeRecord``), in one query.
+
+    A resume is accepted when its run did not fail (it succeeded, paused
+    again or was stopped by its agent), refused when the agent failed it.
+    """
+    ended = Run.objects.filter(resume_key__isnull=False, status__in=Run.FINAL_STATUSES).annotate(
+        rank=Window(RowNumber(), partition_by=[F("agent_id")], order_by=[F("created_at").desc(), F("pk").desc()]))
+    rows = ended.filter(rank__lte=limit).order_by("agent_id", "rank").values_list(
+        "agent_id", "status", "error_code", "error_message")
+    found: dict[int, list] = {}
+    for agent_pk, status, code, message in rows:
+        found.setdefault(agent_pk, []).append((status, code, message))
+    records = {}
+    for agent_pk, runs in found.items():
+        refused = [(code, message) for status, code, message in runs if status == Run.Status.FAILED]
+        reason = ""
+        if refused:
+            code, message = refused[0]  # the latest
+            reason = (message or code or "no reason given").strip()
+            if len(reason) > AGENT_REFUSAL_CHARS:
+                reason = reason[:AGENT_REFUSAL_CHARS - 1] + "…"
+        records[agent_pk] = ResumeRecord(len(runs) - len(refused), len(refused), reason)
+    return records
 
 
 def latest_notice(agent) -> dict:

@@ -63,7 +63,8 @@ def test_a_default_agent_pausing_the_langgraph_way_reaches_the_inbox_and_is_resu
     # Shaped as LegacyLangGraph shapes it: several answers by LangGraph's own ids.
     assert sent["forwardedProps"]["command"]["resume"].keys() == set(lg_ids)
     resume = Run.objects.select_related("agent").get(parent=run)
-    assert "resume" not in dialects.for_agent(resume.agent.dialect, resume.agent.paused_as).outgoing(sent)
+    answered_as = dialects.for_agent(resume.agent.dialect, resume.agent.paused_as)
+    assert "resume" not in answered_as.outgoing(sent)
 
 
 def test_adk_s_confirmation_shows_and_attests_the_call_it_asks_about():
@@ -72,7 +73,8 @@ def test_adk_s_confirmation_shows_and_attests_the_call_it_asks_about():
     wrapper = asked.raw["toolCallId"]
     assert (asked.tool_name, asked.proposed_args) == ("issue_refund", {"order": "A-1001", "amount": 42})
     # The wrapper stays in the raw record and is what the resume answers.
-    assert asked.tool_call_id == wrapper and asked.raw["metadata"]["adk"]["originalFunctionCall"]["name"] == "issue_refund"
+    assert asked.tool_call_id == wrapper
+    assert asked.raw["metadata"]["adk"]["originalFunctionCall"]["name"] == "issue_refund"
     assert not [p for p in asked.problems if p["code"] == "DOUBTFUL_PROPOSAL"]  # the stream's call agrees
     assert Agent.objects.get(pk=run.agent_id).paused_as == "adk"
     decisions.decide(asked, make.user(), "resolved", {"approved": True})
@@ -105,7 +107,8 @@ def test_crewai_s_feedback_shows_its_proposal_and_the_outcome_wins_over_its_on_i
     run = recorded(make.agent(), events)
     [asked] = Interrupt.objects.filter(run=run)
     # The outcome's interrupt (CrewAI's own id: its flow's), not one read from its legacy on_interrupt.
-    assert asked.interrupt_id == events[-1]["outcome"]["interrupts"][0]["id"] and METADATA_KEY not in (asked.metadata or {})
+    assert asked.interrupt_id == events[-1]["outcome"]["interrupts"][0]["id"]
+    assert METADATA_KEY not in (asked.metadata or {})
     assert (asked.tool_call_id, asked.tool_name, asked.proposed_args) == ("", tool, args)
     assert Agent.objects.get(pk=run.agent_id).paused_as == "crewai"
     decisions.decide(asked, make.user(), "resolved", {"approved": True})  # what Approve sends without a schema
@@ -122,9 +125,9 @@ def test_the_card_shows_the_real_action_and_the_proposal(client):
     adk = recorded(make.agent(), captured("adk_confirmation.jsonl"))
     crewai = recorded(make.agent(), captured("crewai_feedback_draft.jsonl"))
     client.force_login(make.user())
-    for run, shown, hidden in [(adk, "Proposed call <code>issue_refund</code>", "<code>adk_request_confirmation</code>"),
-                               (crewai, "<h3 class=\"proposal-head\">Proposal</h3>", "(unknown tool)")]:
-        [asked] = Interrupt.objects.filter(run=run)
+    for run, shown, hidden in [
+            (adk, "Proposed call <code>issue_refund</code>", "<code>adk_request_confirmation</code>"),
+            (crewai, '<h3 class="proposal-head">Proposal</h3>', "(unknown tool)")]:
         page = client.get(reverse("inbox") + f"?agent={run.agent.name}").content.decode()
         assert shown in page and hidden not in page, page
     assert "your refund of 42 EUR" in page

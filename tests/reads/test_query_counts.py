@@ -62,7 +62,7 @@ PAGES = {
     "threads": (lambda w: "/threads/", 13),
     "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
     "audit": (lambda w: "/audit/", 27),
-    "agents and policies": (lambda w: "/registry/", 10),
+    "agents and policies": (lambda w: "/registry/", 11),  # one for each agent's latest resumes
     "insight": (lambda w: "/insight/", 12),
     "insight, live figures": (lambda w: "/insight/?part=figures&period=month", 5),
 }

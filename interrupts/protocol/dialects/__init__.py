@@ -30,8 +30,9 @@ from .agui import AGUI, LANGGRAPH_LEGACY, ON_INTERRUPT, Dialect, steering, witho
 from .detection import Detected, detect, pause_kind, pause_words
 from .langgraph_legacy import LegacyLangGraph
 
-__all__ = ["AGUI", "adk_call", "proposed_action", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "RESERVED_METADATA_KEYS", "Dialect", "LegacyLangGraph", "detect", "entry_metadata",
-           "for_agent", "pause_kind", "pause_words", "steering", "without_steering"]
+__all__ = ["AGUI", "DIALECTS", "LANGGRAPH_LEGACY", "ON_INTERRUPT", "RESERVED_METADATA_KEYS", "Detected", "Dialect",
+           "LegacyLangGraph", "adk_call", "detect", "entry_metadata", "for_agent", "pause_kind", "pause_words",
+           "proposed_action", "steering", "without_steering"]
 
 
 #: Metadata keys of a resume entry that an adapter writes (``entry_metadata``): a

@@ -57,7 +57,7 @@ def _crewai_proposal(raw: dict) -> tuple[str | None, object] | None:
 
 
 def proposed_action(raw: object) -> tuple[str | None, object] | None:
-    """(tool name or None, args or the proposal) of an interrupt whose framework wraps or describes the call; else None."""
+    """(tool name or None, args or proposal) of an interrupt whose framework wraps or describes the call, else None."""
     if not isinstance(raw, dict):
         return None
     if (call := adk_call(raw)) is not None:
