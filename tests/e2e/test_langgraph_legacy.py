@@ -4,9 +4,9 @@ The agent (tests/external/langgraph_agent.py --default-config) runs in its
 own process and venv, every graph served as ``LangGraphAgent(name, graph)``
 with nothing else set: each pause ends with one CUSTOM on_interrupt per
 interrupt and a RUN_FINISHED without outcome. Registered with the
-``langgraph-legacy`` dialect its interrupts reach the inbox and go back in
-the form ag-ui-langgraph takes; registered as plain ``agui`` the run reads as
-a success, and the Agents page says why nothing was asked.
+``langgraph-legacy`` dialect, or with the default one (the pause is then
+detected from the run's events, with nothing for the operator to set), its
+interrupts reach the inbox and go back in the form ag-ui-langgraph takes.
 """
 
 import httpx
@@ -30,7 +30,8 @@ def default_langgraph(tmp_path_factory, hub):
             for name, path, dialect in [("lgd-approve", "approve", "langgraph-legacy"),
                                         # Stock ag-ui-langgraph: no subclass maps several answers.
                                         ("lgd-parallel", "parallel-stock", "langgraph-legacy"),
-                                        ("lgd-as-agui", "approve", "agui")]:
+                                        ("lgd-as-agui", "approve", "agui"),
+                                        ("lgd-parallel-agui", "parallel-stock", "agui")]:
                 response = api.post("/api/agents/", json={"name": name, "url": f"http://127.0.0.1:{port}/{path}/",
                                                           "dialect": dialect})
                 assert response.status_code == 201, response.text
@@ -145,22 +146,50 @@ async def test_through_the_gateway_a_client_sees_the_outcome_and_resumes_once(hu
     assert started == ["r1", "r2"]
 
 
-def test_an_agui_agent_that_pauses_the_legacy_way_is_flagged_on_the_agents_page(hub, lg):
-    run = start(lg, "lgd-as-agui")
-    ended = finished_run(lg, run["run_id"])
-    # Read as the contract says (no outcome is success), so nothing reached the inbox ...
-    assert ended["status"] == "succeeded" and pending(lg, run["thread"]) == []
-    assert "langgraph-legacy" in ended["notice"] and "emit_interrupt_outcome=True" in ended["notice"]
-    # ... and the agent's registration says so.
+def agents_page(hub) -> str:
     browser = logged_in(hub)
     try:
         page = browser.get("/registry/")
     finally:
         browser.close()
     assert page.status_code == 200
-    row = page.text.split('data-testid="agent-notice"')
-    flagged = [chunk for chunk in row[1:] if run["run_id"] in chunk.split("</tr>")[0]]
-    assert len(flagged) == 1 and "on_interrupt" in flagged[0].split("</tr>")[0]
+    return page.text.replace("&#x27;", "'")
+
+
+@pytest.mark.parametrize("action, decision", [("approve", "approved"), ("reject", "rejected")])
+def test_a_default_agent_that_pauses_the_langgraph_way_is_detected_and_resumed(hub, lg, action, decision):
+    """Registered with the default dialect, nothing set: the pause is in the inbox, not read as a success."""
+    run, asked = paused(lg, "lgd-as-agui")
+    ended = lg.get(f"/api/runs/{run['run_id']}/").json()
+    assert ended["notice"] == "" and [i["id"] for i in ended["outcome"]["interrupts"]] == [asked["interrupt_id"]]
+    assert asked["interrupt_id"] == interrupt_id(run["run_id"], 0)
+    assert (asked["tool_name"], asked["proposed_args"]["amount"]) == ("issue_refund", 42)
+    decide(lg, asked, action=action)
+    done = resumed(lg, asked)
+    assert done["status"] == "succeeded", done
+    [sent] = done["input"]["resume"]
+    assert sent["interruptId"] == asked["interrupt_id"] and "command" not in done["input"]["forwardedProps"]
+    assert state(lg, run["thread"])["decision"] == decision
+    tool_results = [m["content"] for m in lg.get(f"/api/threads/{run['thread']}/").json()["messages"]
+                    if m.get("role") == "tool"]
+    assert tool_results == (["refunded 42 EUR on A-1001"] if action == "approve" else ["refund rejected by reviewer"])
+    # The Agents page says how it pauses, and that it was detected.
+    page = agents_page(hub)
+    mine = page[page.index("<strong>lgd-as-agui</strong>"):]
+    mine = mine[:mine.index("</tr>")]
+    assert "LangGraph's on_interrupt event (detected)" in mine and "0 refused" in mine
+
+
+def test_a_default_agent_s_parallel_pause_is_answered_by_langgraph_s_ids(lg):
+    run = start(lg, "lgd-parallel-agui")
+    both = wait_for(lambda: len(found := pending(lg, run["thread"])) == 2 and found)
+    decide(lg, both[0], action="approve")
+    decide(lg, both[1], action="reject")
+    done = resumed(lg, both[1])
+    assert done["status"] == "succeeded", done
+    ids = [b["metadata"][METADATA_KEY]["langgraphId"] for b in both]
+    assert done["input"]["forwardedProps"]["command"]["resume"].keys() == set(ids)
+    assert sorted(state(lg, run["thread"])["summary"].split(", ")) == ["email=approved", "invoice=rejected"]
 
 
 @pytest.mark.django_db(transaction=True)
