@@ -122,10 +122,12 @@ def clean(streamed) -> bool:
     return True
 
 
-async def test_through_the_gateway_a_client_sees_the_outcome_and_resumes_once(hub, default_langgraph):
+@pytest.mark.parametrize("agent", ["lgd-parallel", "lgd-parallel-agui"])  # registered, and detected
+async def test_through_the_gateway_a_client_sees_the_outcome_and_resumes_once(hub, default_langgraph, agent):
     headers = {"Authorization": f"Token {hub.token}"}
-    url = f"{hub.url}/agui/lgd-parallel/"
-    body = {"threadId": "lgd-gw", "runId": "r1", "messages": [], "state": {}, "tools": [], "context": [],
+    url = f"{hub.url}/agui/{agent}/"
+    thread = f"gw-{agent}"
+    body = {"threadId": thread, "runId": "r1", "messages": [], "state": {}, "tools": [], "context": [],
             "forwardedProps": {}}
     first = await post_run(url, body, headers)
     assert clean(first)
@@ -135,14 +137,14 @@ async def test_through_the_gateway_a_client_sees_the_outcome_and_resumes_once(hu
     assert first.types.count("CUSTOM") == 2
     resume = [{"interruptId": asked[0]["id"], "status": "resolved", "payload": {"approved": True}},
               {"interruptId": asked[1]["id"], "status": "resolved", "payload": {"approved": False}}]
-    second = await post_run(url, resume_body(first, "lgd-gw", "r2", resume), headers)
+    second = await post_run(url, resume_body(first, thread, "r2", resume), headers)
     assert clean(second)
     assert second.last["type"] == "RUN_FINISHED" and not second.interrupts
     assert second.snapshot("STATE_SNAPSHOT")["summary"] == "email=approved, invoice=rejected"
-    again = await post_run(url, resume_body(first, "lgd-gw", "r3", resume), headers)
+    again = await post_run(url, resume_body(first, thread, "r3", resume), headers)
     assert again.events == second.events  # recorded, not re-run
     with httpx.Client(base_url=hub.url, headers=headers) as api:
-        started = [e["run"] for e in events(api, "lgd-gw") if e["type"] == "RUN_STARTED"]
+        started = [e["run"] for e in events(api, thread) if e["type"] == "RUN_STARTED"]
     assert started == ["r1", "r2"]
 
 
