@@ -131,3 +131,18 @@ def test_the_card_shows_the_real_action_and_the_proposal(client):
         page = client.get(reverse("inbox") + f"?agent={run.agent.name}").content.decode()
         assert shown in page and hidden not in page, page
     assert "your refund of 42 EUR" in page
+
+
+def test_crewai_served_with_its_defaults_reaches_the_inbox_with_its_proposal():
+    """Only the legacy on_interrupt, no outcome: detected, raised, shown as CrewAI's proposal, resumed by resume[]."""
+    run = recorded(make.agent(), captured("crewai_feedback_default.jsonl"))
+    assert run.status == Run.Status.INTERRUPTED
+    [asked] = Interrupt.objects.filter(run=run)
+    assert asked.interrupt_id == interrupt_id(run.run_id, 0)
+    assert (asked.tool_name, asked.proposed_args) == ("issue_refund", {"order": "A-1001", "amount": 42})
+    assert Agent.objects.get(pk=run.agent_id).paused_as == "crewai"
+    decisions.decide(asked, make.user(), "resolved", {"approved": True})
+    sent = resume_of(run)
+    # One entry: CrewAI resumes its thread's pending feedback whatever the id.
+    assert [e["interruptId"] for e in sent["resume"]] == [asked.interrupt_id]
+    assert sent["resume"][0]["metadata"][signing.METADATA_KEY]["toolName"] == "issue_refund"

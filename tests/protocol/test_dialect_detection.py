@@ -82,3 +82,15 @@ def test_how_it_pauses_reads_in_plain_words():
     assert dialects.pause_words(dialects.LANGGRAPH_LEGACY, dialects.LANGGRAPH_LEGACY).endswith("(as registered)")
     assert dialects.pause_words(detection.ADK, dialects.AGUI) == "Google ADK confirmations"
     assert dialects.pause_words("", dialects.AGUI) == "It has not paused yet"
+
+
+def test_crewai_served_with_its_defaults_is_detected_and_still_recognised_as_crewai():
+    """ag-ui-crewai's default: only on_interrupt (the interrupt itself as its value), no outcome."""
+    sent = stream("crewai_feedback_default.jsonl")
+    terminal, customs = sent[-1], [e for e in sent if e["type"] == "CUSTOM"]
+    assert "outcome" not in terminal and dialects.detect(terminal, customs) == dialects.LANGGRAPH_LEGACY
+    read = dialects.for_agent(dialects.AGUI).terminal(terminal, customs, "r1")
+    [raised] = read["outcome"]["interrupts"]
+    assert (raised["reason"], raised["message"]) == ("crewai:human_feedback", "Issue this refund?")
+    assert dialects.pause_kind([raised]) == detection.CREWAI
+    assert dialects.proposed_action(raised) == ("issue_refund", {"order": "A-1001", "amount": 42})

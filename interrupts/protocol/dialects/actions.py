@@ -13,13 +13,15 @@ dialect (as TanStack's binding is). Shapes as the adapters send them
   proposal) is ``metadata.crewai.output``: a call when it names a tool and
   its args, otherwise the proposal itself is what is approved.
 
-The wrapper stays in the interrupt as raised, and the resume still answers
+An interrupt read from on_interrupt (CrewAI served with its defaults) is
+recognised by the value its framework sent (``detection.as_sent``). The
+wrapper stays in the interrupt as raised, and the resume still answers
 the interrupt's own id. Pure Python.
 """
 
 from __future__ import annotations
 
-from .detection import CREWAI_REASON
+from .detection import CREWAI_REASON, as_sent
 
 #: Longest tool name taken from an interrupt's metadata (a tool name is short; the column is cut anyway).
 MAX_TOOL_NAME = 200
@@ -60,6 +62,11 @@ def proposed_action(raw: object) -> tuple[str | None, object] | None:
     """(tool name or None, args or proposal) of an interrupt whose framework wraps or describes the call, else None."""
     if not isinstance(raw, dict):
         return None
-    if (call := adk_call(raw)) is not None:
-        return call["name"], call["args"]
-    return _crewai_proposal(raw)
+    for seen in (raw, as_sent(raw)):  # as raised, then as its framework sent it through on_interrupt
+        if seen is None:
+            continue
+        if (call := adk_call(seen)) is not None:
+            return call["name"], call["args"]
+        if (proposal := _crewai_proposal(seen)) is not None:
+            return proposal
+    return None

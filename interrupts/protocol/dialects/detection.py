@@ -49,20 +49,49 @@ class Detected(Dialect):
         return ""
 
 
+def as_sent(raw: dict) -> dict | None:
+    """The framework's own interrupt behind one read from on_interrupt, when its value was one (CrewAI's is).
+
+    ``LegacyLangGraph`` keeps the value whole in ``metadata.langgraph.raw``;
+    a value that carries ``metadata`` of its own is an AG-UI interrupt as its
+    framework made it, whose marks say who raised it.
+    """
+    metadata = raw.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get(METADATA_KEY), dict):
+        return None
+    langgraph = metadata.get("langgraph")
+    value = langgraph.get("raw") if isinstance(langgraph, dict) else None
+    return value if isinstance(value, dict) and isinstance(value.get("metadata"), dict) else None
+
+
+def _framework(raw: dict) -> str | None:
+    metadata = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    if isinstance(metadata.get(tanstack.BINDING_KEY), dict):
+        return TANSTACK
+    if isinstance(metadata.get("adk"), dict):
+        return ADK
+    if raw.get("reason") == CREWAI_REASON or isinstance(metadata.get("crewai"), dict):
+        return CREWAI
+    return None
+
+
 def pause_kind(interrupts: list[object]) -> str:
-    """How a batch of interrupts (as raised, wire form) shows its agent pauses: the first one recognised, else AGUI."""
+    """How a batch of interrupts (as raised, wire form) shows its agent pauses: the first one recognised, else AGUI.
+
+    A framework's own marks come first, also on an interrupt read from
+    on_interrupt (``as_sent``): CrewAI served with its defaults sends only
+    that event, and is still CrewAI. LANGGRAPH_LEGACY is for the rest of
+    what on_interrupt raised, whose resumes ``LegacyLangGraph`` shapes.
+    """
     for raw in interrupts:
         if not isinstance(raw, dict):
             continue
-        metadata = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
-        if isinstance(metadata.get(METADATA_KEY), dict):
+        sent = as_sent(raw)
+        kind = _framework(raw) or (_framework(sent) if sent is not None else None)
+        if kind is not None:
+            return kind
+        if isinstance(raw.get("metadata"), dict) and isinstance(raw["metadata"].get(METADATA_KEY), dict):
             return LANGGRAPH_LEGACY
-        if isinstance(metadata.get(tanstack.BINDING_KEY), dict):
-            return TANSTACK
-        if isinstance(metadata.get("adk"), dict):
-            return ADK
-        if raw.get("reason") == CREWAI_REASON or isinstance(metadata.get("crewai"), dict):
-            return CREWAI
     return AGUI
 
 
