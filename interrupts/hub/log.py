@@ -228,6 +228,7 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
     if fields["status"] == Run.Status.INTERRUPTED:
         Interrupt.objects.bulk_create(raised)
         # How it paused, remembered on the agent: its resumes are shaped for it (``dialects.for_agent``).
+        # Matching no row once known, the update locks nothing the agent's other runs wait on.
         kind = dialects.pause_kind([row.raw for row in raised])
         Agent.objects.filter(pk=run.agent_id).exclude(paused_as=kind).update(paused_as=kind)
     for name, value in fields.items():
