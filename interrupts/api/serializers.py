@@ -189,8 +189,8 @@ class RunSerializer(serializers.ModelSerializer):
         extra_kwargs = {
             "fault": {"help_text": "A stream fault found beside the agent's own error (its RUN_ERROR came before "
                                    "RUN_STARTED): 'CODE: message'. error_code stays the agent's."},
-            "notice": {"help_text": "What Countersign noticed about how the run ended (e.g. LangGraph's "
-                                    "on_interrupt without an outcome: register the agent's dialect)."},
+            "notice": {"help_text": "What Countersign noticed about how the run ended that the agent's "
+                                    "registration should change (empty when nothing)."},
             "settlement": {"help_text": "What was done about a refused answer: resent, reopened or closed."},
             "attempts": {"help_text": "Tries that failed because the agent could not be reached."},
             "retry_at": {"help_text": "When the next try is due (queued runs waiting for their agent)."},

@@ -108,8 +108,9 @@ class AgentForm(forms.ModelForm):
     )
     clear_auth_value = forms.BooleanField(required=False, label="Remove the stored credential")
     # Left out of a post (a script's, an older page's): the agent keeps the dialect it has.
-    dialect = forms.ChoiceField(choices=DIALECT_CHOICES, required=False, help_text=Agent._meta.get_field(
-        "dialect").help_text)
+    dialect = forms.ChoiceField(choices=DIALECT_CHOICES, required=False, help_text=(
+        "How the agent raises interrupts. Leave the default: it reads AG-UI's interrupt outcome and detects "
+        "LangGraph's on_interrupt event from the runs themselves. Choose another only to force that reading."))
     # Ticked capabilities; the model keeps one JSON object (Agent.capabilities), as the API reads and writes it.
     cap_humanInTheLoop = _capability_field("humanInTheLoop")
     cap_tools = _capability_field("tools")

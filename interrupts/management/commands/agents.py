@@ -24,8 +24,9 @@ class Command(BaseCommand):
         add.add_argument("--header", metavar="K:V", help="A header with the agent's credential, e.g. 'Authorization:Bearer x'.")
         add.add_argument("--description", default="")
         add.add_argument("--dialect", choices=list(dialects.DIALECTS),
-                         help="How the agent raises interrupts: 'agui' (an interrupt outcome, the default) or "
-                              "'langgraph-legacy' (ag-ui-langgraph without emit_interrupt_outcome). "
+                         help="An override of how the agent raises interrupts: 'agui' (the default: an "
+                              "interrupt outcome, and LangGraph's on_interrupt detected from the runs) or "
+                              "'langgraph-legacy' (always read on_interrupt). "
                               "Left out: a new agent gets 'agui', an existing one keeps its own.")
         remove = sub.add_parser("remove", help="Remove an agent that has no runs.")
         remove.add_argument("name")
