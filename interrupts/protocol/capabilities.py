@@ -54,8 +54,9 @@ class Declared:
         return "Declares it " + "; ".join(said)
 
 
-#: Longest key named back from an agent's declaration.
+#: Longest key named back from an agent's declaration, and how many such keys are named.
 MAX_KEY_CHARS = 60
+MAX_KEYS_NAMED = 10
 
 
 def human_in_the_loop(capabilities: object) -> Declared:
@@ -70,6 +71,8 @@ def human_in_the_loop(capabilities: object) -> Declared:
             return Declared(unused=f"“{name}” is {_kind(group[name])} where true or false belongs.")
     known = {name for name, _words in HUMAN_IN_THE_LOOP}
     unknown = tuple(sorted(str(key)[:MAX_KEY_CHARS] for key in group if key not in known))
+    if len(unknown) > MAX_KEYS_NAMED:
+        unknown = (*unknown[:MAX_KEYS_NAMED], f"{len(unknown) - MAX_KEYS_NAMED} more")
     return Declared(fields=tuple((name, words, group.get(name)) for name, words in HUMAN_IN_THE_LOOP),
                     unknown=unknown)
 
