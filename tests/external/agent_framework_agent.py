@@ -103,7 +103,8 @@ def app() -> FastAPI:
 
 
 async def serve(port: int) -> None:
-    server = uvicorn.Server(uvicorn.Config(app(), host=HOST, port=port, log_level="warning"))
+    # A second is enough to finish a stream at SIGTERM: the tests wait for the process.
+    server = uvicorn.Server(uvicorn.Config(app(), host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=1))
     serving = asyncio.create_task(server.serve())
     while not server.started and not serving.done():
         await asyncio.sleep(0.05)

@@ -103,7 +103,8 @@ def app() -> Starlette:
 
 
 async def serve(port: int) -> None:
-    server = uvicorn.Server(uvicorn.Config(app(), host=HOST, port=port, log_level="warning"))
+    # A second is enough to finish a stream at SIGTERM: the tests wait for the process.
+    server = uvicorn.Server(uvicorn.Config(app(), host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=1))
     # A tiny wrapper so the readiness line comes once the socket listens, not before.
     serving = asyncio.create_task(server.serve())
     while not server.started and not serving.done():
