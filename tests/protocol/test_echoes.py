@@ -33,9 +33,9 @@ def test_metadata_without_a_framework_key_is_left_as_it_is(metadata):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"definitionId": "wire-money"}, "definitionId is \"wire-money\", not \"review-refund\""),
-    ({"batchIndex": True}, "batchIndex is true, not 0"),  # JSON, not Python: true is not 0
-    ({"payload": {"order": "A-1001", "amount": 4200}}, "payload.amount is 4200, not 42"),
+    ({"definitionId": "wire-money"}, "definitionId is different"),
+    ({"batchIndex": True}, "batchIndex is different"),  # JSON, not Python: true is not 0
+    ({"payload": {"order": "A-1001", "amount": 4200}}, "payload.amount is different"),
     ({"extra": 1}, "extra is not one Countersign writes"),
 ])
 def test_a_continuation_that_differs_is_refused_saying_what_differs(change, words):
@@ -45,6 +45,7 @@ def test_a_continuation_that_differs_is_refused_saying_what_differs(change, word
     assert refused.value.code == "RESERVED_METADATA_DIFFERS"
     assert words in refused.value.message, refused.value.message
     assert refused.value.details == {"interrupt_id": "int-ts", "key": KEY}
+    assert "42" not in refused.value.message  # which field, never the interrupt's data
 
 
 def test_a_missing_field_is_named():

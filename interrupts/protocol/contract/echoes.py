@@ -67,7 +67,8 @@ def _first_difference(sent: Any, built: Any, path: str = "") -> str | None:
         return None
     if _canonical(sent) == _canonical(built):
         return None
-    return f"{path or 'its value'} is {_excerpt(sent)}, not {_excerpt(built)}"
+    # The field, not the values: the caller may not be one who may see the interrupt's data.
+    return f"{path or 'its value'} is different"
 
 
 def _field(path: str, name: str) -> str:
@@ -79,8 +80,3 @@ def _canonical(value: Any) -> str:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
         return repr(value)
-
-
-def _excerpt(value: Any) -> str:
-    text = _canonical(value)
-    return text if len(text) <= 80 else text[:79] + "…"
