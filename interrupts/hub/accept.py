@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Agent, Interrupt, Run, Thread
+from ..protocol import dialects
 from ..protocol.contract import Verdict, check_input
 from ..protocol.contract.echoes import without_echoes
 from ..protocol.contract.history import Proposal, check_length, resume_messages
@@ -91,7 +92,10 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
         if verdict.kind == "resume":
             by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
                 run__thread=existing, run__run_id=verdict.interrupted_run_id).select_related("run")}
-            prepared = decisions.prepare_resume(by_id, _echoes_taken(by_id, run_input.resume), user)
+            prepared = decisions.prepare_resume(by_id, [_framework_keys_out(e) for e in run_input.resume], user)
+            for entry in run_input.resume:
+                # After eligibility: only someone who may answer learns how a copy differs.
+                without_echoes(by_id[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)
             messages = resume_messages(existing.messages or [], wire_input.get("messages") or [],
                                        _concerned(by_id.values()))
         with transaction.atomic():
@@ -151,11 +155,12 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                                  "(interrupts raised or answered meanwhile); send it again.")
 
 
-def _echoes_taken(interrupts: dict[str, Interrupt], entries) -> list[ResumeEntry]:
-    """The client's entries without the framework keys Countersign writes itself, where the client's equal them."""
-    return [entry.model_copy(update={"metadata": without_echoes(
-                interrupts[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)})
-            for entry in entries]
+def _framework_keys_out(entry: ResumeEntry) -> ResumeEntry:
+    """``entry`` without the framework keys Countersign writes itself (``without_echoes`` checks the client's copy)."""
+    if not isinstance(entry.metadata, dict) or not dialects.RESERVED_METADATA_KEYS & entry.metadata.keys():
+        return entry
+    kept = {k: v for k, v in entry.metadata.items() if k not in dialects.RESERVED_METADATA_KEYS}
+    return entry.model_copy(update={"metadata": kept})
 
 
 def _concerned(interrupts) -> dict[str, Proposal]:

@@ -403,3 +403,12 @@ def test_the_attestation_key_stays_refused_whatever_it_holds():
     with pytest.raises(ContractViolation) as refused:
         accept.accept_input(interrupt.run.agent, sent, make.user(), WORKER)
     assert refused.value.code == "RESERVED_METADATA_KEY"
+
+
+def test_someone_who_may_not_answer_learns_nothing_of_the_continuation():
+    interrupt = tanstack_interrupt()
+    sent = resume_input(interrupt)
+    sent.resume[0].metadata = {TANSTACK: {**continuation(), "key": "refund-2"}}
+    with pytest.raises(Refusal) as refused:
+        accept.accept_input(interrupt.run.agent, sent, make.user(reviewer=False), WORKER)
+    assert refused.value.code == "NOT_ELIGIBLE"

@@ -67,7 +67,7 @@ def _first_difference(sent: Any, built: Any, path: str = "") -> str | None:
         return None
     if _canonical(sent) == _canonical(built):
         return None
-    # The field, not the values: the caller may not be one who may see the interrupt's data.
+    # The field, not the values: a refusal is no way to read what the interrupt holds.
     return f"{path or 'its value'} is different"
 
 
