@@ -12,7 +12,8 @@ KEY = "tanstack:interruptContinuation"
 RAW = {
     "id": "int-ts", "reason": "review-required", "message": "Refund 42 EUR?",
     "metadata": {
-        "tanstack:interruptBinding": {"v": 1, "kind": "generic", "interruptId": "int-ts", "definitionId": "review-refund",
+        "tanstack:interruptBinding": {"v": 1, "kind": "generic", "interruptId": "int-ts",
+                                      "definitionId": "review-refund",
                                       "key": "refund-A-1001", "batchIndex": 0, "interruptedRunId": "r1",
                                       "generation": 1, "responseSchemaHash": "sha256:" + "a" * 64},
         "tanstack:interruptPayload": {"order": "A-1001", "amount": 42},
