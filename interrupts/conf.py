@@ -29,6 +29,7 @@ from .protocol.schema import (  # noqa: F401  (named here: every limit in one pl
     MAX_SCHEMA_PATTERN_CHARS,
     MAX_VALIDATION_STEPS,
 )
+from .protocol.contract.history import MAX_HISTORY_MESSAGES  # noqa: F401
 from .protocol.dialects.tanstack import MAX_BINDING_CHARS as MAX_TANSTACK_BINDING_CHARS  # noqa: F401
 from .protocol.dialects.tanstack import MAX_PAYLOAD_BYTES as MAX_TANSTACK_PAYLOAD_BYTES  # noqa: F401
 from .protocol.wire import MAX_DEPTH as MAX_JSON_DEPTH  # noqa: F401

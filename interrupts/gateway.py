@@ -12,8 +12,11 @@ agent's COUNTERSIGN_MAX_AGENT_STREAMS. Refusals answered that way, besides
 the contract's: ``AT_CAPACITY`` (this process streams all it may),
 ``AGENT_AT_CAPACITY`` (the agent streams all it may), every code of
 ``accept.accept_input`` (a resume is a decision by the caller: ``NOT_ELIGIBLE``,
-``SELF_APPROVAL``, ``RESERVED_METADATA_KEY``, as in the inbox); the agent is
-not called. ``AWAITING_APPROVALS`` is not a refusal: the caller's approvals
+``SELF_APPROVAL``, ``RESERVED_METADATA_KEY``, as in the inbox; a history that
+contradicts the thread's record or the decisions: ``HISTORY_CONFLICT``,
+``HISTORY_ANSWERS_INTERRUPT``, ``TOO_LARGE``; a framework's key copied onto an
+entry unlike Countersign's: ``RESERVED_METADATA_DIFFERS``); the agent is not
+called. ``AWAITING_APPROVALS`` is not a refusal: the caller's approvals
 were recorded, and the policy wants more before the resume is sent.
 
 What is refused before any stream starts (the method, the credential, the

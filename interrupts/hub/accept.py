@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ag_ui.core import RunAgentInput
+from ag_ui.core import ResumeEntry, RunAgentInput
 from django.db import transaction
 from django.utils import timezone
 
 from ..models import Agent, Interrupt, Run, Thread
+from ..protocol import dialects
 from ..protocol.contract import Verdict, check_input
+from ..protocol.contract.echoes import without_echoes
+from ..protocol.contract.history import Proposal, check_length, resume_messages
 from ..protocol.wire import dump
 from . import decisions, outbox, runs
 from .refusals import Refusal
@@ -57,33 +60,48 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
     (interrupts raised or answered meanwhile), the check runs again, at most
     ``ACCEPT_ATTEMPTS`` times, then ``THREAD_BUSY`` (409). Other refusals:
     the contract's codes, ``INVALID_ID``, ``AGENT_MISMATCH``,
-    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``, and ``AGENT_AT_CAPACITY``
+    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``, ``TOO_LARGE`` (a history of more
+    than ``MAX_HISTORY_MESSAGES`` messages), ``AGENT_AT_CAPACITY``
     when the agent already streams COUNTERSIGN_MAX_AGENT_STREAMS runs
     (counted over every process, under the agent's row lock as in
     ``claim_due``; a resume counts like a new run, a replay calls nobody and
     is never refused). A refused input leaves nothing behind, not even a
     resume's decisions: the client may send it again.
+
+    A resume sends the thread's record (its state, its messages) with the
+    client's messages the record lacks after them; a history that
+    contradicts the record or the decisions is refused, ``HISTORY_CONFLICT``
+    or ``HISTORY_ANSWERS_INTERRUPT`` (``contract.history``). A framework key
+    a client copied onto an entry (TanStack's continuation) is taken when it
+    equals the one Countersign writes, else ``RESERVED_METADATA_DIFFERS``
+    (``contract.echoes``).
     """
     runs.check_id("threadId", run_input.thread_id)
     runs.check_id("runId", run_input.run_id)
     runs.refuse_steering(run_input.forwarded_props)
+    check_length(run_input.messages)
     for _attempt in range(ACCEPT_ATTEMPTS):
         existing = Thread.objects.filter(thread_id=run_input.thread_id).select_related("agent").first()
         if existing is not None and existing.agent_id != agent.pk:
             runs.thread_for(agent, run_input.thread_id)  # refuses with AGENT_MISMATCH
         seen = runs.gate_fingerprint(existing)
         verdict = check_input(runs.thread_gate(existing, run_input.thread_id), run_input, timezone.now())
-        prepared = None
+        prepared = messages = None
+        # What the client left out is sent as Countersign sends it in its own inputs.
+        wire_input = {**runs.input_defaults(), **dump(run_input)}
         if verdict.kind == "resume":
             by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
                 run__thread=existing, run__run_id=verdict.interrupted_run_id).select_related("run")}
-            prepared = decisions.prepare_resume(by_id, list(run_input.resume), user)
-        # What the client left out is sent as Countersign sends it in its own inputs.
-        wire_input = {**runs.input_defaults(), **dump(run_input)}
+            prepared = decisions.prepare_resume(by_id, [_framework_keys_out(e) for e in run_input.resume], user)
+            for entry in run_input.resume:
+                # After eligibility: only someone who may answer learns how a copy differs.
+                without_echoes(by_id[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)
+            messages = resume_messages(existing.messages or [], wire_input.get("messages") or [],
+                                       _concerned(by_id.values()))
         with transaction.atomic():
             thread = runs.thread_for(agent, run_input.thread_id)
-            if runs.gate_fingerprint(thread) != seen:
-                continue  # raised or answered meanwhile: check again against what is there now
+            if runs.gate_fingerprint(thread) != seen or (messages is not None and thread.messages != existing.messages):
+                continue  # raised, answered or recorded meanwhile: check again against what is there now
             if verdict.kind == "replay":
                 return Accepted(verdict, Run.objects.get(thread=thread, run_id=verdict.replay_of_run_id))
             outbox.refuse_if_agent_full(agent)
@@ -95,7 +113,12 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
             parent = key = None
             if verdict.kind == "resume":
                 parent = Run.objects.select_related("thread").get(thread=thread, run_id=verdict.interrupted_run_id)
-                if not decisions.record_resume(parent, prepared, user):
+                complete = decisions.record_resume(parent, prepared, user)
+                # The client's additions (its turns, its own tools' results) are the
+                # thread's from now on, as new input's are: a resume the inbox sends
+                # later, when a quorum completes, carries them too.
+                Thread.objects.filter(pk=thread.pk).update(messages=messages.recorded)
+                if not complete:
                     return Accepted(verdict, None)
                 key, sent = runs.batch_resume_key(parent, verdict.idempotency_key)
                 if sent is not None:
@@ -104,22 +127,23 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                     raise Refusal("ALREADY_RESOLVED", f"These answers were already sent as run {sent.run_id}.",
                                   run_id=sent.run_id)
                 # What the agent receives is Countersign's record, not the client's: the
-                # answers, attested, and the thread's state and messages as the agent
-                # last sent them. A client's own state could otherwise change what an
-                # approval makes the agent do (an approval's payload names no args).
+                # answers, attested, the thread's state as the agent last sent it, and its
+                # messages with only what the client added that contradicts nothing
+                # (``resume_messages``). A client's own state could otherwise change what
+                # an approval makes the agent do (an approval's payload names no args).
                 # Only the fields RunAgentInput defines, too: a client's extra keys would
                 # travel signed beside the attestation, as if Countersign said them.
                 wire_input = {**{k: wire_input[k] for k in CLIENT_RESUME_FIELDS if k in wire_input},
                               "threadId": thread.thread_id, "runId": run_input.run_id,
                               "parentRunId": parent.run_id, "resume": runs.resume_entries(parent),
                               "state": thread.state if thread.state is not None else {},
-                              "messages": list(thread.messages or [])}
+                              "messages": messages.sent}
                 wire_input = runs.dialect_input(parent, wire_input)
             else:
                 runs.refuse_if_busy(thread)
                 runs.refuse_if_refused(thread)
                 # The client's conversation and state are the thread's record from now on
-                # (a resume sends the record, not whatever the client sends then).
+                # (a resume sends the record, and only what the client adds to it).
                 recorded = {"messages": wire_input.get("messages") or []}
                 if wire_input.get("state") is not None:
                     recorded["state"] = wire_input["state"]
@@ -129,3 +153,17 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
             return Accepted(verdict, run)
     raise Refusal("THREAD_BUSY", f"Thread {run_input.thread_id} kept changing while this input was checked "
                                  "(interrupts raised or answered meanwhile); send it again.")
+
+
+def _framework_keys_out(entry: ResumeEntry) -> ResumeEntry:
+    """``entry`` without the framework keys Countersign writes itself (``without_echoes`` checks the client's copy)."""
+    if not isinstance(entry.metadata, dict) or not dialects.RESERVED_METADATA_KEYS & entry.metadata.keys():
+        return entry
+    kept = {k: v for k, v in entry.metadata.items() if k not in dialects.RESERVED_METADATA_KEYS}
+    return entry.model_copy(update={"metadata": kept})
+
+
+def _concerned(interrupts) -> dict[str, Proposal]:
+    """The tool calls a batch's interrupts concern, by id, as their reviewers were shown them."""
+    return {i.tool_call_id: Proposal(i.interrupt_id, i.tool_name or None, i.proposed_args)
+            for i in interrupts if i.tool_call_id}

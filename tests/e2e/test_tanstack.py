@@ -21,6 +21,7 @@ from interrupts.protocol import dialects
 from ..agui import post_run, resume_body
 from ..servers import ROOT, free_port, stop_process
 from .conftest import events, finished_run, pending, run_of, start, wait_for
+from .test_gateway import client_history
 
 PEER = ROOT / "tests" / "external" / "tanstack"
 CONTINUATION = "tanstack:interruptContinuation"
@@ -262,3 +263,62 @@ def test_the_continuation_is_the_one_tanstack_s_client_builds(ts_api, tanstack):
     for interrupt, expected in zip(interrupts, theirs, strict=True):
         ours = dialects.entry_metadata(interrupt, "resolved", {"approved": True}).get(CONTINUATION)
         assert ours == expected, json.dumps(interrupt)
+
+
+# --- Through the gateway, as TanStack's own client resumes -----------------------------
+
+
+def as_tanstack_client(tanstack_url, first, entries):
+    """Each entry with the continuation TanStack's client puts on it, from the interrupt as the client got it."""
+    continuations = tanstack_continuations(tanstack_url, first.interrupts)
+    return [{**entry, "metadata": {CONTINUATION: continuation}}
+            for entry, continuation in zip(entries, continuations, strict=True)]
+
+
+ASKED = [{"id": "m-ask", "role": "user", "content": "Refund order A-1001"}]
+
+
+async def test_through_the_gateway_tanstack_s_own_client_resume_is_taken(hub, tanstack, ts_api):
+    url, headers = gateway(hub, "ts-review")
+    first = await post_run(url, {**first_input("ts-gw-own"), "messages": ASKED}, headers)
+    [asked] = first.interrupts
+    entries = as_tanstack_client(tanstack, first, [
+        {"interruptId": asked["id"], "status": "resolved", "payload": {"approved": True}}])
+    body = {**answer(first, "ts-gw-own", "r2", entries), "messages": client_history(ASKED, first)}
+    second = await post_run(url, body, headers)
+    assert second.problems() == []
+    assert second.said() == ["Resumed: review-refund=approved."]
+    # The agent got the continuation once, as Countersign writes it, beside the attestation.
+    [sent] = finished_run(ts_api, "r2", "ts-gw-own")["input"]["resume"]
+    assert sent["metadata"][CONTINUATION] == entries[0]["metadata"][CONTINUATION]
+    assert sent["metadata"]["countersign"]["decisions"]
+
+
+async def test_through_the_gateway_tanstack_s_own_client_answers_two_at_once(hub, tanstack):
+    url, headers = gateway(hub, "ts-pair")
+    first = await post_run(url, {**first_input("ts-gw-own-2"), "messages": ASKED}, headers)
+    entries = as_tanstack_client(tanstack, first, [
+        {"interruptId": first.interrupts[0]["id"], "status": "resolved", "payload": {"approved": True}},
+        {"interruptId": first.interrupts[1]["id"], "status": "cancelled"}])
+    body = {**answer(first, "ts-gw-own-2", "r2", entries), "messages": client_history(ASKED, first)}
+    second = await post_run(url, body, headers)
+    assert second.problems() == []
+    assert second.said() == ["Resumed: confirm-email=approved, confirm-invoice=cancelled."]
+
+
+async def test_through_the_gateway_a_continuation_other_than_the_interrupt_s_is_refused(hub, tanstack, ts_api):
+    url, headers = gateway(hub, "ts-review")
+    first = await post_run(url, first_input("ts-gw-forged"), headers)
+    [asked] = first.interrupts
+    honest = as_tanstack_client(tanstack, first, [
+        {"interruptId": asked["id"], "status": "resolved", "payload": {"approved": True}}])
+    forged = copy.deepcopy(honest)
+    forged[0]["metadata"][CONTINUATION]["payload"]["amount"] = 4200
+    refused = await post_run(url, answer(first, "ts-gw-forged", "r2", forged), headers)
+    assert refused.problems() == []
+    assert refused.types == ["RUN_STARTED", "RUN_ERROR"]
+    assert refused.last["code"] == "RESERVED_METADATA_DIFFERS"
+    assert "(payload.amount is different)" in refused.last["message"]
+    assert len(pending(ts_api, "ts-gw-forged")) == 1  # nothing recorded
+    again = await post_run(url, answer(first, "ts-gw-forged", "r3", honest), headers)
+    assert again.said() == ["Resumed: review-refund=approved."]
