@@ -46,7 +46,7 @@ STREAMS = [
     ("c46 metadata", [{**text("m1", "a")[0], "metadata": {"a": 1, "b": {"x": 1}}},
                       {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "b", "metadata": {"b": {"y": 2}}},
                       {"type": "TEXT_MESSAGE_END", "messageId": "m1", "metadata": {"c": None}},
-                      *call("c1", "f", "{}", parent="m1", metadata={"k": "call"}),
+                      *call("c1", "f", "{}", parent="m1", metadata={"k": "call"})[:-1],
                       {"type": "TOOL_CALL_END", "toolCallId": "c1", "metadata": {"done": True}}], [], None),
     ("c47 call without parent", call("c1", "deleteRepo", '{"repo": ', '"acme/web"}'), [USER], None),
     ("c47 call on text parent", text("m1", "Deleting") + call("c1", "deleteRepo", "{}", parent="m1"), [USER], None),
@@ -54,7 +54,8 @@ STREAMS = [
     ("c47 parent is a user message", call("c1", "f", "{}", parent="u1"), [USER], None),
     ("c47 empty parent", call("c1", "f", "{}", parent=""), [], None),
     ("c47 start replayed", call("c1", "f", "{\"a\": 1}") + [{"type": "TOOL_CALL_START", "toolCallId": "c1",
-                                                            "toolCallName": "g", "parentMessageId": "zz"}], [], None),
+                                                            "toolCallName": "g", "parentMessageId": "zz"},
+                                                           {"type": "TOOL_CALL_END", "toolCallId": "c1"}], [], None),
     ("c48 results in place", call("c1", "f", "{}", parent="a1") + call("c2", "g", "{}", parent="a1")
      + text("m2", "after") + [
          {"type": "TOOL_CALL_RESULT", "messageId": "t1", "toolCallId": "c1", "content": "one"},
