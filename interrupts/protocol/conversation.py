@@ -219,9 +219,13 @@ def _expanded(events: Iterable[dict], folder: _Folder):
             yield event
         elif kind in _CHUNK_KINDS:
             try:
-                yield from _expand_chunk(event, lanes, close)
+                expanded = _expand_chunk(event, lanes, close)
             except _Skip as skip:
                 folder.warn(str(skip))
+            except Exception:  # noqa: BLE001  (the agent's input; no chunk may end the fold)
+                folder.warn(f"A malformed {kind} was skipped.")
+            else:
+                yield from expanded
         else:
             yield event
 
@@ -308,9 +312,11 @@ class _Folder:
         self.by_id: dict[object, int] = {}
         self.by_call: dict[object, int] = {}
         for position, message in enumerate(self.messages):
-            self.by_id.setdefault(message.get("id"), position)
+            if isinstance(message.get("id"), str):
+                self.by_id.setdefault(message["id"], position)
             for call in _calls(message):
-                self.by_call.setdefault(call.get("id"), position)
+                if isinstance(call.get("id"), str):
+                    self.by_call.setdefault(call["id"], position)
 
     def _flush(self) -> None:
         for target, key, parts in self.parts.values():
@@ -337,9 +343,11 @@ class _Folder:
             return False
         self.owned.add(id(message))
         self.messages.append(message)
-        self.by_id.setdefault(message.get("id"), len(self.messages) - 1)
+        if isinstance(message.get("id"), str):
+            self.by_id.setdefault(message["id"], len(self.messages) - 1)
         for call in _calls(message):
-            self.by_call.setdefault(call.get("id"), len(self.messages) - 1)
+            if isinstance(call.get("id"), str):
+                self.by_call.setdefault(call["id"], len(self.messages) - 1)
         return True
 
     def _append_text(self, target: dict, key: str, delta: str) -> None:
@@ -554,8 +562,8 @@ class _Folder:
             raise _Skip(f"A MESSAGES_SNAPSHOT of {len(incoming)} messages (more than {MAX_MESSAGES}) was skipped.")
         fresh = []
         for message in incoming:
-            if not isinstance(message, dict):
-                raise _Skip("A MESSAGES_SNAPSHOT holding something that is not a message was skipped.")
+            if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+                raise _Skip("A MESSAGES_SNAPSHOT holding something that is not a message with an id was skipped.")
             message = copy.deepcopy(message)
             if "subagentRunId" in message and message["subagentRunId"] is None:
                 del message["subagentRunId"]
@@ -576,9 +584,9 @@ class _Folder:
                 return owned_types is _ABSENT and not has_activity
             return message.get("role") == "reasoning" and not has_reasoning
 
-        merged = [snapshot.get(m.get("id"), m) for m in self.messages
-                  if m.get("id") in snapshot or kept_client_only(m)]
-        present = {m.get("id") for m in merged}
+        merged = [snapshot.get(_id_of(m), m) for m in self.messages
+                  if _id_of(m) in snapshot or kept_client_only(m)]
+        present = {_id_of(m) for m in merged}
         for message in fresh:
             # ``present`` is not updated here, as in the client: an id the snapshot repeats is appended twice.
             if message.get("id") not in present:
@@ -660,7 +668,7 @@ class _Folder:
         if not isinstance(given, dict) or not isinstance(given.get("messages"), list):
             return
         for message in given["messages"]:
-            if not isinstance(message, dict):
+            if not isinstance(message, dict) or not isinstance(message.get("id"), str):
                 continue
             if message.get("id") in self.by_id:
                 continue
@@ -691,6 +699,11 @@ def _authoritative_activity_types(event: dict):
     if types is None:
         return None
     return types if isinstance(types, list) and all(isinstance(t, str) for t in types) else []
+
+
+def _id_of(message: dict) -> str | None:
+    value = message.get("id")
+    return value if isinstance(value, str) else None
 
 
 def _required_id(event: dict, key: str) -> str:

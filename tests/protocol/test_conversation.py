@@ -277,3 +277,26 @@ def test_many_deltas_fold_in_linear_time():
     deltas = [{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x" * 100} for _ in range(50_000)]
     result = fold(text("m1")[:1] + deltas)
     assert len(result.messages[0]["content"]) == 5_000_000
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from interrupts.protocol.conversation import FOLDED_TYPES  # noqa: E402
+
+_json = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4)),
+                     lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                             st.dictionaries(st.text(max_size=4), inner, max_size=3)), max_leaves=8)
+_keys = st.sampled_from(["id", "toolCalls", "messageId", "toolCallId", "toolCallName", "parentMessageId", "delta", "role", "name",
+                         "metadata", "subagentRunId", "messages", "snapshot", "delta", "content", "patch",
+                         "activityType", "replace", "entityId", "subtype", "encryptedValue", "input"])
+_events = st.builds(lambda kind, fields: {**fields, "type": kind}, st.sampled_from(sorted(FOLDED_TYPES)),
+                    st.dictionaries(_keys, st.one_of(_json, st.sampled_from(["m1", "c1", "a1"])), max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_events, max_size=12), st.lists(st.dictionaries(_keys, _json, max_size=3), max_size=2), _json)
+def test_any_events_fold_without_raising(events, messages, state):
+    """Agent input is untrusted: whatever the events hold, fold skips what it cannot apply and returns."""
+    result = fold(events, messages, state)
+    assert isinstance(result.messages, list) and isinstance(result.warnings, list)
+    chunk_openers(events)
