@@ -320,3 +320,70 @@ def test_generated_streams_fold_as_the_client_folds_them(client, stream):
     ours = fold(copy.deepcopy(events), copy.deepcopy(messages), copy.deepcopy(state))
     assert same(ours.messages, reply["messages"]), (events, ours.messages, reply["messages"])
     assert same(ours.state, reply["state"]), (events, ours.state, reply["state"])
+
+
+# --------------------------------------------------------------------------- #
+# Live captures: the TanStack AI and LangGraph agents of tests/external, a first run and its resume
+# --------------------------------------------------------------------------- #
+
+def _sse_events(response_text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in response_text.splitlines() if line.startswith("data: ")]
+
+
+def _run_body(thread: str, run: str, messages: list, state, resume=None) -> dict:
+    return {"threadId": thread, "runId": run, "messages": messages, "state": {} if state is None else state,
+            "tools": [], "context": [], "forwardedProps": {}, **({"resume": resume} if resume else {})}
+
+
+def _both_runs(client, url: str, path: str, entries) -> None:
+    """A first run and its resume, each folded by both onto what the first built; ``entries`` makes the resume."""
+    import httpx
+
+    from interrupts.protocol.conversation import outgoing
+
+    user = [{"id": "u-live", "role": "user", "content": "Refund order A-1001"}]
+    with httpx.Client(timeout=60) as http:
+        first = _sse_events(http.post(f"{url}/{path}/", json=_run_body("t-live", "r1", user, None)).text)
+        assert first and first[-1]["type"] == "RUN_FINISHED", first
+        reply = check(client, first, user, None)
+        interrupts = first[-1]["outcome"]["interrupts"]
+        body = _run_body("t-live", "r2", outgoing(reply["messages"]), reply["state"], entries(http, interrupts))
+        second = _sse_events(http.post(f"{url}/{path}/", json=body).text)
+        assert second and second[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR"), second
+        check(client, second, reply["messages"], reply["state"])
+
+
+def _peer_or_fail(ready: bool, why: str):
+    if not ready:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def test_tanstack_agent_streams_fold_as_the_client_folds_them(client, tmp_path):
+    from tests.e2e.conftest import external_agent
+    from tests.servers import free_port
+
+    peer = ROOT / "tests" / "external" / "tanstack"
+    _peer_or_fail((peer / "node_modules" / "@tanstack" / "ai").is_dir(), "the TanStack peer is not installed")
+
+    def entries(http, interrupts):
+        continuations = http.post(f"{url}/_continuation/", json={"interrupts": interrupts}).json()["continuations"]
+        return [{"interruptId": i["id"], "status": "resolved", "payload": {"approved": True},
+                 "metadata": {"tanstack:interruptContinuation": c}} for i, c in zip(interrupts, continuations)]
+
+    with external_agent([shutil.which("node"), peer / "agent.mjs", free_port()], tmp_path, timeout=30) as log:
+        url = log.read_text().split("ready on ", 1)[1].split()[0]
+        _both_runs(client, url, "review", entries)
+
+
+def test_langgraph_agent_streams_fold_as_the_client_folds_them(client, tmp_path):
+    from tests.e2e.conftest import langgraph_agent
+
+    _peer_or_fail((ROOT / ".venv-langgraph" / "bin" / "python").exists(), "the LangGraph peer venv is missing")
+
+    def entries(http, interrupts):
+        return [{"interruptId": i["id"], "status": "resolved", "payload": {"approved": True}} for i in interrupts]
+
+    with langgraph_agent(tmp_path) as port:
+        _both_runs(client, f"http://127.0.0.1:{port}", "approve", entries)
