@@ -10,6 +10,8 @@ LG_VENV := .venv-langgraph
 LG_REQUIREMENTS := tests/external/requirements-langgraph.txt
 # The external TanStack AI agent is a node program with its own pinned packages.
 TS_PEER := tests/external/tanstack
+# The real @ag-ui/client, pinned, that protocol/conversation.py is checked against (differential test).
+AGUI_CLIENT := tests/protocol/agui_client
 # axe-core for the accessibility browser tests, pinned in its own package (never a CDN).
 AXE := tests/browser/axe
 HOST ?= 127.0.0.1
@@ -60,12 +62,17 @@ PEER_STAMPS := $(foreach peer,$(PEERS),.venv-$(peer)/.installed)
 	.venv-$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
 	@touch $@
 
-peers: $(LG_VENV)/.installed $(PEER_STAMPS) $(TS_PEER)/node_modules/.installed
+peers: $(LG_VENV)/.installed $(PEER_STAMPS) $(TS_PEER)/node_modules/.installed $(AGUI_CLIENT)/node_modules/.installed
 
 # Reinstalled (npm ci: exactly the lock file) when package-lock.json changes.
 $(TS_PEER)/node_modules/.installed: $(TS_PEER)/package-lock.json
 	@command -v npm >/dev/null || { echo "The TanStack AI test agent needs node and npm (apt-get install nodejs npm)."; exit 1; }
 	cd $(TS_PEER) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(AGUI_CLIENT)/node_modules/.installed: $(AGUI_CLIENT)/package-lock.json
+	@command -v npm >/dev/null || { echo "The differential test of the conversation needs node and npm (apt-get install nodejs npm)."; exit 1; }
+	cd $(AGUI_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 $(AXE)/node_modules/.installed: $(AXE)/package-lock.json

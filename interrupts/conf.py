@@ -33,6 +33,8 @@ from .protocol.contract.history import MAX_HISTORY_MESSAGES  # noqa: F401
 from .protocol.dialects.tanstack import MAX_BINDING_CHARS as MAX_TANSTACK_BINDING_CHARS  # noqa: F401
 from .protocol.dialects.tanstack import MAX_PAYLOAD_BYTES as MAX_TANSTACK_PAYLOAD_BYTES  # noqa: F401
 from .protocol.wire import MAX_DEPTH as MAX_JSON_DEPTH  # noqa: F401
+# A thread's conversation as its events build it: at most this many messages (protocol.conversation).
+from .protocol.conversation import MAX_MESSAGES as MAX_THREAD_MESSAGES  # noqa: F401
 from .sdk.driver import MAX_REQUEST_BYTES as SDK_MAX_REQUEST_BYTES
 
 MIB = 1024 * 1024

@@ -4,7 +4,7 @@ Three functions add events, each numbering them within the thread
 (``Thread.last_seq``) and broadcasting after commit through ``relay``:
 ``append_many`` records what an agent said, in the batches it arrives in (a
 transaction per event would cap the relay at the database's commit rate),
-folding snapshots and deltas into the thread; ``fail`` ends a run with a
+folding them into the thread's conversation (``protocol.conversation``); ``fail`` ends a run with a
 hub-generated RUN_ERROR (closing its pending interrupts); ``note`` adds a
 CUSTOM event of Countersign's own (``relay.Note``). Nothing else writes an
 Event. ``finish`` ends a run as its terminal event (already appended) says,
@@ -28,10 +28,9 @@ from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the off
 from ..conf import settings
 from ..live import relay
 from ..models import Agent, Event, Interrupt, Run, Thread
-from ..protocol import dialects, storable
+from ..protocol import conversation, dialects, storable
 from ..protocol.contract import interrupt_problems, parse_expiry
 from ..protocol.errors import ContractViolation
-from ..protocol.state import DeltaRefused, apply_delta
 from ..protocol.wire import dump
 
 logger = logging.getLogger(__name__)
@@ -87,43 +86,64 @@ class Received:
         return cls(payload["type"], json.dumps(payload), payload)
 
 
-# Events whose content folds into the thread: the streamer gives their payload.
-FOLDED = frozenset({"STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "STATE_DELTA"})
+# Events whose content folds into the thread (or closes a chunk stream that does): the streamer decodes them.
+FOLDED = conversation.FOLDED_TYPES
+# Of those, the ones that can change the thread's messages, or its state.
+_MESSAGE_TYPES = FOLDED - {"STATE_SNAPSHOT", "STATE_DELTA", "RUN_FINISHED", "RUN_ERROR", "STEP_STARTED",
+                           "STEP_FINISHED", "REASONING_START", "REASONING_END", "CUSTOM", "SUBAGENT_FINISHED",
+                           "SUBAGENT_ERROR"}
+_STATE_TYPES = frozenset({"STATE_SNAPSHOT", "STATE_DELTA"})
 
 # What a batch of events leaves unchanged in the thread (its state, its messages).
 _UNCHANGED = object()
 
 
-def _folded(run: Run, events: list[Received]) -> tuple[object, object]:
-    """The thread's state and messages after ``events`` (``_UNCHANGED`` where none of them says).
+class _Carry:
+    """What the streamer's run carries from one batch to the next: the conversation folded so far.
 
-    Worked out before ``append_many``'s transaction: a STATE_DELTA is the
-    agent's JSON Patch, and applying it is work the agent chooses (see
-    ``protocol.state``), never to be done holding the database's write lock.
-    The thread's state read here is the one to patch: only the run streaming
-    now writes it, and a thread streams one run at a time.
+    Only the run streaming now writes its thread's messages and state (a thread
+    streams one run at a time), so the thread is read once per run, not once
+    per batch; ``openers`` reopen a chunk stream a batch left open.
     """
-    state = messages = _UNCHANGED
-    for event in events:
-        kind = event.type
-        if kind not in FOLDED:
-            continue
-        payload = event.payload if event.payload is not None else json.loads(event.text)
-        if kind == "STATE_SNAPSHOT":
-            state = payload.get("snapshot")
-        elif kind == "MESSAGES_SNAPSHOT":
-            messages = payload.get("messages") or []
-        elif kind == "STATE_DELTA":
-            current = (Thread.objects.values_list("state", flat=True).get(pk=run.thread_id)
-                       if state is _UNCHANGED else state)
-            try:
-                state = apply_delta(current, payload.get("delta"), max_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
-            except DeltaRefused as refused:
-                # The event stays in the log; the thread keeps the last state it
-                # could build, and the next STATE_SNAPSHOT repairs it.
-                logger.warning("run %s: STATE_DELTA not applied (%s): %s", run.run_id, refused.code, refused.message)
-                state = current
-    return state, messages
+
+    __slots__ = ("messages", "state", "openers")
+
+    def __init__(self, messages: list, state: object, openers: list) -> None:
+        self.messages, self.state, self.openers = messages, state, openers
+
+
+def _folded(run: Run, events: list[Received]) -> tuple[object, object, _Carry | None]:
+    """The thread's state and messages after ``events`` (``_UNCHANGED`` where none of them says), and the carry.
+
+    Every event that builds the conversation is folded (``protocol.conversation``),
+    as an AG-UI client folds it. Worked out before ``append_many``'s
+    transaction: a STATE_DELTA is the agent's JSON Patch, and applying it is
+    work the agent chooses (see ``protocol.state``), never to be done holding
+    the database's write lock.
+    """
+    kinds = {event.type for event in events}
+    messages_change, state_changes = bool(kinds & _MESSAGE_TYPES), bool(kinds & _STATE_TYPES)
+    if not messages_change and not state_changes:
+        return _UNCHANGED, _UNCHANGED, None
+    carry = getattr(run, "_conversation_carry", None)
+    if carry is None:
+        messages, state = Thread.objects.values_list("messages", "state").get(pk=run.thread_id)
+        carry = _Carry(messages or [], state, [])
+    payloads = [event.payload if event.payload is not None else json.loads(event.text)
+                for event in events if event.type in FOLDED]
+    folded = conversation.fold(carry.openers + payloads, carry.messages, carry.state,
+                               max_state_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+    for warning in folded.warnings:
+        # The event stays in the log; the thread keeps what could be built (C59).
+        logger.warning("run %s: %s", run.run_id, warning)
+    openers = conversation.chunk_openers(payloads, carry.openers) if carry.openers or kinds & _CHUNKS else []
+    # A state no event touched keeps its stored spelling (None stays None rather than fold's {}).
+    state = folded.state if state_changes else carry.state
+    return (state if state_changes else _UNCHANGED, folded.messages if messages_change else _UNCHANGED,
+            _Carry(folded.messages, state, openers))
+
+
+_CHUNKS = frozenset({"TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK", "REASONING_MESSAGE_CHUNK"})
 
 
 def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> list[Interrupt]:
@@ -236,12 +256,14 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
 
 
 def append_many(run: Run, events: list[Received | dict], worker: str | None = None) -> list[int] | None:
-    """Record events of ``run`` (as received, or wire JSON dicts) in order and fold their snapshots, atomically.
+    """Record events of ``run`` (as received, or wire JSON dicts) in order and fold them into the thread, atomically.
 
     Returns their sequence numbers, or None (nothing written) when the run
     has ended meanwhile, or ``worker`` no longer holds it: an operator
     stopped it, or another process settled it. The streamer stops on None.
-    STATE_SNAPSHOT, STATE_DELTA and MESSAGES_SNAPSHOT update the thread. A
+    Every event that builds the conversation (text, tool calls and results,
+    reasoning, activity, snapshots, state deltas) updates the thread's
+    messages and state, as an AG-UI client builds them. A
     terminal event is recorded here but finishes the run only through
     ``finish``, once the stream has ended cleanly after it. Watchers get one
     poke, for the last event, after commit.
@@ -249,7 +271,7 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
     if not events:
         return []
     events = [event if isinstance(event, Received) else Received.of(event) for event in events]
-    state, messages = _folded(run, events)
+    state, messages, carry = _folded(run, events)
     with transaction.atomic():
         # Locked before the thread's sequence numbers, in the order ``fail``
         # takes them (run, then thread): a RUN_ERROR recorded by anyone else
@@ -271,6 +293,8 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
             Thread.objects.filter(pk=run.thread_id).update(messages=messages)
         thread_pk, event_type = run.thread_id, events[-1].type
         relay.event_appended(thread_pk, last, event_type)
+    if carry is not None:
+        run._conversation_carry = carry
     return seqs
 
 

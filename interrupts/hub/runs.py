@@ -26,6 +26,7 @@ from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import dialects, signing
 from ..protocol.contract import ThreadGate, check_input, idempotency_key
+from ..protocol.conversation import outgoing
 from ..protocol.wire import dump
 from .refusals import Refusal
 
@@ -258,8 +259,9 @@ def start_run(
 ) -> Run:
     """Queue a new (non-resume) run on a thread, creating the thread if needed.
 
-    The input carries the thread's latest MESSAGES_SNAPSHOT plus ``message``
-    as a new user message, and its latest STATE_SNAPSHOT. Refused with
+    The input carries the thread's conversation as its events built it
+    (``protocol.conversation.outgoing``: no activity messages) plus
+    ``message`` as a new user message, and its state. Refused with
     ``PENDING_INTERRUPTS`` while the thread waits for decisions.
     """
     if message is not None and len(message) > MAX_MESSAGE_CHARS:
@@ -267,6 +269,7 @@ def start_run(
     refuse_steering(forwarded_props)
     with transaction.atomic():
         thread = thread_for(agent, thread_id, title or (message or "")[:80])
+        # The thread keeps every message (activity included); the agent gets them without activity (C53).
         messages = list(thread.messages or [])
         if message:
             messages.append({"id": f"msg-{uuid.uuid4().hex}", "role": "user", "content": message})
@@ -274,7 +277,7 @@ def start_run(
             "threadId": thread.thread_id,
             "runId": new_run_id(),
             "state": thread.state if thread.state is not None else {},
-            "messages": messages,
+            "messages": outgoing(messages),
             **input_defaults(),
             **({"forwardedProps": forwarded_props} if forwarded_props is not None else {}),
         }
@@ -285,8 +288,7 @@ def start_run(
             thread_id=thread.thread_id, run_id=run_input["runId"], resume=None), timezone.now())
         refuse_if_busy(thread)
         refuse_if_refused(thread)
-        # The user's message is part of the conversation from now on, even if
-        # the agent never sends a MESSAGES_SNAPSHOT.
+        # The user's message is part of the conversation from now on, whatever the agent sends back.
         Thread.objects.filter(pk=thread.pk).update(messages=messages)
         return enqueue(thread, agent, run_input, user=user)
 
@@ -382,7 +384,7 @@ def queue_resume(interrupted: Run, user=None) -> Run:
         "runId": new_run_id(),
         "parentRunId": interrupted.run_id,
         "state": thread.state if thread.state is not None else {},
-        "messages": list(thread.messages or []),
+        "messages": outgoing(thread.messages or []),
         **input_defaults(),
         "resume": entries,
     }

@@ -145,6 +145,23 @@ async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIte
         yield chunk
 
 
+# The streamed-token events, and the attribute (and wire key) naming what each extends.
+_DELTA_IDS = {"TEXT_MESSAGE_CONTENT": ("message_id", "messageId"),
+              "REASONING_MESSAGE_CONTENT": ("message_id", "messageId"),
+              "TOOL_CALL_ARGS": ("tool_call_id", "toolCallId")}
+
+
+def _delta_payload(kind: str, event) -> dict:
+    """The wire fields of a parsed token event that fold reads (``protocol.conversation``)."""
+    attribute, key = _DELTA_IDS[kind]
+    payload = {"type": kind, key: getattr(event, attribute), "delta": event.delta}
+    if event.metadata is not None:
+        payload["metadata"] = event.metadata
+    if event.subagent_run_id is not None:
+        payload["subagentRunId"] = event.subagent_run_id
+    return payload
+
+
 def proposals(lifecycle: RunLifecycle, thread: Thread):
     """What the agent proposed for a toolCallId: this run's TOOL_CALL_* events, else the thread's messages.
 
@@ -424,6 +441,10 @@ class RunStreamer:
                 agent_error = (getattr(event, "code", None) or "RUN_ERROR", getattr(event, "message", "") or "")
             raise Fault(fault.code, fault.message, frame.data, agent_error=agent_error) from None
         # The text is what is stored; it is decoded again only where someone reads it.
+        if payload is None and self.listener is None and kind in _DELTA_IDS:
+            # A streamed token, the most frequent event: what the conversation needs of it is
+            # read off the event already parsed, rather than decoding its text a second time.
+            payload = _delta_payload(kind, event)
         if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished
                                 or kind == "CUSTOM"):
             payload = json.loads(frame.data)

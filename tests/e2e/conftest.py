@@ -31,7 +31,7 @@ def hub(tmp_path_factory, scripted):
         DEMO_FILING_EXPIRES_IN="2",
     ).start()
     with app.api() as api:
-        for name in ["approve", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
+        for name in ["approve", "no-snapshot", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
                      "agent-error", "interrupt-then-noise", "duplicate-ids", "slow-finish", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger",
                      "refuse-error", "refuse-early", "refuse-http", "refuse-fault"]:
             response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})

@@ -58,6 +58,48 @@ def approve_interrupt(body: dict) -> list[bytes]:
     ]
 
 
+def no_snapshot_interrupt(body: dict) -> list[bytes]:
+    """As Pydantic AI: the tool call only streamed (no MESSAGES_SNAPSHOT), and a resume checked against history.
+
+    The resume must carry the assistant turn with the call, built from the
+    events; without it the agent answers RUN_ERROR as Pydantic AI does.
+    """
+    if body.get("resume"):
+        turn = next((m for m in body.get("messages") or [] if m.get("role") == "assistant"
+                     and any(c.get("id") == "tc-ns" for c in m.get("toolCalls") or [])), None)
+        if turn is None or turn.get("content") != "I will delete acme/web." or json.loads(
+                turn["toolCalls"][0]["function"]["arguments"]) != {"repo": "acme/web"}:
+            return [frame(started(body)), frame({"type": "RUN_ERROR", "code": "NO_MODEL_RESPONSE",
+                                                 "message": "the message history does not contain a ModelResponse"})]
+        [entry] = body["resume"]
+        done = "deleted" if entry.get("status") == "resolved" and entry["payload"].get("approved") else "not deleted"
+        return [
+            frame(started(body)),
+            frame({"type": "TOOL_CALL_RESULT", "messageId": "r-ns", "toolCallId": "tc-ns", "content": done}),
+            frame({"type": "TEXT_MESSAGE_CHUNK", "messageId": "a-ns-2", "delta": "acme/web "}),
+            frame({"type": "TEXT_MESSAGE_CHUNK", "delta": done}),
+            frame(finished(body, {"type": "success"})),
+        ]
+    return [
+        frame(started(body)),
+        frame({"type": "TEXT_MESSAGE_START", "messageId": "a-ns", "role": "assistant"}),
+        frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a-ns", "delta": "I will delete "}),
+        frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a-ns", "delta": "acme/web."}),
+        frame({"type": "TEXT_MESSAGE_END", "messageId": "a-ns"}),
+        frame({"type": "TOOL_CALL_START", "toolCallId": "tc-ns", "toolCallName": "deleteRepo",
+               "parentMessageId": "a-ns"}),
+        frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-ns", "delta": '{"repo": '}),
+        frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-ns", "delta": '"acme/web"}'}),
+        frame({"type": "TOOL_CALL_END", "toolCallId": "tc-ns"}),
+        frame({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/asked", "value": True}]}),
+        frame(finished(body, {"type": "interrupt", "interrupts": [{
+            "id": "int-ns", "reason": "tool_call", "toolCallId": "tc-ns", "message": "Delete acme/web?",
+            "responseSchema": {"type": "object", "properties": {"approved": {"type": "boolean"}},
+                               "required": ["approved"]},
+        }]})),
+    ]
+
+
 EVIL = "<img src=x onerror=alert(1)><script>alert(2)</script>"
 
 
@@ -101,6 +143,7 @@ SCRIPTS = {
     "batch-50": batch_interrupts(50),
     "evil": evil_interrupt,
     "approve": approve_interrupt,
+    "no-snapshot": no_snapshot_interrupt,
     "legacy": lambda body: [frame(started(body)), frame(finished(body))],
     "malformed": lambda body: [frame(started(body)), b"data: {not json\n\n"],
     "unknown-type": lambda body: [frame(started(body)), frame({"type": "TELEPORT"})],

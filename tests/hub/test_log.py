@@ -131,20 +131,20 @@ def test_a_state_delta_is_applied_outside_the_transaction_and_a_copy_bomb_change
     from django.db import connection
 
     seen = []
-    real = log.apply_delta
+    real = log.conversation.fold
 
     def noted(*args, **kwargs):
         seen.append(connection.in_atomic_block)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(log, "apply_delta", noted)
+    monkeypatch.setattr(log.conversation, "fold", noted)
     run = make.run(status="streaming")
     log.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"a": [1, 2, 3]}},
                                 {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/b", "value": 1}]}])
     bomb = [{"op": "copy", "from": "", "path": f"/k{n}"} for n in range(40)]
     seqs = log.append_many(run, [{"type": "STATE_DELTA", "delta": bomb},
                                        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/b", "value": 2}]}])
-    assert seen == [False, False, False]
+    assert seen == [False, False]  # one fold per batch, neither inside the transaction
     run.thread.refresh_from_db()
     assert run.thread.state == {"a": [1, 2, 3], "b": 2}  # the bomb was refused; the next delta applied
     assert len(seqs) == 2 and run.events.count() == 4  # every event is still in the log
@@ -223,3 +223,55 @@ def test_a_batch_is_stored_in_order_as_the_text_received_and_numbered_after_what
     assert log.append_many(run, [log.Received("TEXT_MESSAGE_END", '{"type":"TEXT_MESSAGE_END","messageId":"m"}')],
                            "another-worker") is None
     assert run.events.count() == count + 1
+
+
+def test_c47_a_streamed_tool_call_without_snapshot_is_in_the_thread_and_the_resume():
+    """Pydantic AI sends no MESSAGES_SNAPSHOT: the assistant turn is built from its events, batch after batch."""
+    thread = make.thread(messages=[{"id": "u1", "role": "user", "content": "Delete acme/web"}])
+    run = make.run(thread, status="streaming")
+    batches = [
+        [{"type": "TEXT_MESSAGE_START", "messageId": "a1", "role": "assistant"}],
+        [{"type": "TEXT_MESSAGE_CONTENT", "messageId": "a1", "delta": "Deleting "}],
+        [{"type": "TEXT_MESSAGE_CONTENT", "messageId": "a1", "delta": "it"},
+         {"type": "TEXT_MESSAGE_END", "messageId": "a1"},
+         {"type": "TOOL_CALL_START", "toolCallId": "tc-1", "toolCallName": "deleteRepo", "parentMessageId": "a1"}],
+        [{"type": "TOOL_CALL_ARGS", "toolCallId": "tc-1", "delta": '{"repo": '}],
+        [{"type": "TOOL_CALL_ARGS", "toolCallId": "tc-1", "delta": '"acme/web"}'},
+         {"type": "TOOL_CALL_END", "toolCallId": "tc-1"},
+         # A chunk stream left open at the end of one batch continues in the next.
+         {"type": "TEXT_MESSAGE_CHUNK", "messageId": "a2", "delta": "Waiting"}],
+        [{"type": "TEXT_MESSAGE_CHUNK", "delta": " for approval"},
+         {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "progress", "content": {"step": 1}}],
+    ]
+    for batch in batches:
+        assert log.append_many(run, batch) is not None
+    turn = {"id": "a1", "role": "assistant", "content": "Deleting it", "toolCalls": [
+        {"id": "tc-1", "type": "function", "function": {"name": "deleteRepo", "arguments": '{"repo": "acme/web"}'}}]}
+    thread.refresh_from_db()
+    assert thread.messages == [{"id": "u1", "role": "user", "content": "Delete acme/web"}, turn,
+                               {"id": "a2", "role": "assistant", "content": "Waiting for approval"},
+                               {"id": "act", "role": "activity", "activityType": "progress", "content": {"step": 1}}]
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.INTERRUPTED)
+    run.refresh_from_db()
+    decisions.decide(make.interrupt(run, tool_call_id="tc-1"), make.user(), "resolved", {"approved": True})
+    resume = Run.objects.get(parent=run)
+    # C53: the resume carries the conversation without activity.
+    assert resume.input["messages"] == thread.messages[:3]
+
+
+def test_c59_a_failed_delta_keeps_the_state_and_the_next_batch_builds_on_it():
+    run = make.run(make.thread(state={"n": 1}), status="streaming")
+    log.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1},
+                                                            {"op": "test", "path": "/n", "value": 5}]}])
+    log.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": 2}]}])
+    run.thread.refresh_from_db()
+    assert run.thread.state == {"n": 2}
+
+
+def test_start_run_sends_the_conversation_without_activity():
+    thread = make.thread(messages=[{"id": "u1", "role": "user", "content": "hi"},
+                                   {"id": "act", "role": "activity", "activityType": "p", "content": {}}])
+    run = runs.start_run(thread.agent, thread_id=thread.thread_id, message="again")
+    assert [m["id"] for m in run.input["messages"]][:1] == ["u1"] and len(run.input["messages"]) == 2
+    thread.refresh_from_db()
+    assert [m["id"] for m in thread.messages][:2] == ["u1", "act"]  # the thread keeps its activity

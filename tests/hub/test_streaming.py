@@ -403,3 +403,20 @@ async def test_a_reader_ahead_of_its_writer_waits_for_it_and_every_event_is_reco
     assert await log_of(run.pk) == [(seq, kind, True) for seq, kind in enumerate(types, start=1)]
     assert [(seq, payload["type"]) for seq, payload in told[:-1]] == list(enumerate(types, start=1))
     assert (await stored(run.pk)).status == "succeeded"
+
+
+@pytest.mark.parametrize("text", [
+    '{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"to\\u00e9k"}',
+    '{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1","delta":"x","metadata":{"a":null,"b":[1]}}',
+    '{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\\"a\\"","subagentRunId":"sub-1","timestamp":5}',
+])
+def test_a_token_event_read_off_its_parsed_form_folds_as_its_text_does(text):
+    from interrupts.protocol.conversation import fold
+    from interrupts.protocol.wire import parse_event
+
+    start = {"TEXT_MESSAGE_CONTENT": {"type": "TEXT_MESSAGE_START", "messageId": "m1"},
+             "REASONING_MESSAGE_CONTENT": {"type": "REASONING_MESSAGE_START", "messageId": "r1"},
+             "TOOL_CALL_ARGS": {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f"}}
+    decoded = json.loads(text)
+    light = streaming._delta_payload(decoded["type"], parse_event(text))
+    assert fold([start[decoded["type"]], light]) == fold([start[decoded["type"]], decoded])
