@@ -55,7 +55,7 @@ $(LG_VENV)/.installed: $(LG_REQUIREMENTS) | check-python
 # has its own venv, .venv-<name>, from tests/external/requirements-<name>.txt:
 # each pins its own ag-ui-protocol and friends, which need not agree with the app's
 # or each other's. Built once and rebuilt only when its requirements change.
-PEERS := pydantic_ai agent_framework
+PEERS := pydantic_ai agent_framework adk crewai strands
 PEER_STAMPS := $(foreach peer,$(PEERS),.venv-$(peer)/.installed)
 .venv-%/.installed: tests/external/requirements-%.txt | check-python
 	@[ -x .venv-$*/bin/python ] || "$(BOOTSTRAP_PYTHON)" -m venv .venv-$*
