@@ -200,7 +200,9 @@ class Batch:
 
     @property
     def decided(self) -> list[Interrupt]:
-        return [i for i in self.members if i.status in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED)]
+        # Expired counts: nobody can answer it any more, and the resume cancels it (C20).
+        return [i for i in self.members if i.status in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED,
+                                                        Interrupt.Status.EXPIRED)]
 
     @property
     def total(self) -> int:
