@@ -348,7 +348,7 @@ def expire(run: Run, now) -> tuple[int, Event | None]:
     told: list[tuple[Interrupt, str]] = []
     for interrupt in late:
         # Raised already past its expiry: ``finish`` recorded it pending, and the sweep comes at once.
-        when_raised = interrupt.expires_at <= interrupt.created_at
+        when_raised = _raised_expired(interrupt)
         if any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or []):
             # An unreadable expiresAt was recorded as due at once (``_interrupt_rows``).
             reason = f"expiresAt {interrupt.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
@@ -364,12 +364,21 @@ def expire(run: Run, now) -> tuple[int, Event | None]:
             trail.record_expiry(interrupt)
             told.append((interrupt, reason[:300]))
     notify.expired(run, told)
-    raised_late = all(i.expires_at <= i.created_at for i in late)
+    raised_late = all(_raised_expired(i) for i in late)
     event = note(run, relay.Note.INTERRUPTS_EXPIRED, {
         "runId": run.run_id, **({"whenRaised": True} if raised_late else {}),
         "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in late],
     })
     return closed, event
+
+
+def _raised_expired(interrupt: Interrupt) -> bool:
+    # As the agent wrote it: an unreadable one was due at once, so raised expired too.
+    try:
+        expires = parse_expiry(interrupt.raw.get("expiresAt") if isinstance(interrupt.raw, dict) else None)
+    except ContractViolation:
+        return True
+    return expires is not None and expires <= interrupt.created_at
 
 
 def fail(run: Run, code: str, message: str, raw: object = None, *,
