@@ -92,6 +92,8 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         "seen": decisions.answer_digest(standing),
         # The policy's target time, when it sets one: on track, at risk or breached.
         "target": policies.target(interrupt, rule, timezone.now()),
+        # Past its expiresAt, not swept yet: only a cancel is still taken (C19, C20).
+        "past_expiry": interrupt.expires_at is not None and interrupt.expires_at <= timezone.now(),
     }
 
 

@@ -6,12 +6,14 @@ decision otherwise; once, whoever comes first.
 """
 
 import asyncio
+import re
 import threading
 from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
+from django.urls import reverse
 from django.utils import timezone
 
 from interrupts.hub import decisions, log, outbox, runs, streaming, trail
@@ -186,3 +188,22 @@ async def test_c20_the_agent_receives_the_expired_interrupt_cancelled_once(agent
     assert [[(e["interruptId"], e["status"]) for e in entries] for entries in sent] == [[("a", "cancelled")]]
     assert sent[0][0]["metadata"]["countersign"]["expired"] is True
     assert (await Run.objects.aget(pk=resume.pk)).status == "succeeded"
+
+
+# --- the card -----------------------------------------------------------------------------------
+
+
+def test_c19_a_card_past_its_expiry_offers_only_cancel_and_takes_it(client):
+    run, reviewer = raised("a"), make.user(is_staff=True)
+    client.force_login(reviewer)
+    lapse(run, "a")  # not swept yet
+    page = client.get(reverse("inbox"), {"scope": "all"}).content.decode()
+    [card] = re.findall(r'<article[^>]*data-interrupt-id="a".*?</article>', page, re.S)
+    assert 'data-testid="past-expiry"><strong>Expired</strong>: it can no longer be answered' in card
+    assert re.findall(r'name="action" value="([a-z]+)"', card) == ["cancel"]
+    assert "data-edit" not in card and 'name="payload"' not in card
+    client.post(reverse("decide", args=[member(run, "a").pk]), {"action": "cancel"})
+    [resume] = resumes(run)
+    assert answered(resume) == [("a", "cancelled")]
+    assert resume.input["resume"][0]["metadata"]["countersign"]["decisions"][0]["username"] == \
+        reviewer.get_username()
