@@ -11,14 +11,16 @@ import threading
 from datetime import timedelta
 
 import pytest
+from ag_ui.core import RunAgentInput
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import decisions, log, outbox, runs, streaming, trail
+from interrupts.hub import accept, decisions, log, outbox, runs, streaming, trail
 from interrupts.hub.refusals import Refusal
 from interrupts.models import Interrupt, Run
+from interrupts.protocol.errors import ProtocolError
 
 from .. import factories as make
 from ..e2e.scripted_agent import ScriptedAgent, finished, started
@@ -207,3 +209,38 @@ def test_c19_a_card_past_its_expiry_offers_only_cancel_and_takes_it(client):
     assert answered(resume) == [("a", "cancelled")]
     assert resume.input["resume"][0]["metadata"]["countersign"]["decisions"][0]["username"] == \
         reviewer.get_username()
+
+
+# --- through the gateway ------------------------------------------------------------------------
+
+
+def gateway_resume(run: Run, *entries: dict, run_id: str = "run-gw-resume") -> RunAgentInput:
+    return RunAgentInput.model_validate({
+        "threadId": run.thread.thread_id, "runId": run_id, "parentRunId": run.run_id, "state": {}, "messages": [],
+        "tools": [], "context": [], "forwardedProps": {}, "resume": list(entries)})
+
+
+CANCEL_A = {"interruptId": "a", "status": "cancelled"}
+APPROVE_B = {"interruptId": "b", "status": "resolved", "payload": {"approved": True}}
+
+
+def test_c19_c20_c14_a_gateway_client_covers_an_expired_interrupt_with_cancelled_and_only_so():
+    run, client = raised("a", "b"), make.user()
+    lapse(run, "a")
+    decisions.expire_due()
+    refusals = [
+        (gateway_resume(run, APPROVE_B), "INCOMPLETE_RESUME"),  # a left uncovered (C14, C15)
+        (gateway_resume(run, {**CANCEL_A, "status": "resolved", "payload": {"approved": True}}, APPROVE_B),
+         "EXPIRED"),  # resolving it (C19)
+    ]
+    for run_input, expected in refusals:
+        with pytest.raises(ProtocolError) as refused:
+            accept.accept_input(run.agent, run_input, client, WORKER)
+        assert refused.value.code == expected
+    assert resumes(run) == [] and member(run, "b").status == "pending"
+    accepted = accept.accept_input(run.agent, gateway_resume(run, CANCEL_A, APPROVE_B), client, WORKER)
+    assert answered(accepted.run) == [("a", "cancelled"), ("b", "resolved")]
+    a, b = accepted.run.input["resume"]
+    assert a["metadata"]["countersign"]["expired"] is True and "decisions" not in a["metadata"]["countersign"]
+    assert b["metadata"]["countersign"]["decisions"][0]["username"] == client.get_username()
+    assert member(run, "a").status == "expired" and member(run, "b").status == "resolved"
