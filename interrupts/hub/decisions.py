@@ -528,10 +528,11 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
 
 def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
     run = interrupt.run
-    # The batch in one read: what is still open, and
+    # The batch in one read: what is still open, what expired (the resume cancels it), and
     # whether any other approval exists that could have lapsed since it was given.
     batch = Interrupt.objects.filter(run=run).aggregate(
         open=Count("pk", filter=Q(status=Interrupt.Status.PENDING)),
+        expired=Count("pk", filter=Q(status=Interrupt.Status.EXPIRED)),
         approved_before=Count("pk", filter=Q(status=Interrupt.Status.RESOLVED) & ~Q(pk=interrupt.pk)),
     )
     open_left = batch["open"] > 0
@@ -539,7 +540,7 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
         open_left = True
     # Expired interrupts do not keep it open: the resume cancels them (C20).
     if not open_left:
-        runs.queue_resume(run, user=user)
+        runs.queue_resume(run, user=user, expired=bool(batch["expired"]))
     notify.decided(interrupt, user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)

@@ -327,7 +327,7 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
     }
 
 
-def resume_entries(interrupted: Run) -> list[dict]:
+def resume_entries(interrupted: Run, *, expired: bool | None = None) -> list[dict]:
     """One resume entry per interrupt of ``interrupted``, from its live decisions or its expiry (wire form).
 
     The answer is the one that closed the interrupt (its last live
@@ -335,6 +335,8 @@ def resume_entries(interrupted: Run) -> list[dict]:
     its metadata is the reviewer's, plus Countersign's ``attestation``. An
     expired interrupt is covered as 1.0 requires (C14, C20): ``cancelled``,
     attested as expired (``expiry_attestation``), not as anyone's decision.
+    ``expired``: whether the batch has any, when the caller already knows
+    (then they are not looked for when it has none).
     """
     live: dict[int, list[Decision]] = {}
     decisions = Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).select_related(
@@ -342,8 +344,8 @@ def resume_entries(interrupted: Run) -> list[dict]:
     ).order_by("pk")
     for decision in decisions:
         live.setdefault(decision.interrupt_id, []).append(decision)
-    expired = {i.pk: i for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED)
-               .select_related("run")}
+    expired = {} if expired is False else {
+        i.pk: i for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
     thread_id = interrupted.thread.thread_id
     entries = []
     for interrupt_pk in sorted(live.keys() | expired.keys()):
@@ -378,7 +380,7 @@ def expiry_attestation(interrupt: Interrupt, thread_id: str) -> dict:
     }
 
 
-def queue_resume(interrupted: Run, user=None, *, hold: float | None = None) -> Run:
+def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expired: bool | None = None) -> Run:
     """Queue the run that sends every decision of ``interrupted`` back to its agent.
 
     Called by ``decisions`` in the transaction that records the batch's last
@@ -390,10 +392,10 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None) -> R
     decision back (``decisions.undo``, which withdraws it with
     ``withdraw_resume``). A gateway client's resume and a refused answer sent
     again are not decisions made here and are never held; nor is the resume
-    the expiry sweep queues (``hold=0``).
+    the expiry sweep queues (``hold=0``). ``expired``: as ``resume_entries`` takes it.
     """
     thread = interrupted.thread
-    entries = resume_entries(interrupted)
+    entries = resume_entries(interrupted, expired=expired)
     # Exact: every caller holds the batch's lock (``decisions.lock_batch``), so
     # no other resume of this batch can be written between this and the insert.
     key, existing = batch_resume_key(
