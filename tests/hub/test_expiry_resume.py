@@ -244,3 +244,14 @@ def test_c19_c20_c14_a_gateway_client_covers_an_expired_interrupt_with_cancelled
     assert a["metadata"]["countersign"]["expired"] is True and "decisions" not in a["metadata"]["countersign"]
     assert b["metadata"]["countersign"]["decisions"][0]["username"] == client.get_username()
     assert member(run, "a").status == "expired" and member(run, "b").status == "resolved"
+
+
+def test_c20_a_gateway_client_s_cancel_after_the_sweep_sent_it_is_the_same_resume():
+    # The sweep answered first; the client's own cover of the expired interrupt is that answer, not a second one.
+    run, client = raised("a"), make.user()
+    lapse(run, "a")
+    decisions.expire_due()
+    [swept] = resumes(run)
+    accepted = accept.accept_input(run.agent, gateway_resume(run, CANCEL_A), client, WORKER)
+    assert accepted.verdict.kind == "replay" and accepted.run == swept
+    assert resumes(run) == [swept]
