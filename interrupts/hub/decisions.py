@@ -1,4 +1,4 @@
-"""Decide, revise, undo and expire interrupts; the batch's last decision queues the resume.
+"""Decide, revise, undo and expire interrupts; the batch's last decision, or expiry, queues the resume.
 
 Who may decide is ``policies``' answer, asked before anything else: the
 permission, the policy's groups and users, no self-approval, and how many
@@ -690,14 +690,17 @@ def expire_due(now=None) -> int:
     nobody made a decision to undo); otherwise the rest wait for people, and
     the last decision queues it (``_after_decision``). Returns how many expired.
 
-    The race with a decision: one batch at a time under its lock, as
-    ``decide``. A decision that took the lock first committed its answer, and
-    the interrupt is no longer pending here; if it completed the batch but for
-    interrupts due now, they expire here and this queues the resume. A
-    decision that comes after finds the interrupt expired (``EXPIRED``) or, if
-    it was the batch's last open one, the resume already queued with the
-    expired ones cancelled; a cancel of one not yet swept is taken as a
-    person's (``_refuse_if_expired`` refuses only answers).
+    The race with a decision: both take the batch's lock (``lock_batch``), so
+    one runs after the other, and the resume is queued once, by whichever
+    leaves nothing open. Decision first: it answers its interrupt, but the
+    due ones are still pending, so it queues nothing; the sweep then expires
+    them and queues the resume with both. Sweep first: the due ones expire
+    while the other waits, so it queues nothing; the decision then closes the
+    last open one and queues it (``_after_decision``). A decision *on* a due
+    interrupt: resolving it is refused with ``EXPIRED`` either way
+    (``_refuse_if_expired`` reads the stored time under the lock); a cancel
+    before the sweep is that person's decision, after it ``EXPIRED`` (it is
+    already covered).
     """
     now = now or timezone.now()
     # An unreadable expiresAt was recorded as due at once (see log._interrupt_rows).
