@@ -125,7 +125,7 @@ class _Sending:
     ``state``: ``open`` (some of it waits for decisions), ``held`` (queued, held
     for undo until ``until``), ``sending`` (queued and due), ``sent`` (a
     process took it: the agent has it, or is being sent it), ``closed``
-    (closed unsent: a batch that expired before expiry was answered with ``cancelled``).
+    (closed unsent: expired before Countersign answered expired interrupts with ``cancelled``).
     """
 
     run: Run | None
