@@ -59,9 +59,10 @@ def test_the_inbox_card_names_the_subagent_escaped_and_cut(client, reviewer):
     page = client.get(reverse("inbox"), {"scope": "all"}).content.decode()
     cards = {m.group(1): m.group(0) for m in re.finditer(
         r'<article[^>]*data-interrupt-id="([^"]+)".*?</article>', page, re.S)}
-    assert f"raised by subagent run <code title=\"{PLAIN}\">{PLAIN}</code>" in cards["i-0"]
+    assert f"asked by one of its subagents (run <code title=\"{PLAIN}\">{PLAIN}</code>)" in cards["i-0"]
     assert EVIL not in page and "&lt;script&gt;" in cards["i-1"]
-    [shown] = re.findall(r'data-testid="subagent">raised by subagent run <code[^>]*>([^<]*)</code>', cards["i-1"])
+    [shown] = re.findall(r'data-testid="subagent">asked by one of its subagents \(run <code[^>]*>([^<]*)</code>',
+                         cards["i-1"])
     assert shown.endswith("…") and len(shown) < 100  # escaped entities make it longer than 40, never 300
     # The root agent raised the third: nothing is said about a subagent.
     assert 'data-testid="subagent"' not in cards["i-2"]
@@ -88,22 +89,24 @@ def test_the_audit_page_and_thread_page_name_the_subagent_escaped_and_cut(client
     run, _rows = decided(reviewer, [PLAIN, LONG])
     audit = client.get(reverse("audit")).content.decode()
     assert audit.count('data-testid="audit-row"') == 2
-    assert f'data-testid="audit-subagent">subagent run <code title="{PLAIN}">{PLAIN}</code>' in audit
-    [shown] = re.findall(r'data-testid="audit-subagent">subagent run <code[^>]*>([^<]*)</code>', audit.replace(
+    assert f'data-testid="audit-subagent">asked by one of its subagents (run <code title="{PLAIN}">{PLAIN}</code>)' \
+        in audit
+    [shown] = re.findall(r'data-testid="audit-subagent">asked by one of its subagents \(run <code[^>]*>([^<]*)</code>',
+                         audit.replace(
         f"<code title=\"{PLAIN}\">{PLAIN}", ""))
     assert shown.endswith("…") and EVIL not in audit and "&lt;script&gt;" in audit
     no_link_to(audit, "HYPERLINK")
 
     thread = client.get(reverse("thread", args=[run.thread.thread_id])).content.decode()
     [end] = re.findall(r'<div class="run-end.*?</div>', thread, re.S)
-    assert f"<code>i-0</code> <span data-testid=\"subagent\">(raised by subagent run <code title=\"{PLAIN}\">" \
-           f"{PLAIN}</code>)</span>" in end
+    assert f"<code>i-0</code> <span data-testid=\"subagent\">(asked by one of its subagents (run " \
+           f"<code title=\"{PLAIN}\">{PLAIN}</code>))</span>" in end
     assert "<code>i-1</code> <span data-testid=\"subagent\">" in end and "…" in end
     assert EVIL not in thread
     no_link_to(thread, "HYPERLINK")
     # Live updates render the same slice of history.
     events = client.get(reverse("thread-events", args=[run.thread.thread_id])).content.decode()
-    assert f"{PLAIN}</code>)</span>" in events and EVIL not in events
+    assert f"{PLAIN}</code>))</span>" in events and EVIL not in events
 
 
 def test_the_audit_export_carries_the_subagent_run_id_whole_and_formula_safe(client, reviewer):

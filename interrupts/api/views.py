@@ -320,7 +320,7 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         COUNTERSIGN_UNDO_SECONDS; undone within it, the resume is withdrawn and
         nothing reaches the agent. Refusals: 409 NOT_DECIDED (no decision
         stands on it), 403 NOT_YOURS (someone else's does), 409 ALREADY_SENT
-        (the agent has it), 409 CLOSED (its batch closed unsent), 409 EXPIRED.
+        (the agent has it), 409 EXPIRED.
         """
         decisions.undo(get_object_or_404(Interrupt, pk=pk), request.user)
         interrupt = selectors.interrupt_details().get(pk=pk)

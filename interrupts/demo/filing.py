@@ -41,12 +41,15 @@ class Filing(Agent):
             ctx.set_state({**state, "filingExpiresAt": expires_at})
             return RunOutcome.interrupt([FILING.interrupt(expires_at=expires_at)])
         deadline = parse_expiry(state.get("filingExpiresAt"))
-        if deadline is not None and datetime.now(UTC) >= deadline:
-            raise AgentError(f"The filing request expired at {iso(deadline)}.", code="EXPIRED")
+        late = deadline is not None and datetime.now(UTC) >= deadline
         answer = FILING.check_answer(answer)
         if answer.status == "cancelled":
-            ctx.say("Filing skipped.")
+            # AG-UI 1.0: an expired request is covered by a cancel, which is how the agent hears of it.
+            ctx.say(f"The filing request expired at {iso(deadline)} unanswered: filing skipped." if late
+                    else "Filing skipped.")
             return RunOutcome.success()
+        if late:
+            raise AgentError(f"The filing request expired at {iso(deadline)}.", code="EXPIRED")
         filing = answer.payload
         ctx.set_state({**state, "filed": filing})
         ctx.say(f"Filed {filing['quarter']} {filing['year']}: revenue {filing['revenue']:,}.")

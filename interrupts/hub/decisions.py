@@ -1,4 +1,4 @@
-"""Decide, revise, undo and expire interrupts; the batch's last decision queues the resume.
+"""Decide, revise, undo and expire interrupts; the batch's last decision, or expiry, queues the resume.
 
 Who may decide is ``policies``' answer, asked before anything else: the
 permission, the policy's groups and users, no self-approval, and how many
@@ -264,10 +264,12 @@ def standing_answer(live: list[Decision]) -> Decision | None:
     return live[-1] if live else None
 
 
-def _refuse_if_expired(interrupt: Interrupt) -> None:
+def _refuse_if_expired(interrupt: Interrupt, status: str) -> None:
     # The answer was checked against the clock before the lock was taken; the
     # expiry sweep may not have run yet, so look again at the stored time.
-    if interrupt.expires_at is not None and timezone.now() >= interrupt.expires_at:
+    # Cancelling stays possible: that is how an expired interrupt is covered (C20).
+    if status == Decision.Status.RESOLVED and interrupt.expires_at is not None \
+            and timezone.now() >= interrupt.expires_at:
         raise Refusal("EXPIRED", f"Interrupt {interrupt.interrupt_id} expired while the answer was being checked.",
                       interrupt_id=interrupt.interrupt_id)
 
@@ -330,7 +332,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
             if (live := _revisable(interrupt, user, rule)) is not None:
                 return _revise(interrupt, live, user, checked, now)
             raise _already_decided(interrupt)
-        _refuse_if_expired(interrupt)
+        _refuse_if_expired(interrupt, checked.status)
         decision = _take(interrupt, user, checked, now)
         _after_decision(interrupt, user, relay.Reason.DECIDED)
         return decision
@@ -434,8 +436,7 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
     Refused (``Refusal``) with ``NOT_DECIDED`` (409) when no decision stands
     on it, ``NOT_YOURS`` (403) when only other people's do, ``ALREADY_SENT``
     (409) once a process has taken the batch's resume or tried to send it
-    (the agent has the answers, or may have), ``CLOSED`` (409) when its batch
-    closed unsent (another interrupt of it expired), ``EXPIRED`` (409) when
+    (the agent has the answers, or may have), ``EXPIRED`` (409) when
     its ``expiresAt`` has passed (pending again, it could only expire).
 
     The race: everything is read again under the batch's lock, as in
@@ -459,11 +460,6 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
                 f"(run {resume.run_id}), which has it. Ask the agent's owner, or answer what it asks next.",
                 interrupt_id=current.interrupt_id, run_id=resume.run_id,
             )
-        expired = Interrupt.objects.filter(run_id=current.run_id, status=Interrupt.Status.EXPIRED).values_list(
-            "interrupt_id", flat=True).first()
-        if expired is not None:
-            raise Refusal("CLOSED", f"Interrupt {current.interrupt_id}'s batch closed unsent when {expired} expired: "
-                                    "there is nothing left to undo.", interrupt_id=current.interrupt_id)
         if current.expires_at is not None and now >= current.expires_at:
             raise Refusal("EXPIRED", f"Interrupt {current.interrupt_id} expired at "
                                      f"{current.expires_at:%Y-%m-%d %H:%M:%S} UTC: reopened, it would only expire.",
@@ -532,7 +528,7 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
 
 def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
     run = interrupt.run
-    # The batch in one read: what is still open, what closed unanswered, and
+    # The batch in one read: what is still open, what expired (the resume cancels it), and
     # whether any other approval exists that could have lapsed since it was given.
     batch = Interrupt.objects.filter(run=run).aggregate(
         open=Count("pk", filter=Q(status=Interrupt.Status.PENDING)),
@@ -542,8 +538,9 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
     open_left = batch["open"] > 0
     if not open_left and batch["approved_before"] and _reopen_lapsed(run, timezone.now(), [interrupt.pk]):
         open_left = True
-    if not open_left and not batch["expired"]:
-        runs.queue_resume(run, user=user)
+    # Expired interrupts do not keep it open: the resume cancels them (C20).
+    if not open_left:
+        runs.queue_resume(run, user=user, expired=bool(batch["expired"]))
     notify.decided(interrupt, user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)
@@ -654,7 +651,10 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
     now = timezone.now()
     lock_batch(interrupted.pk)
     by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(run=interrupted).select_related("run__thread")}
-    answered = [i for i in by_id.values() if i.status != Interrupt.Status.PENDING]
+    # An expired interrupt is covered by the client's cancel (the gate refused
+    # resolving it): the resume cancels it as expired, not as ``user``'s decision.
+    expired = {iid for iid, i in by_id.items() if i.status == Interrupt.Status.EXPIRED}
+    answered = [i for i in by_id.values() if i.status not in (Interrupt.Status.PENDING, Interrupt.Status.EXPIRED)]
     if answered:
         # The inbox answered part of this batch: a resume from here would drop
         # those answers (partial resumes are not allowed), so neither is sent.
@@ -665,9 +665,14 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
             interrupt_ids=[i.interrupt_id for i in answered],
         )
     for interrupt_id, checked in prepared.answers.items():
+        if interrupt_id in expired:
+            if checked.status != Decision.Status.CANCELLED:
+                raise ContractViolation("EXPIRED", f"Interrupt {interrupt_id} expired and can no longer be answered; "
+                                                   "cover it with status cancelled.", interrupt_id=interrupt_id)
+            continue
         _take(by_id[interrupt_id], user, checked, now)
     complete = not Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.PENDING).exists()
-    if complete and _reopen_lapsed(interrupted, now, [by_id[i].pk for i in prepared.answers]):
+    if complete and _reopen_lapsed(interrupted, now, [by_id[i].pk for i in prepared.answers if i not in expired]):
         complete = False
     thread_pk = interrupted.thread_id
     relay.inbox_changed(thread_pk, 0, relay.Reason.DECIDED)
@@ -675,11 +680,27 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
 
 
 def expire_due(now=None) -> int:
-    """Close every pending interrupt whose ``expiresAt`` has passed (or cannot be read), with its batch.
+    """Expire every pending interrupt whose ``expiresAt`` has passed (or cannot be read); queue what it completes.
 
-    One batch at a time under its lock (``log.expire``, which writes each
-    closing, its audit entry and the log's note), so the thread accepts fresh
-    input again. Returns how many interrupts closed.
+    An expired interrupt can no longer be answered (1.0, C19), but it must
+    still be covered (C14, C20): the batch's resume carries it as
+    ``cancelled``, attested as expired, not as anyone's decision
+    (``runs.resume_entries``). When it was the batch's last open interrupt,
+    the resume is queued here, in the transaction of the expiry (not held:
+    nobody made a decision to undo); otherwise the rest wait for people, and
+    the last decision queues it (``_after_decision``). Returns how many expired.
+
+    The race with a decision: both take the batch's lock (``lock_batch``), so
+    one runs after the other, and the resume is queued once, by whichever
+    leaves nothing open. Decision first: it answers its interrupt, but the
+    due ones are still pending, so it queues nothing; the sweep then expires
+    them and queues the resume with both. Sweep first: the due ones expire
+    while the other waits, so it queues nothing; the decision then closes the
+    last open one and queues it (``_after_decision``). A decision *on* a due
+    interrupt: resolving it is refused with ``EXPIRED`` either way
+    (``_refuse_if_expired`` reads the stored time under the lock); a cancel
+    before the sweep is that person's decision, after it ``EXPIRED`` (it is
+    already covered).
     """
     now = now or timezone.now()
     # An unreadable expiresAt was recorded as due at once (see log._interrupt_rows).
@@ -688,9 +709,13 @@ def expire_due(now=None) -> int:
     for run_pk in set(due.values_list("run_id", flat=True)):
         with transaction.atomic():
             lock_batch(run_pk)
-            run = Run.objects.select_related("thread").get(pk=run_pk)
+            run = Run.objects.select_related("thread", "agent").get(pk=run_pk)
             count, event = log.expire(run, now)
             closed += count
-            if event is not None:
-                relay.inbox_changed(run.thread_id, event.seq, relay.Reason.EXPIRED)
+            if event is None:
+                continue
+            if (not Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).exists()
+                    and not _reopen_lapsed(run, now)):
+                runs.queue_resume(run, hold=0)
+            relay.inbox_changed(run.thread_id, event.seq, relay.Reason.EXPIRED)
     return closed

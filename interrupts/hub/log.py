@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import notify, policies, trail
+from . import notify, policies, trail, wakeup
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..conf import settings
 from ..live import relay
@@ -354,7 +354,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
     (``protocol.dialects``); ``notice`` what the dialect noticed.
 
     An interrupt whose ``expiresAt`` had already passed when it was raised
-    never waits: it closes at once, and its batch with it (``expire``).
+    is due at once: the supervisor is woken to sweep it (``decisions.expire_due``).
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
@@ -365,7 +365,9 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
             notify.raised(run, raised)
             if any(row.expires_at is not None and row.expires_at <= now for row in raised):
-                expire(run, now, when_raised=True)
+                # Already past its expiry: the sweep expires it at once, under the
+                # batch's lock, and queues the resume that cancels it (``decisions.expire_due``).
+                transaction.on_commit(wakeup.wake)
             relay.inbox_changed(thread_pk, seq, relay.Reason.RAISED)
         elif run.status == Run.Status.FAILED and run.resume_key is not None:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
@@ -373,34 +375,32 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
             relay.inbox_changed(thread_pk, seq, relay.Reason.REFUSED)
 
 
-def expire(run: Run, now, *, when_raised: bool = False) -> tuple[int, Event | None]:
-    """Close ``run``'s batch if one of its pending interrupts is past its ``expiresAt``: (how many closed, the note).
+def expire(run: Run, now) -> tuple[int, Event | None]:
+    """Expire ``run``'s pending interrupts that are past their ``expiresAt``: (how many expired, the note).
 
-    A batch with an expired interrupt can never be sent whole (partial resumes
-    are not allowed), so its other open interrupts close with it. Each says
-    why, each closing is in the audit trail, and one CUSTOM note of
-    Countersign's lists them in the log. ``when_raised``: the run has just
-    raised them (``finish``) with an ``expiresAt`` already past; otherwise the
-    expiry sweep (``decisions.expire_due``), which holds the batch's lock.
-    Must be called inside the transaction of the change.
+    Only those: the rest of the batch stays open for people (1.0, C20: an
+    expired interrupt is still covered, abandoned with ``cancelled``, when
+    the batch is resumed; ``runs.resume_entries``). Each says why, each
+    expiry is in the audit trail, and one CUSTOM note of Countersign's lists
+    them in the log. Called by the expiry sweep (``decisions.expire_due``),
+    which holds the batch's lock and queues the resume when nothing is left
+    open. Must be called inside the transaction of the change.
     """
-    batch = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING))
-    late = [i for i in batch if i.expires_at is not None and i.expires_at <= now]
+    late = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING, expires_at__lte=now)
+                .order_by("pk"))
     if not late:
         return 0, None
-    names = ", ".join(i.interrupt_id for i in late)
     closed = 0
     told: list[tuple[Interrupt, str]] = []
-    for interrupt in batch:
-        if interrupt not in late:
-            reason = f"closed with its batch: {names} " + ("had already expired when raised" if when_raised
-                                                           else "expired")
-        elif any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or []):
+    for interrupt in late:
+        # Raised already past its expiry: ``finish`` recorded it pending, and the sweep comes at once.
+        when_raised = _raised_expired(interrupt)
+        if any(p.get("code") == "INVALID_EXPIRY" for p in interrupt.problems or []):
             # An unreadable expiresAt was recorded as due at once (``_interrupt_rows``).
             reason = f"expiresAt {interrupt.raw.get('expiresAt')!r} is not an ISO-8601 timestamp"
         elif when_raised:
             reason = (f"expiresAt {interrupt.raw.get('expiresAt')} had already passed when the agent raised it "
-                      f"({now:%Y-%m-%d %H:%M:%S} UTC)")
+                      f"({interrupt.created_at:%Y-%m-%d %H:%M:%S} UTC)")
         else:
             reason = f"expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC"
         if Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
@@ -410,13 +410,21 @@ def expire(run: Run, now, *, when_raised: bool = False) -> tuple[int, Event | No
             trail.record_expiry(interrupt)
             told.append((interrupt, reason[:300]))
     notify.expired(run, told)
-    # Raised already expired, the note names the late ones; the sweep's, the whole batch it closed.
-    listed = late if when_raised else batch
+    raised_late = all(_raised_expired(i) for i in late)
     event = note(run, relay.Note.INTERRUPTS_EXPIRED, {
-        "runId": run.run_id, **({"whenRaised": True} if when_raised else {}),
-        "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in listed],
+        "runId": run.run_id, **({"whenRaised": True} if raised_late else {}),
+        "interrupts": [{"id": i.interrupt_id, "expiresAt": i.raw.get("expiresAt")} for i in late],
     })
     return closed, event
+
+
+def _raised_expired(interrupt: Interrupt) -> bool:
+    # As the agent wrote it: an unreadable one was due at once, so raised expired too.
+    try:
+        expires = parse_expiry(interrupt.raw.get("expiresAt") if isinstance(interrupt.raw, dict) else None)
+    except ContractViolation:
+        return True
+    return expires is not None and expires <= interrupt.created_at
 
 
 def fail(run: Run, code: str, message: str, raw: object = None, *,

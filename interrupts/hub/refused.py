@@ -169,7 +169,9 @@ def reopen(run: Run, user) -> list[Interrupt]:
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         now = timezone.now()
-        late = Interrupt.objects.filter(run_id=run.parent_id, expires_at__lte=now).values_list("interrupt_id", flat=True)
+        # Only the answered ones reopen: an expired one stays expired, and the next resume cancels it.
+        late = Interrupt.objects.filter(run_id=run.parent_id, expires_at__lte=now).exclude(
+            status=Interrupt.Status.EXPIRED).values_list("interrupt_id", flat=True)
         if late:
             # Reopened, it would only expire again: nobody may answer it now.
             raise Refusal("EXPIRED", f"Interrupt(s) {', '.join(late)} of this batch expired: they can no longer be "

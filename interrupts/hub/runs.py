@@ -60,6 +60,11 @@ def thread_gate(thread: Thread | None, thread_id: str = "") -> ThreadGate:
     entries = ()
     if last_resume is not None:
         entries = tuple(ResumeEntry.model_validate(e) for e in last_resume.input.get("resume") or [])
+    if pending:
+        # The batch's expired interrupts still await coverage, by a cancel (C14, C20).
+        pending = list(Interrupt.objects.filter(
+            run_id=pending[0].run_id, status__in=[Interrupt.Status.PENDING, Interrupt.Status.EXPIRED])
+            .select_related("run").order_by("pk"))
     return ThreadGate(
         thread_id=thread.thread_id,
         open_run_id=pending[0].run.run_id if pending else None,
@@ -327,12 +332,16 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
     }
 
 
-def resume_entries(interrupted: Run) -> list[dict]:
-    """One resume entry per interrupt of ``interrupted``, from its live decisions (wire form).
+def resume_entries(interrupted: Run, *, expired: bool | None = None) -> list[dict]:
+    """One resume entry per interrupt of ``interrupted``, from its live decisions or its expiry (wire form).
 
     The answer is the one that closed the interrupt (its last live
     decision: under a quorum every live approval carries the same answer);
-    its metadata is the reviewer's, plus Countersign's ``attestation``.
+    its metadata is the reviewer's, plus Countersign's ``attestation``. An
+    expired interrupt is covered as 1.0 requires (C14, C20): ``cancelled``,
+    attested as expired (``expiry_attestation``), not as anyone's decision.
+    ``expired``: whether the batch has any, when the caller already knows
+    (then they are not looked for when it has none).
     """
     live: dict[int, list[Decision]] = {}
     decisions = Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).select_related(
@@ -340,25 +349,43 @@ def resume_entries(interrupted: Run) -> list[dict]:
     ).order_by("pk")
     for decision in decisions:
         live.setdefault(decision.interrupt_id, []).append(decision)
+    expired = {} if expired is False else {
+        i.pk: i for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
     thread_id = interrupted.thread.thread_id
     entries = []
-    for interrupt_pk in sorted(live):
-        closing = live[interrupt_pk][-1]
-        interrupt = closing.interrupt
-        payload = closing.payload if closing.status == Decision.Status.RESOLVED else None
+    for interrupt_pk in sorted(live.keys() | expired.keys()):
+        if interrupt_pk in expired:
+            interrupt, status, payload, metadata = expired[interrupt_pk], Decision.Status.CANCELLED, None, {}
+            attested = expiry_attestation(interrupt, thread_id)
+        else:
+            closing = live[interrupt_pk][-1]
+            interrupt = closing.interrupt
+            status, metadata = closing.status, closing.metadata or {}
+            payload = closing.payload if closing.status == Decision.Status.RESOLVED else None
+            attested = attestation(interrupt, thread_id, status, payload, live[interrupt_pk])
         # The reviewer's metadata, what the interrupt's framework needs to
         # continue (``dialects.entry_metadata``), and Countersign's attestation, last.
-        metadata = {**(closing.metadata or {}),
-                    **dialects.entry_metadata(interrupt.raw, closing.status, payload),
-                    signing.METADATA_KEY: attestation(interrupt, thread_id, closing.status, payload,
-                                                      live[interrupt_pk])}
-        entry = ResumeEntry(interrupt_id=interrupt.interrupt_id, status=closing.status, payload=payload,
-                            metadata=metadata)
+        metadata = {**metadata, **dialects.entry_metadata(interrupt.raw, status, payload),
+                    signing.METADATA_KEY: attested}
+        entry = ResumeEntry(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
         entries.append(dump(entry))
     return entries
 
 
-def queue_resume(interrupted: Run, user=None) -> Run:
+def expiry_attestation(interrupt: Interrupt, thread_id: str) -> dict:
+    """``metadata.countersign`` of an expired interrupt's entry: that it expired, and why; nobody decided it."""
+    return {
+        "expired": True,
+        "expiresAt": interrupt.raw.get("expiresAt") if isinstance(interrupt.raw, dict) else None,
+        "reason": interrupt.closed_reason,
+        "fingerprint": signing.fingerprint(
+            thread_id=thread_id, run_id=interrupt.run.run_id, interrupt_id=interrupt.interrupt_id,
+            tool_call_id=interrupt.tool_call_id or None, status=Decision.Status.CANCELLED, payload=None,
+        ),
+    }
+
+
+def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expired: bool | None = None) -> Run:
     """Queue the run that sends every decision of ``interrupted`` back to its agent.
 
     Called by ``decisions`` in the transaction that records the batch's last
@@ -369,10 +396,11 @@ def queue_resume(interrupted: Run, user=None) -> Run:
     outbox may take it: until then the person who decided may take the
     decision back (``decisions.undo``, which withdraws it with
     ``withdraw_resume``). A gateway client's resume and a refused answer sent
-    again are not decisions made here and are never held.
+    again are not decisions made here and are never held; nor is the resume
+    the expiry sweep queues (``hold=0``). ``expired``: as ``resume_entries`` takes it.
     """
     thread = interrupted.thread
-    entries = resume_entries(interrupted)
+    entries = resume_entries(interrupted, expired=expired)
     # Exact: every caller holds the batch's lock (``decisions.lock_batch``), so
     # no other resume of this batch can be written between this and the insert.
     key, existing = batch_resume_key(
@@ -390,7 +418,7 @@ def queue_resume(interrupted: Run, user=None) -> Run:
     }
     run_input = dialect_input(interrupted, run_input)
     return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key,
-                   hold=settings.COUNTERSIGN_UNDO_SECONDS)
+                   hold=settings.COUNTERSIGN_UNDO_SECONDS if hold is None else hold)
 
 
 def withdrawable(resume: Run) -> bool:

@@ -67,6 +67,24 @@ def _args_text(text: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) if decoded else text
 
 
+def _subagent_event(run_id: str, kind: str, payload: dict, names: dict, suspended: dict) -> None:
+    # As selectors.subagents reads them, from the events of the page's slice.
+    sub = payload["subagentRunId"]
+    if kind == "SUBAGENT_STARTED" and isinstance(payload.get("name"), str) and payload["name"].strip():
+        names[(run_id, sub)] = payload["name"]
+    outcome = payload.get("outcome") if kind == "SUBAGENT_FINISHED" else None
+    if isinstance(outcome, dict) and outcome.get("type") == "suspended":
+        for interrupt_id in outcome.get("interruptIds") or []:
+            if isinstance(interrupt_id, str):
+                suspended.setdefault((run_id, interrupt_id), sub)
+
+
+def _raised(run_id: str, interrupt: dict, names: dict, suspended: dict) -> dict:
+    """One raised interrupt of a run's end: its id, and the subagent that asked it (run id, name) if any."""
+    sub = _subagent(interrupt) or suspended.get((run_id, interrupt.get("id")))
+    return {"id": interrupt.get("id"), "subagent_run_id": sub, "subagent_name": names.get((run_id, sub))}
+
+
 def _subagent(interrupt: dict) -> str | None:
     # As selectors.subagent_run_id reads an interrupt row: a non-empty string, or nothing.
     value = interrupt.get("subagentRunId")
@@ -204,8 +222,13 @@ def fold(events, said: dict[str, str] | None = None, raised: dict[str, dict] | N
     items: list[Item] = []
     open_text: dict[str, Item] = {}
     open_calls: dict[str, Item] = {}
+    # Per run: each subagent run's name (SUBAGENT_STARTED), and the interrupts a suspended one raised.
+    subagent_names: dict[tuple[str, str], str] = {}
+    suspended: dict[tuple[str, str], str] = {}
 
     for seq, kind, payload, run_id, from_agent in events:
+        if kind in ("SUBAGENT_STARTED", "SUBAGENT_FINISHED") and isinstance(payload.get("subagentRunId"), str):
+            _subagent_event(run_id, kind, payload, subagent_names, suspended)
         if kind == "RUN_STARTED":
             items.append(Item("run-start", seq, run_id, data={"parent": payload.get("parentRunId"),
                                                                 "user": said.get(run_id)}))
@@ -216,7 +239,7 @@ def fold(events, said: dict[str, str] | None = None, raised: dict[str, dict] | N
             items.append(Item("run-end", seq, run_id, data={
                 "outcome": outcome,
                 # Each raised interrupt's id, and the subagent run that raised it when the agent says so.
-                "interrupts": [{"id": i.get("id"), "subagent_run_id": _subagent(i)}
+                "interrupts": [_raised(run_id, i, subagent_names, suspended)
                                for i in (payload.get("outcome") or {}).get("interrupts", [])],
                 "code": payload.get("code"),
                 "message": payload.get("message"),

@@ -201,7 +201,9 @@ class Batch:
 
     @property
     def decided(self) -> list[Interrupt]:
-        return [i for i in self.members if i.status in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED)]
+        # Expired counts: nobody can answer it any more, and the resume cancels it (C20).
+        return [i for i in self.members if i.status in (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED,
+                                                        Interrupt.Status.EXPIRED)]
 
     @property
     def total(self) -> int:
@@ -209,7 +211,7 @@ class Batch:
 
 
 def inbox_batches(page_of_interrupts) -> list[Batch]:
-    """A page of ``inbox`` grouped by the run that raised it, with every member's live decision (3 queries).
+    """A page of ``inbox`` grouped by the run that raised it, with every member's live decision and subagent (4 queries).
 
     The page's pks first, then the rows of its runs: page 500 skips 12,475
     entries of the inbox index instead of 12,475 rows joined to their runs,
@@ -223,7 +225,7 @@ def inbox_batches(page_of_interrupts) -> list[Batch]:
                .prefetch_related(_live_decisions(live)).order_by("pk"))
     grouped: dict[int, Batch] = {}
     found: dict[int, Interrupt] = {}
-    for member in members:
+    for member in with_subagents(list(members)):
         grouped.setdefault(member.run_id, Batch(run=member.run)).members.append(member)
         found[member.pk] = member
     for pk, run_id in page:
@@ -235,9 +237,9 @@ def inbox_batches(page_of_interrupts) -> list[Batch]:
 def batch(run: Run) -> Batch:
     """One run's whole batch: its pending interrupts and every member's live decision."""
     live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
-    members = list(Interrupt.objects.filter(run=run)
+    members = with_subagents(list(Interrupt.objects.filter(run=run)
                    .select_related("run__agent", "run__thread", "claimed_by", "escalated_to")
-                   .prefetch_related(_live_decisions(live)).order_by("pk"))
+                   .prefetch_related(_live_decisions(live)).order_by("pk")))
     return Batch(run=run, pending=[m for m in members if m.status == Interrupt.Status.PENDING], members=members)
 
 
@@ -375,6 +377,59 @@ def subagent_run_id(interrupt: Interrupt) -> str | None:
     """
     value = interrupt.raw.get("subagentRunId") if isinstance(interrupt.raw, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class Subagent:
+    """The subagent that asked an interrupt (AG-UI 1.0 subagents): its run id, and its name when announced."""
+
+    run_id: str
+    name: str | None = None
+
+
+#: Events that say which subagent raised what: its name (STARTED), its interrupts (FINISHED, suspended).
+SUBAGENT_EVENTS = ("SUBAGENT_STARTED", "SUBAGENT_FINISHED")
+
+
+def subagents(interrupts) -> dict[int, Subagent]:
+    """Which subagent asked each interrupt raised inside one, by interrupt pk (one query, whatever the page).
+
+    Attributed by the interrupt's own ``subagentRunId`` (C35: meaningful
+    without any lifecycle event), else by a ``SUBAGENT_FINISHED`` of its run
+    whose ``suspended`` outcome lists its id (C36); named by the run's
+    ``SUBAGENT_STARTED`` for that subagent run. Agent text: pages escape and
+    cut it, never link it.
+    """
+    interrupts = list(interrupts)
+    names: dict[tuple[int, str], str] = {}
+    suspended: dict[tuple[int, str], str] = {}
+    for run_pk, kind, payload in Event.objects.filter(
+        run_id__in={i.run_id for i in interrupts}, type__in=SUBAGENT_EVENTS
+    ).order_by("seq").values_list("run_id", "type", "payload"):
+        sub = payload.get("subagentRunId") if isinstance(payload, dict) else None
+        if not isinstance(sub, str) or not sub:
+            continue
+        if kind == "SUBAGENT_STARTED" and isinstance(payload.get("name"), str) and payload["name"].strip():
+            names[(run_pk, sub)] = payload["name"]
+        outcome = payload.get("outcome") if kind == "SUBAGENT_FINISHED" else None
+        if isinstance(outcome, dict) and outcome.get("type") == "suspended":
+            for interrupt_id in outcome.get("interruptIds") or []:
+                if isinstance(interrupt_id, str):
+                    suspended.setdefault((run_pk, interrupt_id), sub)
+    found = {}
+    for interrupt in interrupts:
+        sub = subagent_run_id(interrupt) or suspended.get((interrupt.run_id, interrupt.interrupt_id))
+        if sub is not None:
+            found[interrupt.pk] = Subagent(sub, names.get((interrupt.run_id, sub)))
+    return found
+
+
+def with_subagents(interrupts):
+    """``interrupts``, each with ``subagent``: the ``Subagent`` that asked it, or None (the agent itself)."""
+    found = subagents(interrupts)
+    for interrupt in interrupts:
+        interrupt.subagent = found.get(interrupt.pk)
+    return interrupts
 
 
 def interrupt_details():
@@ -644,8 +699,8 @@ def audit(filters: AuditFilters):
 
 
 def audit_rows(interrupts) -> list[AuditRow]:
-    """For a page of interrupts: every decision, the resume run, its TOOL_CALL_RESULTs, the trail entries (5 queries)."""
-    interrupts = list(interrupts)
+    """For a page of interrupts: every decision, the resume run, its TOOL_CALL_RESULTs, the trail entries, the subagents (6 queries)."""
+    interrupts = with_subagents(list(interrupts))
     decisions: dict[int, list[Decision]] = {}
     for decision in Decision.objects.filter(interrupt__in=interrupts).select_related("user").order_by("pk"):
         decisions.setdefault(decision.interrupt_id, []).append(decision)

@@ -92,6 +92,8 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         "seen": decisions.answer_digest(standing),
         # The policy's target time, when it sets one: on track, at risk or breached.
         "target": policies.target(interrupt, rule, timezone.now()),
+        # Past its expiresAt, not swept yet: only a cancel is still taken (C19, C20).
+        "past_expiry": interrupt.expires_at is not None and interrupt.expires_at <= timezone.now(),
     }
 
 
@@ -104,8 +106,12 @@ def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | N
                     "errors": (errors or {}).get(i.pk)} for i in batch.pending}
     sending = _sending(batch, resumed.get(batch.run.pk), timezone.now())
     # In the batch's own order: a decided interrupt's line stands where its card stood.
-    rows = [cards[m.pk] if m.pk in cards else {"interrupt": m, "decided": _decided(m, user, sending)}
-            for m in batch.members if m.pk in cards or (m.status in _DECIDED and m.live_decisions)]
+    # An expired member is a line too, with nothing to act on: the resume cancels it (C19, C20).
+    rows = [cards[m.pk] if m.pk in cards
+            else {"interrupt": m, "expired": True} if m.status == Interrupt.Status.EXPIRED
+            else {"interrupt": m, "decided": _decided(m, user, sending)}
+            for m in batch.members
+            if m.pk in cards or m.status == Interrupt.Status.EXPIRED or (m.status in _DECIDED and m.live_decisions)]
     return {"batch": batch, "cards": rows, "resume": sending}
 
 
@@ -119,7 +125,7 @@ class _Sending:
     ``state``: ``open`` (some of it waits for decisions), ``held`` (queued, held
     for undo until ``until``), ``sending`` (queued and due), ``sent`` (a
     process took it: the agent has it, or is being sent it), ``closed``
-    (closed unsent: one of it expired).
+    (closed unsent: expired before Countersign answered expired interrupts with ``cancelled``).
     """
 
     run: Run | None
@@ -133,8 +139,9 @@ class _Sending:
 
 
 def _sending(batch: selectors.Batch, resume: Run | None, now) -> _Sending:
-    if any(m.status == Interrupt.Status.EXPIRED for m in batch.members):
-        return _Sending(resume, "closed")
+    if resume is None and any(m.status == Interrupt.Status.EXPIRED for m in batch.members) \
+            and not any(m.status == Interrupt.Status.PENDING for m in batch.members):
+        return _Sending(None, "closed")  # expired under the old rule: closed with its batch, never sent
     if resume is None:
         return _Sending(None, "open")
     if not runs.withdrawable(resume):

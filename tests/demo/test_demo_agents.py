@@ -230,6 +230,15 @@ async def test_a_form_answered_after_its_expiry_fails_with_expired(agent_url):
     assert second.last["code"] == "EXPIRED"
 
 
+async def test_c20_a_form_cancelled_after_its_expiry_is_skipped_and_says_so(agent_url):
+    first = await start(agent_url, "filing")
+    stale = {**first.snapshot("STATE_SNAPSHOT"), "filingExpiresAt": "2026-04-20T17:00:00Z"}
+    second = await resume(agent_url, "filing", first, [{"interruptId": "quarterly-filing", "status": "cancelled"}],
+                          state=stale)
+    assert second.said() == ["The filing request expired at 2026-04-20T17:00:00Z unanswered: filing skipped."]
+    assert second.last["type"] == "RUN_FINISHED"
+
+
 async def test_a_form_that_breaks_the_schema_fails_with_invalid_resume(agent_url):
     first = await start(agent_url, "filing")
     second = await resume(agent_url, "filing", first, [

@@ -126,7 +126,7 @@ def test_a_form_answer_is_validated_and_a_good_one_is_filed(api):
     assert resumed_run(api, asked)["status"] == "succeeded"
 
 
-def test_an_expired_form_cannot_be_answered_and_frees_the_thread(api):
+def test_c19_c20_an_expired_form_cannot_be_answered_is_answered_cancelled_and_frees_the_thread(api):
     run = start(api, "filing")  # this server's filing forms expire after 2 s
     [asked] = interrupts_of(api, run["thread"])
     expired = wait_for(lambda: (d := api.get(f"/api/interrupts/{asked['id']}/").json())["status"] == "expired" and d)
@@ -136,6 +136,9 @@ def test_an_expired_form_cannot_be_answered_and_frees_the_thread(api):
     noted = [e for e in events(api, run["thread"]) if e["type"] == "CUSTOM"]
     assert noted[-1]["payload"]["name"] == "countersign.interrupts_expired"
     assert noted[-1]["from_agent"] is False
+    # 1.0: still covered, abandoned with cancelled; the agent hears of it and finishes.
+    done = resumed_run(api, asked)
+    assert [e["status"] for e in done["input"]["resume"]] == ["cancelled"] and done["status"] == "succeeded"
     fresh = api.post(f"/api/threads/{run['thread']}/runs/", json={"message": "start over"})
     assert fresh.status_code == 201, fresh.text
 

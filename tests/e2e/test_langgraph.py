@@ -93,13 +93,26 @@ def test_a_form_with_expiry(lg_api):
     assert state(lg_api, run["thread"])["form"] == payload
 
 
-def test_an_expired_form_cannot_be_answered(lg_api):
+def test_c19_an_expired_form_cannot_be_answered(lg_api):
     run = start(lg_api, "lg-form-short")
     [asked] = wait_for(lambda: pending(lg_api, run["thread"]))
     wait_for(lambda: lg_api.get(f"/api/interrupts/{asked['id']}/").json()["status"] == "expired")
     late = lg_api.post(f"/api/interrupts/{asked['id']}/decide/",
                        json={"action": "respond", "payload": _form_answer(asked["response_schema"])})
     assert late.status_code == 409 and late.json()["code"] == "EXPIRED"
+
+
+def test_c20_c14_an_expired_form_is_still_answered_cancelled_and_the_graph_hears_it(lg_api):
+    # 1.0: nobody answered in time, so the agent is told the interrupt was abandoned; the graph moves on.
+    run = start(lg_api, "lg-form-short")
+    [asked] = wait_for(lambda: pending(lg_api, run["thread"]))
+    done = resumed(lg_api, asked)
+    assert lg_api.get(f"/api/interrupts/{asked['id']}/").json()["status"] == "expired"
+    [entry] = done["input"]["resume"]
+    assert (entry["interruptId"], entry["status"]) == (asked["interrupt_id"], "cancelled")
+    assert entry["metadata"]["countersign"]["expired"] is True
+    assert done["status"] == "succeeded"
+    assert state(lg_api, run["thread"])["decision"] == "cancelled"
 
 
 def test_new_input_while_pending_is_refused_before_it_reaches_the_agent(lg_api):

@@ -1,9 +1,10 @@
-"""An interrupt raised with an ``expiresAt`` already past never waits (``log.finish``, ``log.expire``).
+"""An interrupt raised with an ``expiresAt`` already past never waits (``log.finish``, ``decisions.expire_due``).
 
 It is expired at once with a reason that says so, on the card, in the API and
-in the audit trail (an expiry entry each); its batch closes with it (a partial
-resume is not allowed); and the thread takes new input. A future expiresAt
-still waits.
+in the audit trail (an expiry entry each). 1.0 (C19, C20, C14): it can no
+longer be answered, but it is still covered, with ``cancelled``, by the
+batch's resume: at once when nothing else of the batch is open, otherwise
+with the others' answers. A future expiresAt still waits.
 """
 
 import asyncio
@@ -55,6 +56,7 @@ def raised(items: list[dict]) -> Run:
     terminal = {"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": items}}
     log.append_many(run, [{"type": "RUN_STARTED", **ids}, terminal])
     log.finish(run, terminal)
+    decisions.expire_due()  # what the supervisor, woken by finish, does at once
     return Run.objects.select_related("thread", "agent").get(pk=run.pk)
 
 
@@ -70,19 +72,22 @@ def expiry_entries(run: Run) -> dict[str, dict]:
 # --- the hub ------------------------------------------------------------------------------
 
 
-def test_an_interrupt_past_its_expiry_when_raised_is_expired_at_once_and_its_batch_with_it():
+def resume_of(run: Run) -> Run:
+    return Run.objects.get(parent=run, resume_key__isnull=False)
+
+
+def test_c20_an_interrupt_past_its_expiry_when_raised_is_expired_at_once_and_the_rest_wait():
     run = raised(batch(PAST, None, future()))
     found = closed(run)
-    assert {iid: i.status for iid, i in found.items()} == {"a": "expired", "b": "expired", "c": "expired"}
+    assert {iid: i.status for iid, i in found.items()} == {"a": "expired", "b": "pending", "c": "pending"}
     assert found["a"].closed_reason.startswith(f"expiresAt {PAST} had already passed when the agent raised it (")
-    for sibling in ("b", "c"):
-        assert found[sibling].closed_reason == "closed with its batch: a had already expired when raised"
-    assert all(i.closed_at is not None for i in found.values())
-    # The run still ended as the agent said: it raised them.
+    assert found["a"].closed_at is not None
+    # The run still ended as the agent said: it raised them. Nothing is sent while b and c wait.
     assert run.status == "interrupted"
-    # Each closing is in the audit trail, as stored, and the chain verifies.
+    assert not Run.objects.filter(parent=run).exists()
+    # The expiry is in the audit trail, as stored, and the chain verifies.
     entries = expiry_entries(run)
-    assert set(entries) == {"a", "b", "c"}
+    assert set(entries) == {"a"}
     assert entries["a"]["closedReason"] == found["a"].closed_reason and entries["a"]["status"] == "expired"
     assert entries["a"]["expiresAt"].startswith("2020-01-01T00:00:00")
     assert not trail.verify(save=False).problems
@@ -93,10 +98,20 @@ def test_an_interrupt_past_its_expiry_when_raised_is_expired_at_once_and_its_bat
                                      "interrupts": [{"id": "a", "expiresAt": PAST}]}
 
 
-def test_the_thread_takes_new_input_at_once():
-    run = raised(batch(PAST, None))
-    started_next = runs.start_run(run.agent, thread_id=run.thread.thread_id, message="next")
-    assert started_next.thread_id == run.thread_id and "resume" not in started_next.input
+def test_c20_c14_a_batch_all_past_expiry_is_resumed_at_once_with_cancelled_attested_as_expired():
+    run = raised(batch(PAST))
+    [interrupt] = closed(run).values()
+    resume = resume_of(run)
+    # Not held for an undo: nobody decided anything.
+    assert resume.status == "queued" and resume.retry_at is None and resume.requested_by_id == run.requested_by_id
+    [entry] = resume.input["resume"]
+    assert (entry["interruptId"], entry["status"]) == ("a", "cancelled") and "payload" not in entry
+    attested = entry["metadata"]["countersign"]
+    assert attested["expired"] is True and "decisions" not in attested
+    assert attested["reason"] == interrupt.closed_reason and attested["expiresAt"] == PAST
+    # Sent once: the sweep again finds nothing, and the same batch never gets a second resume.
+    assert decisions.expire_due() == 0
+    assert Run.objects.filter(parent=run).count() == 1
 
 
 def test_a_future_expiry_still_waits_and_blocks_new_input():
@@ -110,23 +125,28 @@ def test_a_future_expiry_still_waits_and_blocks_new_input():
     assert refused.value.code == "PENDING_INTERRUPTS"
 
 
-def test_an_unreadable_expiry_is_due_at_once_and_says_why():
+def test_c18_an_unreadable_expiry_is_due_at_once_and_says_why():
     run = raised(batch("tomorrow"))
     [interrupt] = closed(run).values()
     assert interrupt.status == "expired"
     assert interrupt.closed_reason == "expiresAt 'tomorrow' is not an ISO-8601 timestamp"
     assert [p["code"] for p in interrupt.problems] == ["INVALID_EXPIRY"]
     assert set(expiry_entries(run)) == {"a"}
+    assert [e["status"] for e in resume_of(run).input["resume"]] == ["cancelled"]
 
 
-def test_an_answer_to_it_is_refused_with_its_reason():
+def test_c19_an_answer_to_it_is_refused_with_its_reason_and_the_rest_are_answered():
     run = raised(batch(PAST, None))
-    sibling = closed(run)["b"]
-    with pytest.raises(Refusal) as refused:
-        decisions.decide(sibling, make.user(), "resolved", {"approved": True})
-    assert refused.value.code == "EXPIRED"
-    assert "closed with its batch: a had already expired when raised" in refused.value.message
+    late, sibling = closed(run)["a"], closed(run)["b"]
+    for status, payload in (("resolved", {"approved": True}), ("cancelled", None)):
+        with pytest.raises(Refusal) as refused:
+            decisions.decide(late, make.user(), status, payload)
+        assert refused.value.code == "EXPIRED"
+        assert "had already passed when the agent raised it" in refused.value.message
     assert not Run.objects.filter(parent=run).exists()
+    decisions.decide(sibling, make.user(), "resolved", {"approved": True})
+    assert [(e["interruptId"], e["status"]) for e in resume_of(run).input["resume"]] == [
+        ("a", "cancelled"), ("b", "resolved")]
 
 
 # --- what people see ----------------------------------------------------------------------
@@ -139,42 +159,43 @@ def reviewer(client):
     return user
 
 
-def test_the_api_shows_it_expired_with_its_reason_and_refuses_an_answer(client, reviewer):
+def test_c19_the_api_shows_it_expired_with_its_reason_and_refuses_an_answer(client, reviewer):
     run = raised(batch(PAST, None))
     found = closed(run)
-    assert client.get("/api/interrupts/").json()["results"] == []  # nothing pending
+    assert [r["interrupt_id"] for r in client.get("/api/interrupts/").json()["results"]] == ["b"]
     body = client.get(f"/api/interrupts/{found['a'].pk}/").json()
     assert (body["status"], body["closed_reason"]) == ("expired", found["a"].closed_reason)
-    answer = client.post(f"/api/interrupts/{found['b'].pk}/decide/", {"action": "approve"},
+    answer = client.post(f"/api/interrupts/{found['a'].pk}/decide/", {"action": "approve"},
                          content_type="application/json")
     assert answer.status_code == 409
     problem = answer.json()
-    assert problem["code"] == "EXPIRED" and "already expired when raised" in problem["detail"]
+    assert problem["code"] == "EXPIRED" and "already passed when the agent raised it" in problem["detail"]
 
 
-def test_the_inbox_has_no_card_for_it_and_an_answer_from_a_stale_card_says_why(client, reviewer):
+def test_c19_the_card_says_it_expired_and_offers_nothing_to_answer_it(client, reviewer):
     run = raised(batch(PAST, None))
     inbox = client.get(reverse("inbox"), {"scope": "all"}).content.decode()
-    assert 'data-interrupt-id="a"' not in inbox and 'data-testid="inbox-count">0<' in inbox
-    # A card loaded before it closed: its answer comes back with the reason at the batch.
-    sibling = closed(run)["b"]
-    answered = client.post(reverse("decide", args=[sibling.pk]), {"action": "approve"},
+    assert 'data-testid="inbox-count">1<' in inbox
+    [line] = re.findall(r'<div class="decided decided-line outcome-expired".*?</div>', inbox, re.S)
+    assert 'data-interrupt-id="a"' in line and ">Expired</strong>: expiresAt" in line
+    assert "is told it was cancelled" in line and "<button" not in line and "<form" not in line
+    assert 'data-testid="batch-progress">1 of 2 decided<' in inbox
+    # A card loaded before it expired: its answer comes back with the reason at the batch.
+    answered = client.post(reverse("decide", args=[closed(run)["a"].pk]), {"action": "approve"},
                            HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"batch-{run.pk}").content.decode()
     [error] = re.findall(r'data-testid="card-error"><p>([^<]*)</p>', answered)
-    assert error == "Interrupt b expired: closed with its batch: a had already expired when raised"
+    assert error.startswith(f"Interrupt a expired: expiresAt {PAST} had already passed when the agent raised it")
 
 
-def test_the_audit_page_and_thread_page_say_it_expired_and_the_thread_takes_input(client, reviewer):
-    run = raised(batch(PAST, None))
+def test_the_audit_page_and_thread_page_say_it_expired(client, reviewer):
+    run = raised(batch(PAST))
     audit = client.get(reverse("audit"), {"outcome": "expired"}).content.decode()
-    assert audit.count('data-testid="audit-row"') == 2
+    assert audit.count('data-testid="audit-row"') == 1
     assert f">Expired</strong>: expiresAt {PAST} had already passed when the agent raised it" in audit
-    assert ">Expired</strong>: closed with its batch: a had already expired when raised" in audit
     [row_a] = [r for r in json.loads(b"".join(client.get(reverse("audit"), {"format": "json"}).streaming_content))
                if r["interruptId"] == "a"]
     assert row_a["status"] == "expired" and [t["kind"] for t in row_a["trail"]] == [trail.EXPIRY]
     thread = client.get(reverse("thread", args=[run.thread.thread_id])).content.decode()
-    assert "data-blocked-reason hidden" in thread and 'type="submit" disabled' not in thread
     assert relay.Note.INTERRUPTS_EXPIRED.value in thread
 
 
@@ -212,14 +233,16 @@ def streamed_run(url: str) -> Run:
     return run
 
 
-@pytest.mark.parametrize("path, statuses", [("late", {"a": "expired", "b": "expired"}),
+@pytest.mark.parametrize("path, statuses", [("late", {"a": "expired", "b": "pending"}),
                                             ("later", {"a": "pending", "b": "pending"})])
-async def test_a_streamed_batch_is_closed_at_once_only_when_already_expired(agent, closed_after, path, statuses):
+async def test_a_streamed_batch_is_expired_at_the_sweep_only_when_already_expired(agent, closed_after, path,
+                                                                                  statuses):
     run = await sync_to_async(streamed_run)(f"{agent.url}/{path}/")
     await asyncio.wait_for(streaming.stream_run(run.pk, WORKER), 20)
+    await sync_to_async(decisions.expire_due)()
     ended = await Run.objects.aget(pk=run.pk)
     assert ended.status == "interrupted"
     found = await sync_to_async(closed)(ended)
     assert {iid: i.status for iid, i in found.items()} == statuses
     entries = await sync_to_async(expiry_entries)(ended)
-    assert set(entries) == ({"a", "b"} if path == "late" else set())
+    assert set(entries) == ({"a"} if path == "late" else set())

@@ -187,7 +187,7 @@ def test_under_a_quorum_only_my_approval_is_withdrawn():
     assert trail.verify(save=False).ok
 
 
-def test_an_interrupt_past_its_expiry_or_in_a_batch_closed_by_one_is_not_reopened():
+def test_an_interrupt_past_its_expiry_is_not_reopened_and_one_beside_an_expired_one_is():
     soon = timezone.now() + timedelta(minutes=5)
     interrupt, me = raised(expires_at=soon), make.user()
     decisions.decide(interrupt, me, "resolved", APPROVE)
@@ -200,7 +200,10 @@ def test_an_interrupt_past_its_expiry_or_in_a_batch_closed_by_one_is_not_reopene
     decisions.decide(decided, me, "resolved", APPROVE)
     Interrupt.objects.filter(pk=late.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     decisions.expire_due()
-    assert refusal(decisions.undo, decided, me).code == "CLOSED"
+    # The expiry completed the batch and queued its resume (C20); nothing took it yet, so the undo withdraws it.
+    assert [e["status"] for e in resumes(decided)[0].input["resume"]] == ["resolved", "cancelled"]
+    assert decisions.undo(decided, me).status == "pending"
+    assert resumes(decided) == [] and Interrupt.objects.get(pk=late.pk).status == "expired"
 
 
 def test_the_inbox_hears_of_an_undo(monkeypatch):

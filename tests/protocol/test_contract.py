@@ -449,8 +449,10 @@ def test_resume_at_or_after_expiry_refused(now):
     assert "int-form" in err.message and "2026-04-20T17:00:00Z" in err.message
 
 
-def test_cancelling_after_expiry_is_also_refused():
-    assert entry_refused(FORM, entry("int-form", "cancelled"), FORM_EXPIRY).code == "EXPIRED"
+def test_c20_cancelling_after_expiry_is_accepted():
+    # 1.0: an expired interrupt is still covered, abandoned with cancelled; only resolving it is refused (C19).
+    check_entry(FORM, entry("int-form", "cancelled"), FORM_EXPIRY)
+    assert entry_refused(FORM, entry("int-form", payload={"choice": "a"}), FORM_EXPIRY).code == "EXPIRED"
 
 
 def test_expiry_is_checked_before_the_payload():
@@ -515,7 +517,7 @@ def test_parse_expiry_refuses_non_strings():
     assert exc.value.code == "INVALID_EXPIRY"
 
 
-def test_unparsable_expiry_refuses_every_answer():
+def test_c18_unparsable_expiry_is_judged_expired_only_a_cancel_is_taken():
     # Unparsable must never mean "never expires".
     garbled = FORM.model_copy(update={"expires_at": "next tuesday"})
     gate = ThreadGate("thread-4", "run-30", (garbled,))
@@ -523,7 +525,7 @@ def test_unparsable_expiry_refuses_every_answer():
     assert err.code == "INVALID_EXPIRY"
     assert err.details["interrupt_id"] == "int-form"
     assert "next tuesday" in err.message
-    assert entry_refused(garbled, entry("int-form", "cancelled")).code == "INVALID_EXPIRY"
+    check_entry(garbled, entry("int-form", "cancelled"), FORM_EXPIRY)
 
 
 @pytest.mark.parametrize("now", [datetime(2026, 4, 20, 12, 0), "2026-04-20T12:00:00Z", None])

@@ -54,14 +54,15 @@ def seen(request, client):
 
 
 PAGES = {
-    # name: (url, queries). The inbox's include one for who has its cards open (presence).
-    "inbox, waiting for me": (lambda w: "/inbox/", 18),
-    "inbox, all pending": (lambda w: "/inbox/?scope=all", 19),
-    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 19),
-    "inbox, page 2": (lambda w: "/inbox/?page=2", 18),
+    # name: (url, queries). The inbox's include one for who has its cards open (presence), and
+    # the inbox's and the audit's one for the subagents that asked (selectors.subagents).
+    "inbox, waiting for me": (lambda w: "/inbox/", 19),
+    "inbox, all pending": (lambda w: "/inbox/?scope=all", 20),
+    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 20),
+    "inbox, page 2": (lambda w: "/inbox/?page=2", 19),
     "threads": (lambda w: "/threads/", 13),
     "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
-    "audit": (lambda w: "/audit/", 27),
+    "audit": (lambda w: "/audit/", 28),
     "agents and policies": (lambda w: "/registry/", 11),  # one for each agent's latest resumes
     "insight": (lambda w: "/insight/", 12),
     "insight, live figures": (lambda w: "/insight/?part=figures&period=month", 5),

@@ -116,8 +116,8 @@ def interrupt_problems(interrupt: Interrupt) -> list[ContractViolation]:
     * ``EMPTY_INTERRUPT_ID`` - the id (the correlation key) is empty;
     * ``MISSING_TOOL_CALL_ID`` - reason ``tool_call`` without ``toolCallId``;
     * ``RESERVED_REASON`` - reason uses the reserved ``core:`` prefix;
-    * ``INVALID_EXPIRY`` - ``expiresAt`` is not ISO-8601 (the interrupt will be
-      unanswerable: ``check_entry`` refuses every answer to it);
+    * ``INVALID_EXPIRY`` - ``expiresAt`` is not ISO-8601 (the interrupt is
+      judged expired: ``check_entry`` refuses resolving it, accepts cancelling it);
     * ``INVALID_SCHEMA`` - ``responseSchema`` is not a usable JSON Schema
       (it can then only be cancelled);
     * ``SCHEMA_TOO_LARGE`` / ``REMOTE_REF`` / ``UNSAFE_PATTERN`` -
@@ -258,10 +258,11 @@ def check_entry(interrupt: Interrupt, entry: ResumeEntry, now: datetime) -> None
     Checks, in order (the first failure is raised):
 
     * ``INVALID_STATUS`` - status is neither ``resolved`` nor ``cancelled``;
-    * ``INVALID_EXPIRY`` - the interrupt's ``expiresAt`` is unreadable: it
-      cannot be answered safely, so every answer is refused;
-    * ``EXPIRED`` - ``now >= expiresAt`` (rule 7; applies to cancellations too,
-      the spec refuses any stale resume);
+    * ``INVALID_EXPIRY`` - a resolved entry for an interrupt whose
+      ``expiresAt`` is unreadable: Countersign judges it expired (C18);
+    * ``EXPIRED`` - a resolved entry at ``now >= expiresAt`` (C19). A
+      cancelled entry is accepted: 1.0 (C20) requires an expired interrupt to
+      be covered, abandoned with ``cancelled``;
     * ``INVALID_METADATA`` / ``RESERVED_METADATA_KEY`` - entry metadata not an
       object, or using the reserved ``ag-ui`` key;
     * ``PAYLOAD_ON_CANCEL`` - a cancelled entry carries a payload;
@@ -293,7 +294,8 @@ def check_entry(interrupt: Interrupt, entry: ResumeEntry, now: datetime) -> None
             interrupt_id=iid,
         )
 
-    expires = _expiry_of(interrupt)
+    # Only an answer is stale: abandoning is how an expired interrupt is covered (C19, C20).
+    expires = _expiry_of(interrupt) if entry.status == "resolved" else None
     if expires is not None and now >= expires:
         raise ContractViolation(
             "EXPIRED",
