@@ -31,9 +31,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from . import egress, log, outbox
-from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, settings
+from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
 from ..models import Event, Interrupt, Run, Thread
-from ..protocol import dialects, signing, storable
+from ..protocol import dialects, signing, storable, versioning
 from ..protocol.contract import duplicate_ids
 from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
@@ -170,6 +170,26 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
 
 
 
+def left_to_client(lifecycle: RunLifecycle, run_input: dict, terminal: dict) -> list[dict] | None:
+    """The tool calls a run left for its client to answer, as ``Run.pending_tool_calls`` keeps them (C21, C22).
+
+    Derived from the stream (``RunLifecycle.pending_tool_calls``), not read
+    from ``pendingToolCallIds`` alone: calls its input already held are an
+    earlier run's; on an interrupted run the interrupts' own calls are the
+    reviewers' to answer. None for a run that failed, was cancelled or left none.
+    """
+    outcome = terminal.get("outcome") if terminal.get("type") == "RUN_FINISHED" else None
+    outcome = outcome if isinstance(outcome, dict) else {}
+    if terminal.get("type") != "RUN_FINISHED" or outcome.get("type") == "cancelled":
+        return None
+    earlier = {call.get("id") for message in run_input.get("messages") or [] if isinstance(message, dict)
+               for call in message.get("toolCalls") or [] if isinstance(call, dict)}
+    asked = {item.get("toolCallId") for item in outcome.get("interrupts") or [] if isinstance(item, dict)}
+    pending = lifecycle.pending_tool_calls(earlier=earlier, asked=asked)[:MAX_PENDING_TOOL_CALLS]
+    return [{"id": i[:MAX_PENDING_TOOL_CALL_CHARS], "name": (name or "")[:MAX_PENDING_TOOL_CALL_CHARS]}
+            for i, name in pending] or None
+
+
 def unrecordable(interrupts: Sequence[WireInterrupt]) -> tuple[str, str] | None:
     """Why an interrupt outcome cannot be recorded, as (code, message), or None.
 
@@ -224,7 +244,8 @@ def recover(run: Run) -> None:
             log.fail(run, *ending.refused)
         else:
             log.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
-                       notice=ending.notice)
+                       notice=ending.notice, pending=left_to_client(lifecycle, run.input, ending.terminal),
+                       version=lifecycle.declared_version)
     else:
         log.fail(
             run, "WORKER_LOST",
@@ -447,8 +468,9 @@ class RunStreamer:
         )
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
-        body = json.dumps(self.dialect.outgoing(self.run.input), separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode()
+        # Countersign's protocolVersion on every input it sends (AG-UI 1.0 C64, ``versioning``).
+        body = json.dumps(versioning.declare(self.dialect.outgoing(self.run.input)), separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False).encode()
         headers["Content-Type"] = "application/json"
         headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
         # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
@@ -481,7 +503,9 @@ class RunStreamer:
             raise Fault(*ending.refused)
         # Only now, with nothing after the terminal event, does the run end as it said.
         await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
-                                   notice=ending.notice)
+                                   notice=ending.notice,
+                                   pending=left_to_client(self.lifecycle, self.run.input, ending.terminal),
+                                   version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
         """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""
