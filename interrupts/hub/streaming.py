@@ -170,12 +170,20 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
 
 
 
-def left_to_client(lifecycle: RunLifecycle, run_input: dict, terminal: dict) -> list[dict] | None:
+def asked_before(run: Run) -> set[str]:
+    """The tool calls the thread's interrupts asked reviewers about: their answer is a resume, not a client's."""
+    return set(Interrupt.objects.filter(run__thread_id=run.thread_id).exclude(tool_call_id="")
+               .values_list("tool_call_id", flat=True))
+
+
+def left_to_client(lifecycle: RunLifecycle, run_input: dict, terminal: dict,
+                   asked: set[str] = frozenset()) -> list[dict] | None:
     """The tool calls a run left for its client to answer, as ``Run.pending_tool_calls`` keeps them (C21, C22).
 
     Derived from the stream (``RunLifecycle.pending_tool_calls``), not read
     from ``pendingToolCallIds`` alone: calls its input already held are an
-    earlier run's; on an interrupted run the interrupts' own calls are the
+    earlier run's; the interrupts' own calls (this run's, and ``asked``, the
+    thread's earlier ones, which a resumed run's snapshot repeats) are the
     reviewers' to answer. None for a run that failed, was cancelled or left none.
     """
     outcome = terminal.get("outcome") if terminal.get("type") == "RUN_FINISHED" else None
@@ -184,7 +192,7 @@ def left_to_client(lifecycle: RunLifecycle, run_input: dict, terminal: dict) -> 
         return None
     earlier = {call.get("id") for message in run_input.get("messages") or [] if isinstance(message, dict)
                for call in message.get("toolCalls") or [] if isinstance(call, dict)}
-    asked = {item.get("toolCallId") for item in outcome.get("interrupts") or [] if isinstance(item, dict)}
+    asked = set(asked) | {item.get("toolCallId") for item in outcome.get("interrupts") or [] if isinstance(item, dict)}
     pending = lifecycle.pending_tool_calls(earlier=earlier, asked=asked)[:MAX_PENDING_TOOL_CALLS]
     return [{"id": i[:MAX_PENDING_TOOL_CALL_CHARS], "name": (name or "")[:MAX_PENDING_TOOL_CALL_CHARS]}
             for i, name in pending] or None
@@ -244,7 +252,8 @@ def recover(run: Run) -> None:
             log.fail(run, *ending.refused)
         else:
             log.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
-                       notice=ending.notice, pending=left_to_client(lifecycle, run.input, ending.terminal),
+                       notice=ending.notice,
+                       pending=left_to_client(lifecycle, run.input, ending.terminal, asked_before(run)),
                        version=lifecycle.declared_version)
     else:
         log.fail(
@@ -502,9 +511,11 @@ class RunStreamer:
         if ending.refused is not None:
             raise Fault(*ending.refused)
         # Only now, with nothing after the terminal event, does the run end as it said.
+        # A query only for a run that left some call unanswered: most leave none.
+        asked = await database(asked_before)(self.run) if self.lifecycle.pending_tool_calls() else set()
         await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
                                    notice=ending.notice,
-                                   pending=left_to_client(self.lifecycle, self.run.input, ending.terminal),
+                                   pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
                                    version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
