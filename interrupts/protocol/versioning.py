@@ -31,7 +31,7 @@ def parse(version: object) -> tuple[int, int] | None:
 
 
 def compare(version: object, ours: str = PROTOCOL_VERSION) -> int | None:
-    """-1, 0 or 1 as ``version`` is older than, equal to or newer than ``ours``, numerically (1.10 > 1.9); None if unreadable."""
+    """-1, 0 or 1 as ``version`` is older, equal or newer than ``ours`` (1.10 > 1.9); None if unreadable."""
     theirs, mine = parse(version), parse(ours)
     if theirs is None or mine is None:
         return None
@@ -39,7 +39,7 @@ def compare(version: object, ours: str = PROTOCOL_VERSION) -> int | None:
 
 
 def declare(run_input: dict) -> dict:
-    """``run_input`` as sent: with Countersign's ``protocolVersion``, whatever a stored or forwarded input said (C64)."""
+    """``run_input`` as sent: with Countersign's ``protocolVersion``, whatever a stored or forwarded one said (C64)."""
     return {**run_input, "protocolVersion": PROTOCOL_VERSION}
 
 

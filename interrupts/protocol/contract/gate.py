@@ -1,4 +1,6 @@
-"""Rules 1-5 of the interrupt contract, as AG-UI 1.0 states them: may this input run, and is it new input, a resume or a replay?
+"""Rules 1-5 of the interrupt contract, as AG-UI 1.0 states them: may this input run, and what is it?
+
+New input, a resume or a replay of one.
 
 ``check_input`` reads a ``RunAgentInput`` against the thread as the hub knows
 it (``ThreadGate``) and returns a ``Verdict``; each resume entry is then held
