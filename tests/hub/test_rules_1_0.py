@@ -9,6 +9,7 @@ import pytest
 from ag_ui.core import RunAgentInput
 from asgiref.sync import sync_to_async
 from django.db import connections
+from django.urls import reverse
 
 from interrupts.api.serializers import RunSerializer
 from interrupts.hub import accept, outbox, runs, streaming
@@ -145,3 +146,16 @@ async def test_c67_a_newer_agent_is_served_and_warned_about(agent):
     run = await _streamed(f"{agent.url}/newer-version/")
     assert run.status == "succeeded" and "1.10" in run.notice and "newer" in run.notice
     assert (await Agent.objects.aget(pk=run.agent_id)).protocol_version == "1.10"
+
+
+async def test_c24_the_thread_page_says_what_the_run_waits_on_and_start_run_says_why_not(agent, client):
+    run = await _streamed(f"{agent.url}/frontend-tool/")
+
+    def check():
+        client.force_login(make.user())
+        page = client.get(reverse("thread", args=[run.thread.thread_id]))
+        assert "waiting on a tool the client runs: pick_date" in page.content.decode()
+        refused = client.post(reverse("start-run", args=[run.thread.thread_id]), {"message": "and?"}, follow=True)
+        assert "Countersign cannot run that tool" in refused.content.decode()
+        assert Run.objects.filter(thread=run.thread).count() == 1
+    await sync_to_async(check)()
