@@ -148,8 +148,9 @@ async def test_through_the_gateway_a_client_sees_the_outcome_and_resumes_once(hu
 def test_an_agui_agent_that_pauses_the_legacy_way_is_flagged_on_the_agents_page(hub, lg):
     run = start(lg, "lgd-as-agui")
     ended = finished_run(lg, run["run_id"])
-    # Read as the contract says (no outcome is success), so nothing reached the inbox ...
-    assert ended["status"] == "succeeded" and pending(lg, run["thread"]) == []
+    # Read as the contract says (no outcome is success), so nothing reached the inbox; its gated
+    # tool call has no result, so by AG-UI 1.0 C21 the run waits on its client, not "succeeded" ...
+    assert ended["status"] == "waiting_on_client" and pending(lg, run["thread"]) == []
     assert "langgraph-legacy" in ended["notice"] and "emit_interrupt_outcome=True" in ended["notice"]
     # ... and the agent's registration says so.
     browser = logged_in(hub)
