@@ -38,7 +38,7 @@ from ..protocol.contract import duplicate_ids
 from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
 from ..protocol.sse import SSEReader
-from ..protocol.wire import parse_event, parse_frame
+from ..protocol.wire import known_input, parse_event, parse_frame
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +168,14 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
 
     return lookup
 
+
+
+def _left_out_notice(paths: list[str]) -> str:
+    """The run's notice about what its input held that AG-UI does not define (C17: warn); names cut, a few shown."""
+    if not paths:
+        return ""
+    shown = ", ".join(path[:40] for path in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return f"Left out of the input sent to the agent, as AG-UI does not define it: {shown}."
 
 
 def asked_before(run: Run) -> set[str]:
@@ -343,6 +351,8 @@ class RunStreamer:
         # cannot stop that thread, so whatever follows waits for it.
         self.in_flight: asyncio.Future | None = None
         self.in_flight_batch: list[log.Received] = []
+        # What the input as stored held that AG-UI does not define, left out when sent (C17).
+        self.left_out: list[str] = []
         # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
         self.events_read = 0
         self.bytes_read = 0
@@ -477,9 +487,10 @@ class RunStreamer:
         )
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
-        # Countersign's protocolVersion on every input it sends (AG-UI 1.0 C64, ``versioning``).
-        body = json.dumps(versioning.declare(self.dialect.outgoing(self.run.input)), separators=(",", ":"),
-                          ensure_ascii=False, allow_nan=False).encode()
+        # Only what AG-UI defines (C17), with Countersign's protocolVersion (C64, ``versioning``).
+        sent, self.left_out = known_input(self.dialect.outgoing(self.run.input))
+        body = json.dumps(versioning.declare(sent), separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode()
         headers["Content-Type"] = "application/json"
         headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
         # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
@@ -513,8 +524,9 @@ class RunStreamer:
         # Only now, with nothing after the terminal event, does the run end as it said.
         # A query only for a run that left some call unanswered: most leave none.
         asked = await database(asked_before)(self.run) if self.lifecycle.pending_tool_calls() else set()
+        notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out)]))
         await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
-                                   notice=ending.notice,
+                                   notice=notice,
                                    pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
                                    version=self.lifecycle.declared_version)
 

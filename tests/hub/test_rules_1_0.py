@@ -159,3 +159,17 @@ async def test_c24_the_thread_page_says_what_the_run_waits_on_and_start_run_says
         assert "Countersign cannot run that tool" in refused.content.decode()
         assert Run.objects.filter(thread=run.thread).count() == 1
     await sync_to_async(check)()
+
+
+async def test_c17_what_a_client_adds_beyond_ag_ui_is_not_sent_and_the_run_says_so(agent):
+    def accepted():
+        row = make.agent(url=f"{agent.url}/legacy/")
+        body = {"threadId": "t-c17", "runId": "r-1", "messages": [], "state": {}, "tools": [], "context": [],
+                "forwardedProps": {}, "clientOnly": {"secret": 1}}
+        return accept.accept_input(row, RunAgentInput.model_validate(body), make.user(), WORKER).run
+    run = await sync_to_async(accepted)()
+    await asyncio.wait_for(streaming.stream_run(run.pk, WORKER), 20)
+    [body] = [body for _path, body in agent.bodies if body["runId"] == "r-1" and body["threadId"] == "t-c17"]
+    assert "clientOnly" not in body and body["protocolVersion"] == "1.0"
+    ended = await Run.objects.aget(pk=run.pk)
+    assert ended.status == "succeeded" and "clientOnly" in ended.notice

@@ -164,3 +164,19 @@ def test_c67_a_newer_declaration_is_served_with_a_warning():
 def test_c66_an_unreadable_declaration_is_read_like_a_newer_one():
     words = versioning.notice("one point oh" * 20)
     assert "cannot read" in words and len(words) < 300
+
+
+# --- C17: only what AG-UI defines is sent ----------------------------------------------------
+
+
+def test_c17_unrecognised_material_is_removed_before_sending_and_named():
+    from interrupts.protocol.wire import known_input
+
+    sent, removed = known_input({
+        "threadId": "t", "runId": "r", "messages": [], "copilotkit": {"x": 1}, "forwardedProps": {"mine": 1},
+        "resume": [{"interruptId": "i", "status": "resolved", "payload": {"ok": True}, "metadata": {"k": 1},
+                    "signature": "abc"}]})
+    assert sent == {"threadId": "t", "runId": "r", "messages": [], "forwardedProps": {"mine": 1},
+                    "resume": [{"interruptId": "i", "status": "resolved", "payload": {"ok": True},
+                                "metadata": {"k": 1}}]}
+    assert removed == ["copilotkit", "resume[0].signature"]
