@@ -173,3 +173,20 @@ async def test_c17_what_a_client_adds_beyond_ag_ui_is_not_sent_and_the_run_says_
     assert "clientOnly" not in body and body["protocolVersion"] == "1.0"
     ended = await Run.objects.aget(pk=run.pk)
     assert ended.status == "succeeded" and "clientOnly" in ended.notice
+
+
+async def test_c16_the_resume_continues_the_thread_with_its_messages_and_state():
+    def check():
+        thread = make.thread()
+        Thread.objects.filter(pk=thread.pk).update(
+            messages=[{"id": "u-1", "role": "user", "content": "Delete it"}], state={"step": 2})
+        run = make.run(Thread.objects.get(pk=thread.pk), status="interrupted")
+        asked = make.interrupt(run, interrupt_id="int-1", status="resolved")
+        make.decision(asked, make.user(), payload={"ok": True})
+        sent = runs.queue_resume(run).input
+        assert (sent["threadId"], sent["parentRunId"]) == (thread.thread_id, run.run_id)
+        assert sent["messages"] == [{"id": "u-1", "role": "user", "content": "Delete it"}]
+        assert sent["state"] == {"step": 2}
+        assert [(e["interruptId"], e["status"], e["payload"]) for e in sent["resume"]] == [("int-1", "resolved",
+                                                                                           {"ok": True})]
+    await sync_to_async(check)()

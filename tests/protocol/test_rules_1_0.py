@@ -180,3 +180,21 @@ def test_c17_unrecognised_material_is_removed_before_sending_and_named():
                     "resume": [{"interruptId": "i", "status": "resolved", "payload": {"ok": True},
                                 "metadata": {"k": 1}}]}
     assert removed == ["copilotkit", "resume[0].signature"]
+
+
+# --- C13: what a resume entry's fields mean ------------------------------------------------
+
+
+def test_c13_status_says_answered_or_abandoned_and_a_cancellation_carries_no_answer():
+    from ag_ui.core import Interrupt
+
+    gate = ThreadGate(THREAD, "run-1", (Interrupt(id="int-1", reason="confirmation"),))
+
+    def verdict(entry: dict):
+        return check_input(gate, _input([], resume=[{"interruptId": "int-1", **entry}]), NOW)
+
+    assert verdict({"status": "resolved", "payload": {"ok": True}}).kind == "resume"
+    assert verdict({"status": "cancelled"}).kind == "resume"
+    with pytest.raises(ContractViolation) as exc:
+        verdict({"status": "cancelled", "payload": {"ok": True}})
+    assert exc.value.code == "PAYLOAD_ON_CANCEL"
