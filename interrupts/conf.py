@@ -223,6 +223,10 @@ MAX_JSON_CHARS = 200_000
 # checked (its schema scanned, its patterns compiled) when it is recorded, so
 # this bounds that work too.
 MAX_INTERRUPTS = 100
+# Tool calls a run may leave for its client that are kept on the run (Run.pending_tool_calls),
+# and the characters of each id and name kept: the next input must answer those kept (C23).
+MAX_PENDING_TOOL_CALLS = 100
+MAX_PENDING_TOOL_CALL_CHARS = 200
 # Approvals a policy may require of one interrupt: a quorum larger than a
 # team plausibly has is a typo that would hold every request forever.
 MAX_REQUIRED_APPROVALS = 10

@@ -30,7 +30,8 @@ import asyncio
 import json
 import time
 
-from ag_ui.core import RunErrorEvent, RunStartedEvent
+from ag_ui.core import CustomEvent, RunErrorEvent, RunStartedEvent
+from ag_ui.core.version import PROTOCOL_VERSION
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
@@ -95,9 +96,19 @@ def _sse(stream):
     return response
 
 
+#: The CUSTOM event that tells a gateway client what Countersign left out of its input (AG-UI 1.0 P16, P17).
+WARNING_EVENT = "countersign:warning"
+
+
+def _started(thread_id: str, run_id: str) -> str:
+    # Countersign's own RUN_STARTED, so its own version (P64); an agent's is forwarded as it is (P66).
+    return encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION,
+                                        timestamp=int(time.time() * 1000)))
+
+
 async def _refused(thread_id: str, run_id: str, problem: ProtocolError):
     now = int(time.time() * 1000)
-    yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=now))
+    yield _started(thread_id, run_id)
     yield encode_event(RunErrorEvent(code=problem.code, message=problem.message, timestamp=now))
 
 
@@ -137,18 +148,28 @@ class _ForClient:
     the same way (``_refused``).
     """
 
-    def __init__(self, agent: Agent, thread_id: str, run_id: str) -> None:
+    def __init__(self, agent: Agent, thread_id: str, run_id: str, warnings: tuple[str, ...] = ()) -> None:
         # Every dialect may read the end anew: the default one detects LangGraph's on_interrupt.
         self.read = _AsRead(dialects.for_agent(agent.dialect, agent.paused_as), run_id)
         self.thread_id, self.run_id, self.opened = thread_id, run_id, False
+        self.warnings = warnings
 
     def __call__(self, payload: dict) -> str:
         frames = ""
         if not self.opened:
             self.opened = True
             if payload.get("type") != "RUN_STARTED":
-                frames = encode_event(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id,
-                                                      timestamp=int(time.time() * 1000)))
+                frames = _started(self.thread_id, self.run_id)
+            elif self.warnings:
+                frames = _frame(self.read(payload))
+                payload = None
+            # What Countersign left out of the client's input, said once the run has
+            # started (a stream opens with RUN_STARTED): a CUSTOM event of its own.
+            for warning in self.warnings:
+                frames += encode_event(CustomEvent(name=WARNING_EVENT,
+                                                   value={"code": "UNRECOGNISED_RESUME_ENTRY", "message": warning}))
+            if payload is None:
+                return frames
         return frames + _frame(self.read(payload))
 
 
@@ -253,7 +274,8 @@ async def agui(request: HttpRequest, agent: str):
     # Streamed by the supervisor, not this request: if the client goes away
     # the run is still recorded to its end. The slot is freed when it ends.
     background.stream(accepted.run.pk, listener, slot=slot)
-    return _sse(_live(listener, _ForClient(registered, run_input.thread_id, accepted.run.run_id)))
+    return _sse(_live(listener, _ForClient(registered, run_input.thread_id, accepted.run.run_id,
+                                           accepted.verdict.warnings)))
 
 
 @csrf_exempt  # a refusal, whoever asks; it changes nothing

@@ -111,6 +111,9 @@ class Agent(models.Model):
     # How its last paused run paused (protocol.dialects.pause_kind), set when a run
     # of it is interrupted: the default dialect answers a LangGraph pause that way.
     paused_as = models.CharField(max_length=32, blank=True, default="", editable=False)
+    # The protocolVersion its last RUN_STARTED declared (protocol.versioning): "" declared
+    # nothing, a peer from before versioning (AG-UI 1.0 C65); None, never heard from.
+    protocol_version = models.CharField(max_length=40, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     # Set by a caller that takes a credential from the user in this change
@@ -237,6 +240,9 @@ class Run(models.Model):
     # What Countersign noticed about how the run ended that its agent's
     # registration should change (e.g. LangGraph's on_interrupt and no outcome).
     notice = models.TextField(blank=True)
+    # The tool calls the run left for its client to run and answer, [{"id", "name"}] in the
+    # order made (AG-UI 1.0 C21, C22: derived from its stream); None when it left none.
+    pending_tool_calls = models.JSONField(null=True, blank=True)
     # For a resumed run that failed (the agent refused the answer): what was done
     # about it, by whom and when; blank while nobody has (``hub.refused``).
     settlement = models.CharField(max_length=16, choices=Settlement.choices, blank=True)
@@ -306,6 +312,27 @@ class Run(models.Model):
             return ""
         kind = "resume" if self.resume_key else "run"
         return f"{kind} pending — agent unreachable, attempt {self.attempts}"
+
+    @property
+    def waiting_on_client(self) -> str:
+        """'waiting on a tool the client runs: <names>' for a run that left tool calls unanswered (C21), or ''.
+
+        Such a run did not simply succeed: its client owes each call an answer
+        before the thread can go on (C23), and Countersign runs no client tool.
+        """
+        names = [str((call or {}).get("name") or "unnamed")[:80] for call in self.pending_tool_calls or []
+                 if isinstance(call, dict)]
+        if not names:
+            return ""
+        shown = ", ".join(dict.fromkeys(names[:5])) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return f"waiting on a tool the client runs: {shown}"
+
+    @property
+    def shown_status(self) -> str:
+        """``status`` as people and the API read it: a success that left calls for its client is not 'succeeded'."""
+        if self.status == RunStatus.SUCCEEDED and self.pending_tool_calls:
+            return "waiting_on_client"
+        return self.status
 
     @property
     def refused(self) -> bool:

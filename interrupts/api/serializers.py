@@ -179,10 +179,19 @@ class RunSerializer(serializers.ModelSerializer):
         source="refusal_text", read_only=True,
         help_text="For a failed resume: 'The agent refused the answer: <code> <message>'; empty otherwise.")
     settled_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    status = serializers.CharField(
+        source="shown_status", read_only=True,
+        help_text="queued, streaming, interrupted, succeeded, failed, cancelled, or waiting_on_client: the run "
+                  "ended leaving tool calls its client runs (pending_tool_calls), which the thread's next input "
+                  "must answer (AG-UI 1.0 C21-C23); never 'succeeded' then.")
+    waiting_on = serializers.CharField(
+        source="waiting_on_client", read_only=True,
+        help_text="'waiting on a tool the client runs: <names>' while pending_tool_calls is set; empty otherwise.")
 
     class Meta:
         model = Run
-        fields = ["id", "run_id", "thread", "agent", "parent", "status", "origin", "input", "outcome", "error_code",
+        fields = ["id", "run_id", "thread", "agent", "parent", "status", "waiting_on", "pending_tool_calls",
+                  "origin", "input", "outcome", "error_code",
                   "error_message", "fault", "notice", "refused", "refusal", "settlement", "settled_by", "settled_at",
                   "resumed_by", "delivery", "attempts", "retry_at", "last_error", "created_at",
                   "started_at", "finished_at"]
@@ -192,6 +201,8 @@ class RunSerializer(serializers.ModelSerializer):
             "notice": {"help_text": "What Countersign noticed about how the run ended that the agent's "
                                     "registration should change (empty when nothing)."},
             "settlement": {"help_text": "What was done about a refused answer: resent, reopened or closed."},
+            "pending_tool_calls": {"help_text": "The tool calls the run left for its client, [{id, name}] in the "
+                                                "order made, derived from its events; null when none."},
             "attempts": {"help_text": "Tries that failed because the agent could not be reached."},
             "retry_at": {"help_text": "When the next try is due (queued runs waiting for their agent)."},
             "last_error": {"help_text": "Why the last try failed."},

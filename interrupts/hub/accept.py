@@ -86,14 +86,15 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
             runs.thread_for(agent, run_input.thread_id)  # refuses with AGENT_MISMATCH
         seen = runs.gate_fingerprint(existing)
         verdict = check_input(runs.thread_gate(existing, run_input.thread_id), run_input, timezone.now())
+        sent = verdict.applied_to(run_input)  # entries naming no open interrupt left out (AG-UI 1.0 P16, P17)
         prepared = messages = None
         # What the client left out is sent as Countersign sends it in its own inputs.
-        wire_input = {**runs.input_defaults(), **dump(run_input)}
+        wire_input = {**runs.input_defaults(), **dump(sent)}
         if verdict.kind == "resume":
             by_id = {i.interrupt_id: i for i in Interrupt.objects.filter(
                 run__thread=existing, run__run_id=verdict.interrupted_run_id).select_related("run")}
-            prepared = decisions.prepare_resume(by_id, [_framework_keys_out(e) for e in run_input.resume], user)
-            for entry in run_input.resume:
+            prepared = decisions.prepare_resume(by_id, [_framework_keys_out(e) for e in sent.resume], user)
+            for entry in sent.resume:
                 # After eligibility: only someone who may answer learns how a copy differs.
                 without_echoes(by_id[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)
             messages = resume_messages(existing.messages or [], wire_input.get("messages") or [],

@@ -28,7 +28,7 @@ from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the off
 from ..conf import settings
 from ..live import relay
 from ..models import Agent, Event, Interrupt, Run, Thread
-from ..protocol import conversation, dialects, storable
+from ..protocol import conversation, dialects, storable, versioning
 from ..protocol.contract import interrupt_problems, parse_expiry
 from ..protocol.errors import ContractViolation
 from ..protocol.wire import dump
@@ -225,8 +225,9 @@ def _fitted(field: str, value: str, problems: list[dict], interrupt_id: str) -> 
     return value[:limit - 1] + "…"
 
 
-def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str = "") -> None:
-    fields = {"finished_at": now, "lease_until": None, "notice": notice}
+def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str = "",
+            pending: list[dict] | None = None) -> None:
+    fields = {"finished_at": now, "lease_until": None, "notice": notice, "pending_tool_calls": pending or None}
     if payload["type"] == "RUN_ERROR":
         fields |= {
             "status": Run.Status.FAILED,
@@ -344,7 +345,8 @@ def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
                            [value for row in chunk for value in row])
 
 
-def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, notice: str = "") -> None:
+def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, notice: str = "",
+           pending: list[dict] | None = None, version: str | None = None) -> None:
     """End ``run`` as its terminal event says, once its stream closed cleanly.
 
     RUN_ERROR fails it with the agent's code; RUN_FINISHED succeeds, is
@@ -352,14 +354,22 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
     item, with the tool call's name and proposed args from ``proposal``.
     ``terminal`` is the end as the agent's dialect reads it
     (``protocol.dialects``); ``notice`` what the dialect noticed.
+    ``pending``: the tool calls the run left for its client
+    (``streaming.left_to_client``). ``version``: the protocolVersion its
+    RUN_STARTED declared, kept on the agent (None: it declared none), and
+    warned about in the notice when newer or unreadable (C66, C67).
 
     An interrupt whose ``expiresAt`` had already passed when it was raised
     is due at once: the supervisor is woken to sweep it (``decisions.expire_due``).
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
+    notice = " ".join(part for part in (notice, versioning.notice(version)) if part)
+    declared = (version or "")[:Agent._meta.get_field("protocol_version").max_length]
     with transaction.atomic():
-        _finish(run, terminal, raised, now, notice)
+        _finish(run, terminal, raised, now, notice, pending)
+        # What the agent says it speaks now; only written when it changed.
+        Agent.objects.filter(pk=run.agent_id).exclude(protocol_version=declared).update(protocol_version=declared)
         thread_pk = run.thread_id
         if run.status == Run.Status.INTERRUPTED:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)

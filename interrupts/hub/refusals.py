@@ -45,6 +45,8 @@ CONTRACT_STATUS = {
     "EXPIRED": 409,
     "INVALID_EXPIRY": 409,
     "THREAD_MISMATCH": 409,
+    # The thread's last run left tool calls its client must answer first (AG-UI 1.0 C23).
+    "UNANSWERED_TOOL_CALLS": 409,
     # Too many costly answers are being checked at once: try again shortly.
     "BUSY": 503,
 }

@@ -25,7 +25,7 @@ from . import log, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import dialects, signing
-from ..protocol.contract import ThreadGate, check_input, idempotency_key
+from ..protocol.contract import ThreadGate, check_coverage, check_input, idempotency_key
 from ..protocol.conversation import outgoing
 from ..protocol.wire import dump
 from .refusals import Refusal
@@ -71,6 +71,39 @@ def thread_gate(thread: Thread | None, thread_id: str = "") -> ThreadGate:
         open_interrupts=tuple(WireInterrupt.model_validate(i.raw) for i in pending),
         last_resume=entries,
         last_resume_run_id=last_resume.run_id if last_resume else None,
+        pending_tool_calls=() if pending else left_to_client(thread),
+    )
+
+
+def left_to_client(thread: Thread) -> tuple[str, ...]:
+    """The ids of the tool calls the thread's last run left for its client to answer (AG-UI 1.0 C21-C23).
+
+    Only the last run's: the next input answers them or the thread stays
+    where it is, so an earlier run's were answered (or the thread moved on
+    before 1.0's rule was kept here). A run still streaming has left nothing yet.
+    """
+    last = (Run.objects.filter(thread=thread).order_by("-created_at", "-pk")
+            .values_list("status", "pending_tool_calls").first())
+    if last is None or last[0] not in (Run.Status.SUCCEEDED, Run.Status.INTERRUPTED):
+        return ()
+    return tuple(call["id"] for call in last[1] or [] if isinstance(call, dict) and call.get("id"))
+
+
+def refuse_if_left_to_client(thread: Thread) -> None:
+    """Refuse Countersign's own new input on a thread whose last run waits on a tool its client runs (C23, C24).
+
+    Countersign runs no client's tool, so it cannot answer the calls the
+    next input must answer: that client answers them through the gateway,
+    or the conversation goes on in a new thread.
+    """
+    if not left_to_client(thread):
+        return
+    last = Run.objects.filter(thread=thread).order_by("-created_at", "-pk").first()
+    raise Refusal(
+        "UNANSWERED_TOOL_CALLS",
+        f"This thread's last run is {last.waiting_on_client}, and Countersign cannot run that tool or answer for "
+        "it. Let the client that owns the tool answer it, or start a new thread to go on.",
+        run_id=last.run_id,
     )
 
 
@@ -90,7 +123,9 @@ def _last_resume(thread: Thread) -> Run | None:
 
 
 def _new_input_gate(thread: Thread) -> ThreadGate:
-    """The gate for input without a resume: only the open interrupts' ids matter (rule 4).
+    """The gate for Countersign's own input without a resume: only the open interrupts' ids matter (rule 4).
+
+    Its tool calls left to a client are refused in words of their own (``refuse_if_left_to_client``).
 
     Built from columns, not by parsing each interrupt as the agent sent it,
     so it is cheap enough to read inside the transaction that queues the run.
@@ -111,12 +146,14 @@ def gate_fingerprint(thread: Thread | None) -> tuple:
     interrupt's raw form never changes; its version moves with its status).
     """
     if thread is None:
-        return ((), None)
+        return ((), None, None)
     pending = tuple(Interrupt.objects.filter(run__thread=thread, status=Interrupt.Status.PENDING)
                     .order_by("pk").values_list("pk", "version"))
     last = None if pending else Run.objects.filter(thread=thread, resume_key__isnull=False).order_by(
         "-created_at", "-pk").values_list("pk", flat=True).first()
-    return (pending, last)
+    # The last run and how it stands: it decides which tool calls the input must answer (left_to_client).
+    latest = Run.objects.filter(thread=thread).order_by("-created_at", "-pk").values_list("pk", "status").first()
+    return (pending, last, latest)
 
 
 def resume_key(interrupted_run_id: str, contract_key: str, round: int = 0) -> str:
@@ -293,6 +330,7 @@ def start_run(
             thread_id=thread.thread_id, run_id=run_input["runId"], resume=None), timezone.now())
         refuse_if_busy(thread)
         refuse_if_refused(thread)
+        refuse_if_left_to_client(thread)
         # The user's message is part of the conversation from now on, whatever the agent sends back.
         Thread.objects.filter(pk=thread.pk).update(messages=messages)
         return enqueue(thread, agent, run_input, user=user)
@@ -401,6 +439,9 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expi
     """
     thread = interrupted.thread
     entries = resume_entries(interrupted, expired=expired)
+    # C14, C15: every interrupt of the batch answered exactly once, or nothing is sent.
+    check_coverage(Interrupt.objects.filter(run=interrupted).order_by("pk").values_list("interrupt_id", flat=True),
+                   [ResumeEntry.model_validate(e) for e in entries], interrupted.run_id, thread.thread_id)
     # Exact: every caller holds the batch's lock (``decisions.lock_batch``), so
     # no other resume of this batch can be written between this and the insert.
     key, existing = batch_resume_key(

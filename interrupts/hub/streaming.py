@@ -31,14 +31,14 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from . import egress, log, outbox
-from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, settings
+from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
 from ..models import Event, Interrupt, Run, Thread
-from ..protocol import dialects, signing, storable
+from ..protocol import dialects, signing, storable, versioning
 from ..protocol.contract import duplicate_ids
 from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
 from ..protocol.sse import SSEReader
-from ..protocol.wire import parse_event, parse_frame
+from ..protocol.wire import known_input, parse_event, parse_frame
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +187,42 @@ def proposals(lifecycle: RunLifecycle, thread: Thread):
 
 
 
+def _left_out_notice(paths: list[str]) -> str:
+    """The run's notice about what its input held that AG-UI does not define (C17: warn); names cut, a few shown."""
+    if not paths:
+        return ""
+    shown = ", ".join(path[:40] for path in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return f"Left out of the input sent to the agent, as AG-UI does not define it: {shown}."
+
+
+def asked_before(run: Run) -> set[str]:
+    """The tool calls the thread's interrupts asked reviewers about: their answer is a resume, not a client's."""
+    return set(Interrupt.objects.filter(run__thread_id=run.thread_id).exclude(tool_call_id="")
+               .values_list("tool_call_id", flat=True))
+
+
+def left_to_client(lifecycle: RunLifecycle, run_input: dict, terminal: dict,
+                   asked: set[str] = frozenset()) -> list[dict] | None:
+    """The tool calls a run left for its client to answer, as ``Run.pending_tool_calls`` keeps them (C21, C22).
+
+    Derived from the stream (``RunLifecycle.pending_tool_calls``), not read
+    from ``pendingToolCallIds`` alone: calls its input already held are an
+    earlier run's; the interrupts' own calls (this run's, and ``asked``, the
+    thread's earlier ones, which a resumed run's snapshot repeats) are the
+    reviewers' to answer. None for a run that failed, was cancelled or left none.
+    """
+    outcome = terminal.get("outcome") if terminal.get("type") == "RUN_FINISHED" else None
+    outcome = outcome if isinstance(outcome, dict) else {}
+    if terminal.get("type") != "RUN_FINISHED" or outcome.get("type") == "cancelled":
+        return None
+    earlier = {call.get("id") for message in run_input.get("messages") or [] if isinstance(message, dict)
+               for call in message.get("toolCalls") or [] if isinstance(call, dict)}
+    asked = set(asked) | {item.get("toolCallId") for item in outcome.get("interrupts") or [] if isinstance(item, dict)}
+    pending = lifecycle.pending_tool_calls(earlier=earlier, asked=asked)[:MAX_PENDING_TOOL_CALLS]
+    return [{"id": i[:MAX_PENDING_TOOL_CALL_CHARS], "name": (name or "")[:MAX_PENDING_TOOL_CALL_CHARS]}
+            for i, name in pending] or None
+
+
 def unrecordable(interrupts: Sequence[WireInterrupt]) -> tuple[str, str] | None:
     """Why an interrupt outcome cannot be recorded, as (code, message), or None.
 
@@ -241,7 +277,9 @@ def recover(run: Run) -> None:
             log.fail(run, *ending.refused)
         else:
             log.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
-                       notice=ending.notice)
+                       notice=ending.notice,
+                       pending=left_to_client(lifecycle, run.input, ending.terminal, asked_before(run)),
+                       version=lifecycle.declared_version)
     else:
         log.fail(
             run, "WORKER_LOST",
@@ -330,6 +368,8 @@ class RunStreamer:
         # cannot stop that thread, so whatever follows waits for it.
         self.in_flight: asyncio.Future | None = None
         self.in_flight_batch: list[log.Received] = []
+        # What the input as stored held that AG-UI does not define, left out when sent (C17).
+        self.left_out: list[str] = []
         # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
         self.events_read = 0
         self.bytes_read = 0
@@ -468,7 +508,9 @@ class RunStreamer:
         )
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
-        body = json.dumps(self.dialect.outgoing(self.run.input), separators=(",", ":"), ensure_ascii=False,
+        # Only what AG-UI defines (C17), with Countersign's protocolVersion (C64, ``versioning``).
+        sent, self.left_out = known_input(self.dialect.outgoing(self.run.input))
+        body = json.dumps(versioning.declare(sent), separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False).encode()
         headers["Content-Type"] = "application/json"
         headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
@@ -501,8 +543,13 @@ class RunStreamer:
         if ending.refused is not None:
             raise Fault(*ending.refused)
         # Only now, with nothing after the terminal event, does the run end as it said.
+        # A query only for a run that left some call unanswered: most leave none.
+        asked = await database(asked_before)(self.run) if self.lifecycle.pending_tool_calls() else set()
+        notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out)]))
         await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
-                                   notice=ending.notice)
+                                   notice=notice,
+                                   pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
+                                   version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
         """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""

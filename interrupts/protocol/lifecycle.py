@@ -26,7 +26,7 @@ Readings of the spec that matter in practice:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from ag_ui.core import BaseEvent, EventType, Interrupt
 
@@ -72,6 +72,7 @@ class RunLifecycle:
         self._terminal: BaseEvent | None = None
         self._count = 0
         self._last_type: str | None = None
+        self._declared_version: str | None = None
 
     # --- what the run looks like so far ---------------------------------------------
 
@@ -113,6 +114,31 @@ class RunLifecycle:
         if self.outcome_type != "interrupt":
             return ()
         return tuple(self._terminal.outcome.interrupts)  # type: ignore[union-attr]
+
+    @property
+    def declared_version(self) -> str | None:
+        """The ``protocolVersion`` the agent's RUN_STARTED declared; None for a peer from before versioning (C65)."""
+        return self._declared_version
+
+    def pending_tool_calls(self, earlier: Iterable[str] = (), asked: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """(id, tool name) of the calls this run left for its client to answer, in the order made (C21, C22).
+
+        Derived from the stream whatever ``pendingToolCallIds`` says: every
+        call started (streamed, or only in a MESSAGES_SNAPSHOT) and answered
+        by no TOOL_CALL_RESULT and no tool message. ``earlier``: ids of calls
+        the run's input already held, which this run did not start. ``asked``:
+        the interrupts' toolCallIds, whose answer is the resume, not the client's.
+        On a success the ids the outcome lists come first, as declared (P29).
+        """
+        skip = set(earlier) | set(asked)
+        derived = [(i, name) for i, name in self._tool_calls.unanswered() if i not in skip]
+        outcome = getattr(self._terminal, "outcome", None)
+        declared = getattr(outcome, "pending_tool_call_ids", None) or []
+        if not declared:
+            return derived
+        names = dict(derived) | {i: c.name for i, c in self._tool_calls.calls.items()}
+        listed = [(i, names.get(i, "")) for i in dict.fromkeys(declared)]
+        return listed + [(i, name) for i, name in derived if i not in set(declared)]
 
     @property
     def event_count(self) -> int:
@@ -179,6 +205,7 @@ class RunLifecycle:
                 )
             self._check_ids(event, name)
             self._started = True
+            self._declared_version = getattr(event, "protocol_version", None)
         elif kind in _TERMINAL:
             if kind == EventType.RUN_FINISHED:
                 self._check_ids(event, name)
@@ -195,6 +222,8 @@ class RunLifecycle:
             self._tool_calls.chunk(event.tool_call_id, event.tool_call_name, event.delta, name)
         elif kind == EventType.MESSAGES_SNAPSHOT:
             self._tool_calls.learn_from_snapshot(event.messages, name)
+        elif kind == EventType.TOOL_CALL_RESULT:
+            self._tool_calls.answer(event.tool_call_id, name)
         # Every other event (text, state, steps, TOOL_CALL_RESULT...) is legal
         # anywhere inside the run; the lifecycle has nothing to check there.
         self._count += 1

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from ag_ui.core import AssistantMessage
+from ag_ui.core import AssistantMessage, ToolMessage
 
 from .errors import MalformedMessage, StreamFault
 
@@ -117,6 +117,8 @@ class ToolCalls:
         self._calls: dict[str, _Call] = {}
         self._chunk_call: str | None = None  # the call a TOOL_CALL_CHUNK without id continues
         self._held = 0
+        # Ids a TOOL_CALL_RESULT or a snapshot's tool message answered (C21).
+        self._answered: set[str] = set()
 
     @property
     def held(self) -> int:
@@ -207,7 +209,18 @@ class ToolCalls:
                 )
         return ProposedArgs(call.name, args, problems)
 
+    def unanswered(self) -> list[tuple[str, str]]:
+        """(id, tool name) of every call described and never answered, in the order first seen (C21, P29)."""
+        return [(tool_call_id, call.name) for tool_call_id, call in self._calls.items()
+                if tool_call_id not in self._answered]
+
     # --- feeding --------------------------------------------------------------------
+
+    def answer(self, tool_call_id: str, event_type: str) -> None:
+        """TOOL_CALL_RESULT: the call is answered, whichever run started it."""
+        if tool_call_id not in self._answered:
+            self._charge(_size(tool_call_id), tool_call_id, event_type)
+            self._answered.add(tool_call_id)
 
     def start(self, tool_call_id: str, tool_name: str, event_type: str) -> None:
         """TOOL_CALL_START: open a streamed call (a call the stream already started is refused)."""
@@ -275,10 +288,14 @@ class ToolCalls:
     def learn_from_snapshot(self, messages: list[Any], event_type: str) -> None:
         """MESSAGES_SNAPSHOT: learn the calls its assistant messages carry (the stream's own stay the proposal)."""
         learnt: dict[str, tuple[str, str]] = {}
+        answered: set[str] = set()
         for message in messages:
             if isinstance(message, AssistantMessage):
                 for tool_call in message.tool_calls or ():
                     learnt[tool_call.id] = (tool_call.function.name, tool_call.function.arguments)
+            elif isinstance(message, ToolMessage):
+                answered.add(message.tool_call_id)
+        answered -= self._answered
         # Charge the whole snapshot first, so a refused one changes nothing.
         cost = 0
         for tool_call_id, (tool_name, text) in learnt.items():
@@ -290,8 +307,10 @@ class ToolCalls:
                 cost -= _size(previous.name) + _size(previous.text())
             elif previous.snapshot is not None:
                 cost -= _size(previous.snapshot[0]) + _size(previous.snapshot[1])
-        if learnt:
-            self._charge(cost, next(iter(learnt)), event_type)
+        cost += sum(_size(tool_call_id) for tool_call_id in answered)
+        if learnt or answered:
+            self._charge(cost, next(iter(learnt or answered)), event_type)
+        self._answered |= answered
         for tool_call_id, (tool_name, text) in learnt.items():
             previous = self._calls.get(tool_call_id)
             if previous is not None and previous.source == "stream":

@@ -15,7 +15,7 @@ import re
 from itertools import compress
 from typing import Any, get_args
 
-from ag_ui.core import Event, EventType, ResumeStatus, RunAgentInput
+from ag_ui.core import Event, EventType, ResumeEntry, ResumeStatus, RunAgentInput
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .errors import MalformedMessage
@@ -143,6 +143,35 @@ def parse_run_input(
         return RunAgentInput.model_validate(raw)
     except ValidationError as exc:
         raise _refusal(exc, raw, "RunAgentInput") from exc
+
+
+def _aliases(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(field.alias or name for name, field in model.model_fields.items())
+
+
+_INPUT_KEYS = _aliases(RunAgentInput)
+_ENTRY_KEYS = _aliases(ResumeEntry)
+
+
+def known_input(run_input: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``run_input`` with only what AG-UI's RunAgentInput and ResumeEntry define, and the paths left out.
+
+    AG-UI 1.0 C17: a consumer removes unrecognised material from the input
+    immediately before sending it (and should warn), as the models, which
+    keep extra fields, would not. What the fields hold (messages, state,
+    forwardedProps, an entry's metadata) is the agent's or the client's and passes as it is.
+    """
+    removed = [key for key in run_input if key not in _INPUT_KEYS]
+    kept = {key: value for key, value in run_input.items() if key in _INPUT_KEYS}
+    if isinstance(kept.get("resume"), list):
+        entries = []
+        for index, entry in enumerate(kept["resume"]):
+            if isinstance(entry, dict):
+                removed += [f"resume[{index}].{key}" for key in entry if key not in _ENTRY_KEYS]
+                entry = {key: value for key, value in entry.items() if key in _ENTRY_KEYS}
+            entries.append(entry)
+        kept["resume"] = entries
+    return kept, removed
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

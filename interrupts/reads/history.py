@@ -461,9 +461,11 @@ def run_words(run: Run, pending: int, now: datetime) -> str:
     if run.status == Run.Status.QUEUED and run.resume_key and run.retry_at and run.retry_at > now:
         return "queued, held a few seconds for undo"  # runs.queue_resume holds a person's decision
     if run.status == Run.Status.INTERRUPTED:
-        return f"paused for {pending} decision{'s' if pending != 1 else ''}" if pending else "paused, decided"
+        paused = f"paused for {pending} decision{'s' if pending != 1 else ''}" if pending else "paused, decided"
+        # C22: its client's tool calls are shown beside the pause, not answered by the resume.
+        return f"{paused}; {run.waiting_on_client}" if run.waiting_on_client else paused
     if run.status == Run.Status.SUCCEEDED:
-        return "finished"
+        return run.waiting_on_client or "finished"  # C21: a success that left calls pending is not finished
     if run.status == Run.Status.FAILED:
         if run.error_code == "CANCELLED_BY_OPERATOR":
             return "stopped by an operator"

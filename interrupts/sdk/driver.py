@@ -29,6 +29,7 @@ from ag_ui.core import (
     RunFinishedSuccessOutcome,
     RunStartedEvent,
 )
+from ag_ui.core.version import PROTOCOL_VERSION
 
 from ..protocol import storable
 from ..protocol.errors import MalformedMessage, refusal_body
@@ -64,6 +65,8 @@ def _started(run_input: RunAgentInput) -> BaseEvent:
             thread_id=run_input.thread_id,
             run_id=run_input.run_id,
             parent_run_id=run_input.parent_run_id,
+            # Its own version, never an echo of the input's (AG-UI 1.0 P64).
+            protocol_version=PROTOCOL_VERSION,
         )
     )
 

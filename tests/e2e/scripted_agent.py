@@ -139,7 +139,44 @@ def batch_interrupts(count: int):
     return script
 
 
+def frontend_tool(declare: bool):
+    """A run that asks its client to run ``pick_date`` (a frontend tool) and finishes (AG-UI 1.0 P25-P28).
+
+    ``declare``: with ``pendingToolCallIds``; without it the call is only left
+    unanswered, as LlamaIndex's AG-UI router does. Its next run (the client's
+    answer among the messages, keyed by toolCallId) says what it was told.
+    """
+
+    def script(body: dict) -> list[bytes]:
+        answers = {m.get("toolCallId"): m.get("content") for m in body.get("messages") or [] if m.get("role") == "tool"}
+        if "tc-front" in answers:
+            return [
+                frame(started(body)),
+                frame({"type": "TEXT_MESSAGE_START", "messageId": "m-told", "role": "assistant"}),
+                frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-told", "delta": f"told {answers['tc-front']}"}),
+                frame({"type": "TEXT_MESSAGE_END", "messageId": "m-told"}),
+                frame(finished(body, {"type": "success"})),
+            ]
+        call = {"id": "m-ask", "role": "assistant", "toolCalls": [
+            {"id": "tc-front", "type": "function", "function": {"name": "pick_date", "arguments": "{}"}}]}
+        return [
+            frame({**started(body), "protocolVersion": "1.0"}),
+            frame({"type": "TOOL_CALL_START", "toolCallId": "tc-front", "toolCallName": "pick_date",
+                   "parentMessageId": "m-ask"}),
+            frame({"type": "TOOL_CALL_ARGS", "toolCallId": "tc-front", "delta": "{}"}),
+            frame({"type": "TOOL_CALL_END", "toolCallId": "tc-front"}),
+            frame({"type": "MESSAGES_SNAPSHOT", "messages": [*(body.get("messages") or []), call]}),
+            frame(finished(body, {"type": "success", "pendingToolCallIds": ["tc-front"]} if declare else None)),
+        ]
+
+    return script
+
+
 SCRIPTS = {
+    "frontend-tool": frontend_tool(declare=True),
+    "frontend-tool-silent": frontend_tool(declare=False),
+    "newer-version": lambda body: [frame({**started(body), "protocolVersion": "1.10"}),
+                                   frame(finished(body, {"type": "success"}))],
     "batch-50": batch_interrupts(50),
     "evil": evil_interrupt,
     "approve": approve_interrupt,

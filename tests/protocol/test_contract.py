@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from interrupts.protocol.contract import (
     ThreadGate,
     Verdict,
+    check_coverage,
     check_entry,
     check_input,
     idempotency_key,
@@ -143,18 +144,40 @@ def test_thread_mismatch_wins_even_for_new_input_and_replays():
 # --------------------------------------------------------------------------- #
 
 
-def test_unknown_interrupt_refused():
+def test_p16_unknown_entry_is_left_out_with_a_warning():
+    # AG-UI 1.0 P16 (the seed contract refused it as UNKNOWN_INTERRUPT).
     resume = [*RESUME_1, {"interruptId": "int-nope", "status": "cancelled"}]
-    err = refused(GATE_1, run_input("thread-1", "run-2", resume))
-    assert err.code == "UNKNOWN_INTERRUPT"
-    assert err.details["interrupt_id"] == "int-nope"
-    assert "int-nope" in err.message and "int-abc123" in err.message  # names the open one to answer
+    inp = run_input("thread-1", "run-2", resume)
+    verdict = check_input(GATE_1, inp, NOW)
+    assert verdict.kind == "resume" and verdict.unrecognised == ("int-nope",)
+    assert "int-nope" in verdict.warnings[0] and "run-1" in verdict.warnings[0]
+    assert [e.interrupt_id for e in verdict.applied_to(inp).resume] == ["int-abc123"]
+    # The key is the recognised answer's: the same answer without the stranger replays it.
+    assert verdict.idempotency_key == check_input(GATE_1, run_input("thread-1", "run-2", RESUME_1), NOW).idempotency_key
 
 
-def test_answer_to_another_threads_interrupt_is_unknown():
+def test_p19_only_unknown_entries_leave_the_open_interrupt_uncovered():
+    # Another thread's answer names nothing here: left out, and then nothing covers int-abc123.
     err = refused(GATE_1, run_input("thread-1", "run-2", RESUME_4))
-    assert err.code == "UNKNOWN_INTERRUPT"
-    assert err.details["interrupt_ids"] == ["int-form"]
+    assert err.code == "INCOMPLETE_RESUME"
+    assert err.details["interrupt_ids"] == ["int-abc123"]
+
+
+def test_c12_unknown_entry_in_what_countersign_sends_is_refused():
+    # Countersign's own resumes are held to C12 strictly (check_coverage), not forgiven as a client's are.
+    with pytest.raises(ContractViolation) as exc:
+        check_coverage(["int-abc123"], [entry("int-abc123"), entry("int-nope", "cancelled")], "run-1")
+    assert exc.value.code == "UNKNOWN_INTERRUPT" and exc.value.details["interrupt_id"] == "int-nope"
+
+
+def test_c14_c15_countersign_covers_each_interrupt_exactly_once():
+    check_coverage(["i-1", "i-2"], [entry("i-2", "cancelled"), entry("i-1")], "run-20")
+    with pytest.raises(ContractViolation) as exc:
+        check_coverage(["i-1", "i-2"], [entry("i-1")], "run-20")
+    assert exc.value.code == "INCOMPLETE_RESUME" and exc.value.details["interrupt_ids"] == ["i-2"]
+    with pytest.raises(ContractViolation) as exc:
+        check_coverage(["i-1"], [entry("i-1"), entry("i-1", "cancelled")], "run-20")
+    assert exc.value.code == "DUPLICATE_ENTRY"
 
 
 def test_duplicate_entry_refused():
@@ -206,10 +229,22 @@ def test_new_input_while_pending_refused(resume):
     assert all(i in err.message for i in ("i-1", "i-2", "i-3", "run-20"))
 
 
-def test_resume_with_nothing_open_refused():
-    err = refused(ThreadGate("thread-1"), run_input("thread-1", "run-2", RESUME_1))
-    assert err.code == "NOTHING_TO_RESUME"
-    assert err.details["interrupt_ids"] == ["int-abc123"]
+def test_p17_resume_with_nothing_open_is_new_input_with_a_warning():
+    # AG-UI 1.0 P17 (the seed contract refused it as NOTHING_TO_RESUME).
+    inp = run_input("thread-1", "run-2", RESUME_1)
+    verdict = check_input(ThreadGate("thread-1"), inp, NOW)
+    assert verdict.kind == "new" and verdict.unrecognised == ("int-abc123",)
+    assert "nothing on this thread is waiting" in verdict.warnings[0]
+    assert verdict.applied_to(inp).resume is None
+
+
+def test_p17_still_answers_to_the_last_resume_as_already_resolved():
+    # An interrupt Countersign raised and already answered is recognised, not unknown: the
+    # client lost a race with a reviewer, and must hear so rather than start a new run.
+    gate = ThreadGate("thread-1", last_resume=tuple(ResumeEntry.model_validate(e) for e in RESUME_1),
+                      last_resume_run_id="run-2")
+    other = [{"interruptId": "int-abc123", "status": "cancelled"}]
+    assert refused(gate, run_input("thread-1", "run-3", other)).code == "ALREADY_RESOLVED"
 
 
 # --------------------------------------------------------------------------- #
@@ -614,9 +649,9 @@ def test_structure_is_checked_before_entries():
     # An expired, partial resume is refused as incomplete: structure first.
     err = refused(GATE_3, run_input("thread-3", "run-21", RESUME_3[:2]), FORM_EXPIRY + timedelta(days=1))
     assert err.code == "INCOMPLETE_RESUME"
-    # Unknown before incomplete.
+    # An unknown entry is left out (P16): what it leaves uncovered is still refused (P19).
     err = refused(GATE_3, run_input("thread-3", "run-21", [RESUME_3[0], {"interruptId": "i-9", "status": "cancelled"}]))
-    assert err.code == "UNKNOWN_INTERRUPT"
+    assert err.code == "INCOMPLETE_RESUME" and err.details["interrupt_ids"] == ["i-2", "i-3"]
 
 
 # --------------------------------------------------------------------------- #

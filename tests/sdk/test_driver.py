@@ -223,3 +223,11 @@ def test_context_reads_the_resume():
     assert ctx.resume_for("confirm-clear").status == "cancelled"
     assert ctx.resume_for("something-else") is None
     assert not RunContext(RunAgentInput(thread_id="t", run_id="r", messages=[]), print).is_resume()
+
+
+async def test_p64_run_started_declares_the_agent_s_own_version_never_the_input_s():
+    async def body(ctx):
+        return RunOutcome.success()
+
+    events = await events_of(Scripted(body), protocolVersion="1.7")
+    assert events[0]["protocolVersion"] == "1.0"

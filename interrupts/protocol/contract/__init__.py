@@ -36,15 +36,17 @@ from .answers import (
     outcome_problems,
     parse_expiry,
 )
-from .gate import ThreadGate, Verdict, check_input, idempotency_key
+from .gate import ThreadGate, Verdict, check_coverage, check_input, check_tool_answers, idempotency_key
 
 __all__ = [
     "RESERVED_METADATA_KEY",
     "RESERVED_REASON_PREFIX",
     "ThreadGate",
     "Verdict",
+    "check_coverage",
     "check_entry",
     "check_input",
+    "check_tool_answers",
     "duplicate_ids",
     "idempotency_key",
     "interrupt_problems",

@@ -1,4 +1,6 @@
-"""Rules 1-5 of the interrupt contract: may this input run, and is it new input, a resume or a replay?
+"""Rules 1-5 of the interrupt contract, as AG-UI 1.0 states them: may this input run, and what is it?
+
+New input, a resume or a replay of one.
 
 ``check_input`` reads a ``RunAgentInput`` against the thread as the hub knows
 it (``ThreadGate``) and returns a ``Verdict``; each resume entry is then held
@@ -75,11 +77,13 @@ class ThreadGate:
     open_interrupts: tuple[Interrupt, ...] = ()
     last_resume: tuple[ResumeEntry, ...] = ()
     last_resume_run_id: str | None = None
+    pending_tool_calls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Freeze list arguments into tuples."""
         object.__setattr__(self, "open_interrupts", tuple(self.open_interrupts))
         object.__setattr__(self, "last_resume", tuple(self.last_resume))
+        object.__setattr__(self, "pending_tool_calls", tuple(self.pending_tool_calls))
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,16 @@ class Verdict:
     interrupted_run_id: str | None = None
     replay_of_run_id: str | None = None
     idempotency_key: str | None = field(default=None)
+    #: Entries that named no open interrupt, left out (P16, P17), and what the client is told about them.
+    unrecognised: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def applied_to(self, run_input: RunAgentInput) -> RunAgentInput:
+        """``run_input`` without the entries this verdict left out: what goes on toward the agent."""
+        if not self.unrecognised:
+            return run_input
+        kept = [e for e in run_input.resume or () if e.interrupt_id not in self.unrecognised]
+        return run_input.model_copy(update={"resume": kept or None})
 
 
 def check_input(gate: ThreadGate, run_input: RunAgentInput, now: datetime) -> Verdict:
@@ -109,13 +123,17 @@ def check_input(gate: ThreadGate, run_input: RunAgentInput, now: datetime) -> Ve
        ``gate.last_resume`` is a ``"replay"`` (not refused, not re-checked:
        it was valid when accepted). A resume answering interrupts of that
        accepted batch differently is refused with ``ALREADY_RESOLVED``.
+    -  An entry naming no open interrupt is left out, not refused (AG-UI 1.0
+       P16; on a thread with nothing open, every entry, P17): the verdict
+       lists it in ``unrecognised`` with a warning for the client, and
+       ``Verdict.applied_to`` removes it from the input.
     4. ``PENDING_INTERRUPTS`` - interrupts are open and the input has no (or an
        empty) resume.
-    -  ``NOTHING_TO_RESUME`` - a resume on a thread with nothing open.
+    -  ``UNANSWERED_TOOL_CALLS`` - new input that does not answer the tool
+       calls the thread's last run left to its client (C23).
     -  ``DUPLICATE_ENTRY`` - one interrupt answered twice in the same resume.
-    2. ``UNKNOWN_INTERRUPT`` - an entry references no open interrupt.
     3. ``INCOMPLETE_RESUME`` - open interrupts left unanswered (partial
-       resumes are not supported).
+       resumes are not supported; P19 lets a producer refuse them).
     6-8. ``check_entry`` for each entry, in input order.
 
     ``parentRunId`` is deliberately not checked: the spec keeps it orthogonal
@@ -157,27 +175,52 @@ def check_input(gate: ThreadGate, run_input: RunAgentInput, now: datetime) -> Ve
                 **({"interrupt_id": already[0]} if len(already) == 1 else {}),
             )
 
-    # Rule 4.
-    if not entries:
-        if open_ids:
-            raise ContractViolation(
-                "PENDING_INTERRUPTS",
-                f"Thread {gate.thread_id} is waiting on interrupt(s) {_ids(open_ids)} from run "
-                f"{gate.open_run_id}; answer each of them (resolved or cancelled) in resume before "
-                "sending new input.",
-                interrupt_ids=open_ids,
-                interrupted_run_id=gate.open_run_id,
-            )
-        return Verdict("new")
+    # P16, P17: an entry naming no open interrupt is one Countersign, the
+    # producer toward this client, does not recognise: dropped, with a warning.
+    unrecognised = tuple(dict.fromkeys(e.interrupt_id for e in entries if e.interrupt_id not in open_by_id))
+    entries = tuple(e for e in entries if e.interrupt_id in open_by_id)
+    warnings = (_unrecognised_warning(gate, unrecognised),) if unrecognised else ()
 
-    if not open_ids:
+    # Rule 4.
+    if not entries and not open_ids:
+        check_tool_answers(gate, run_input)
+        return Verdict("new", unrecognised=unrecognised, warnings=warnings)
+    if not entries and not unrecognised:
         raise ContractViolation(
-            "NOTHING_TO_RESUME",
-            f"Thread {gate.thread_id} has no open interrupts, so there is nothing to resume; "
-            "send the input without resume.",
-            interrupt_ids=[e.interrupt_id for e in entries],
+            "PENDING_INTERRUPTS",
+            f"Thread {gate.thread_id} is waiting on interrupt(s) {_ids(open_ids)} from run "
+            f"{gate.open_run_id}; answer each of them (resolved or cancelled) in resume before "
+            "sending new input.",
+            interrupt_ids=open_ids,
+            interrupted_run_id=gate.open_run_id,
         )
 
+    check_coverage(open_ids, entries, gate.open_run_id, gate.thread_id)
+
+    # Rules 6, 7, 8 and the per-entry envelope checks.
+    for entry in entries:
+        check_entry(open_by_id[entry.interrupt_id], entry, now)
+
+    return Verdict(
+        "resume",
+        interrupted_run_id=gate.open_run_id,
+        idempotency_key=idempotency_key(gate.thread_id, entries),
+        unrecognised=unrecognised,
+        warnings=warnings,
+    )
+
+
+def check_coverage(interrupt_ids: Iterable[str], entries: Iterable[ResumeEntry], run_id: str | None = None,
+                   thread_id: str = "") -> None:
+    """Refuse a resume that does not answer each of ``interrupt_ids`` exactly once (C14, C15, P19).
+
+    ``DUPLICATE_ENTRY``: one interrupt answered twice. ``UNKNOWN_INTERRUPT``:
+    an entry for none of them (C12; the gateway drops such entries before,
+    P16). ``INCOMPLETE_RESUME``: an interrupt left out; leaving one out is not
+    abandoning it, only a ``cancelled`` entry is. Countersign holds every
+    resume it sends to this before sending it, and a client's before its run.
+    """
+    expected = list(dict.fromkeys(interrupt_ids))
     seen: set[str] = set()
     for entry in entries:
         if entry.interrupt_id in seen:
@@ -188,36 +231,54 @@ def check_input(gate: ThreadGate, run_input: RunAgentInput, now: datetime) -> Ve
                 interrupt_id=entry.interrupt_id,
             )
         seen.add(entry.interrupt_id)
-
-    # Rule 2.
-    unknown = [e.interrupt_id for e in entries if e.interrupt_id not in open_by_id]
+    unknown = [i for i in seen if i not in expected]
     if unknown:
+        of = f" of run {run_id}" if run_id else ""
         raise ContractViolation(
             "UNKNOWN_INTERRUPT",
             f"Resume entr{'y' if len(unknown) == 1 else 'ies'} {_ids(unknown)} "
-            f"reference{'s' if len(unknown) == 1 else ''} no open interrupt of run {gate.open_run_id} "
-            f"on thread {gate.thread_id}; the open interrupts are {_ids(open_ids)}.",
+            f"reference{'s' if len(unknown) == 1 else ''} no open interrupt{of}; the open interrupts are "
+            f"{_ids(expected)}.",
             interrupt_ids=unknown,
             **({"interrupt_id": unknown[0]} if len(unknown) == 1 else {}),
         )
-
-    # Rule 3.
-    missing = [i for i in open_ids if i not in seen]
+    missing = [i for i in expected if i not in seen]
     if missing:
+        of = f" of run {run_id}" if run_id else ""
         raise ContractViolation(
             "INCOMPLETE_RESUME",
-            f"The resume leaves interrupt(s) {_ids(missing)} of run {gate.open_run_id} unanswered; partial "
+            f"The resume leaves interrupt(s) {_ids(missing)}{of} unanswered; partial "
             "resumes are not supported, answer every open interrupt (resolved or cancelled) at once.",
             interrupt_ids=missing,
             **({"interrupt_id": missing[0]} if len(missing) == 1 else {}),
         )
 
-    # Rules 6, 7, 8 and the per-entry envelope checks.
-    for entry in entries:
-        check_entry(open_by_id[entry.interrupt_id], entry, now)
 
-    return Verdict(
-        "resume",
-        interrupted_run_id=gate.open_run_id,
-        idempotency_key=idempotency_key(gate.thread_id, entries),
-    )
+def check_tool_answers(gate: ThreadGate, run_input: RunAgentInput) -> None:
+    """Refuse input that continues a thread without answering the tool calls its last run left to the client (C23).
+
+    ``UNANSWERED_TOOL_CALLS``: some call of ``gate.pending_tool_calls`` has
+    no tool message (keyed by its ``toolCallId``) in the input's messages.
+    A failure or a refusal is an answer too: a tool message saying so. A
+    client that will not answer starts a new thread instead (C24).
+    """
+    if not gate.pending_tool_calls:
+        return
+    answered = {m.tool_call_id for m in run_input.messages or () if getattr(m, "role", None) == "tool"}
+    missing = [i for i in gate.pending_tool_calls if i not in answered]
+    if missing:
+        raise ContractViolation(
+            "UNANSWERED_TOOL_CALLS",
+            f"The last run of thread {gate.thread_id} left tool call(s) {_ids(missing)} for the client to run; "
+            "send one tool message per call (toolCallId, and its result, or an error or refusal as its "
+            "content) in messages, or start a new thread.",
+            tool_call_ids=missing,
+        )
+
+
+def _unrecognised_warning(gate: ThreadGate, ids: tuple[str, ...]) -> str:
+    what = (f"no open interrupt of run {gate.open_run_id}" if gate.open_run_id
+            else "no interrupt: nothing on this thread is waiting for an answer")
+    return (f"Resume entr{'y' if len(ids) == 1 else 'ies'} {_ids(ids)} name{'s' if len(ids) == 1 else ''} "
+            f"{what}; {'it was' if len(ids) == 1 else 'they were'} left out and the run went ahead without "
+            f"{'it' if len(ids) == 1 else 'them'}.")

@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("interrupts", "0021_notifications"),
+        ("interrupts", "0022_pending_tool_calls_and_protocol_version"),
     ]
 
     operations = [
