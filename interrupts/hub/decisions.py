@@ -534,13 +534,14 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
         open=Count("pk", filter=Q(status=Interrupt.Status.PENDING)),
         expired=Count("pk", filter=Q(status=Interrupt.Status.EXPIRED)),
         approved_before=Count("pk", filter=Q(status=Interrupt.Status.RESOLVED) & ~Q(pk=interrupt.pk)),
+        size=Count("pk"),
     )
     open_left = batch["open"] > 0
     if not open_left and batch["approved_before"] and _reopen_lapsed(run, timezone.now(), [interrupt.pk]):
         open_left = True
     # Expired interrupts do not keep it open: the resume cancels them (C20).
     if not open_left:
-        runs.queue_resume(run, user=user, expired=bool(batch["expired"]))
+        runs.queue_resume(run, user=user, expired=bool(batch["expired"]), size=batch["size"])
     notify.decided(interrupt, user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)

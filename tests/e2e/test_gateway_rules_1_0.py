@@ -14,18 +14,18 @@ def _answered(first, thread: str, run: str, answer: bool) -> dict:
 
 
 async def test_c23_the_client_gets_the_pending_calls_and_must_answer_them_to_go_on(gateway, scripted, api):
-    first = await gateway("x-frontend-tool", new_input("gw-front"))
+    first = await gateway("x-frontend-tool", new_input("gw-front-1-0"))
     # The agent's events reach the client unchanged: its RUN_STARTED and its version (P66), its outcome (P28).
     assert first.events[0]["protocolVersion"] == "1.0"
     assert first.last["outcome"] == {"type": "success", "pendingToolCallIds": ["tc-front"]}
-    assert finished_run(api, "r1", thread="gw-front")["status"] == "waiting_on_client"
-    refused = await gateway("x-frontend-tool", _answered(first, "gw-front", "r2", answer=False))
+    assert finished_run(api, "r1", thread="gw-front-1-0")["status"] == "waiting_on_client"
+    refused = await gateway("x-frontend-tool", _answered(first, "gw-front-1-0", "r2", answer=False))
     assert refused.types == ["RUN_STARTED", "RUN_ERROR"] and refused.last["code"] == "UNANSWERED_TOOL_CALLS"
     assert "tc-front" in refused.last["message"]
-    assert scripted.calls[("frontend-tool", "gw-front")] == 1  # the agent never heard of it
-    second = await gateway("x-frontend-tool", _answered(first, "gw-front", "r3", answer=True))
+    assert scripted.calls[("frontend-tool", "gw-front-1-0")] == 1  # the agent never heard of it
+    second = await gateway("x-frontend-tool", _answered(first, "gw-front-1-0", "r3", answer=True))
     assert second.said() == ["told 5 May"]  # the answer reached the agent, keyed by toolCallId
-    assert finished_run(api, "r3", thread="gw-front")["status"] == "succeeded"
+    assert finished_run(api, "r3", thread="gw-front-1-0")["status"] == "succeeded"
 
 
 async def test_c21_a_call_left_without_result_or_field_is_pending_too(gateway, api):
@@ -51,7 +51,8 @@ async def test_p16_an_entry_naming_no_interrupt_is_left_out_and_the_client_warne
     [warning] = _warnings(second)
     assert warning["code"] == "UNRECOGNISED_RESUME_ENTRY" and "int-stranger" in warning["message"]
     assert second.last["outcome"]["type"] == "success"
-    [sent] = [body for path, body in scripted.bodies if path == "approve" and body["runId"] == "r2"]
+    [sent] = [body for path, body in scripted.bodies
+              if path == "approve" and body["threadId"] == "gw-p16" and body["runId"] == "r2"]
     assert [e["interruptId"] for e in sent["resume"]] == ["int-1"]
     assert sent["protocolVersion"] == "1.0"  # C64: Countersign's own, on what it sends
 

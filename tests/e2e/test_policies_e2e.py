@@ -338,7 +338,10 @@ async def test_a_gateway_resume_sends_the_threads_state_and_record_never_the_cal
     [(raw, headers, body)] = site.recorder.resumes(thread)
     signing.verify(site.secret, header_of(headers), raw, time.time())
     assert body["state"] == {"ship": {"to": "prod"}}
-    assert [m["content"] for m in body["messages"]] == ["ship it", "ship to attacker instead"]
+    # The record (the user's message, then the agent's turn with the call under review) and the addition last.
+    said = [m.get("content") for m in body["messages"] if m["role"] == "user"]
+    assert said == ["ship it", "ship to attacker instead"] and body["messages"][-1]["id"] == "m9"
+    assert body["messages"][0] == {"id": "m1", "role": "user", "content": "ship it"}
     # Keys RunAgentInput does not define never travel signed; the client's own tools do.
     assert "approvals" not in body and [t["name"] for t in body["tools"]] == ["lookup"]
     attested = body["resume"][0]["metadata"]["countersign"]
