@@ -14,9 +14,8 @@ and the run finishes.
 
 import pytest
 
-from .conftest import decide, resumed
-from .refund_peers import (executed, new_order, paused, paused_through_the_gateway, resumed_through_the_gateway,
-                           served, succeeded)
+from .refund_peers import (decided, executed, new_order, paused,
+                           paused_through_the_gateway, resumed_through_the_gateway, served)
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +39,14 @@ def test_approve(api, crewai):
     order = new_order("CRW")
     run, asked = paused(api, "crewai", order)
     assert executed(crewai, order) == []  # nothing runs before the decision
-    decide(api, asked, action="approve")
-    succeeded(resumed(api, asked))
+    decided(api, asked, action="approve")
     assert executed(crewai, order) == [{"thread": run["thread"], "order": order, "amount": 42}]
 
 
 def test_reject(api, crewai):
     order = new_order("CRW")
     run, asked = paused(api, "crewai", order)
-    decide(api, asked, action="reject")
-    succeeded(resumed(api, asked))
+    decided(api, asked, action="reject")
     assert executed(crewai, order) == []
 
 
