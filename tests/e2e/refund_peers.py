@@ -77,6 +77,14 @@ def paused(api, agent: str, order: str):
     return run, asked
 
 
+def shows_the_refund(api, asked: dict, order: str) -> None:
+    """The inbox entry and the interrupt's page both show the refund itself, with its proposed args."""
+    detail = api.get(f"/api/interrupts/{asked['id']}/").json()
+    for shown in (asked, detail):
+        assert shown["tool_name"] == "issue_refund", shown["tool_name"]
+        assert shown["proposed_args"] == {"order": order, "amount": 42}
+
+
 def succeeded(done: dict) -> None:
     assert done["status"] == "succeeded", (done["status"], done.get("error_code"), done.get("error_message"))
 

@@ -13,7 +13,8 @@ the run finishes.
 import pytest
 
 from .refund_peers import (decided, executed, new_order, paused,
-                           paused_through_the_gateway, resumed_through_the_gateway, said, served)
+                           paused_through_the_gateway, resumed_through_the_gateway, said, served,
+                           shows_the_refund)
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +27,7 @@ def test_the_card_shows_the_tool_adk_asks_about_not_its_wrapper(api, adk):
     order = new_order("ADK")
     run, asked = paused(api, "adk", order)
     assert asked["reason"] == "confirmation"
-    detail = api.get(f"/api/interrupts/{asked['id']}/").json()
-    for shown in (asked, detail):
-        assert shown["tool_name"] == "issue_refund", shown["tool_name"]
-        assert shown["proposed_args"] == {"order": order, "amount": 42}
+    shows_the_refund(api, asked, order)
 
 
 def test_approve(api, adk):
