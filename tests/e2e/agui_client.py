@@ -32,7 +32,7 @@ class AguiClient:
             body["resume"] = resume
         streamed = await post_run(self.url, body, self.headers)
         for event in streamed.events:
-            self.apply(event, body)
+            self.apply(event)
         return streamed
 
     def _tool_call(self, call_id: str):
@@ -42,7 +42,7 @@ class AguiClient:
                     return message, call
         return None, None
 
-    def apply(self, event: dict, sent: dict) -> None:  # noqa: C901 (one branch per event type, as the reducer)
+    def apply(self, event: dict) -> None:  # noqa: C901 (one branch per event type, as the reducer)
         kind, by_id = event["type"], {m["id"]: m for m in self.messages}
         if kind == "RUN_STARTED":
             for message in (event.get("input") or {}).get("messages") or []:
@@ -94,3 +94,12 @@ class AguiClient:
         elif kind == "RUN_FINISHED":
             outcome = event.get("outcome") or {}
             self.pending = list(outcome.get("interrupts") or []) if outcome.get("type") == "interrupt" else []
+
+
+def held_after(sent: list[dict], streamed: Streamed) -> list[dict]:
+    """The messages the client holds once ``streamed`` is in, having sent ``sent``: what it sends next."""
+    client = AguiClient("", {}, "")
+    client.messages = copy.deepcopy(sent)
+    for event in streamed.events:
+        client.apply(event)
+    return client.messages

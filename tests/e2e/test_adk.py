@@ -12,9 +12,9 @@ the run finishes.
 
 import pytest
 
-from .conftest import decide, resumed
-from .refund_peers import (executed, new_order, paused, paused_through_the_gateway, resumed_through_the_gateway,
-                           said, served, succeeded)
+from .refund_peers import (decided, executed, new_order, paused,
+                           paused_through_the_gateway, resumed_through_the_gateway, said, served,
+                           shows_the_refund)
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +27,14 @@ def test_the_card_shows_the_tool_adk_asks_about_not_its_wrapper(api, adk):
     order = new_order("ADK")
     run, asked = paused(api, "adk", order)
     assert asked["reason"] == "confirmation"
-    detail = api.get(f"/api/interrupts/{asked['id']}/").json()
-    for shown in (asked, detail):
-        assert shown["tool_name"] == "issue_refund", shown["tool_name"]
-        assert shown["proposed_args"] == {"order": order, "amount": 42}
+    shows_the_refund(api, asked, order)
 
 
 def test_approve(api, adk):
     order = new_order("ADK")
     run, asked = paused(api, "adk", order)
     assert executed(adk, order) == []  # nothing runs before the decision
-    decide(api, asked, action="approve")
-    done = resumed(api, asked)
-    succeeded(done)
+    done = decided(api, asked, action="approve")
     assert executed(adk, order) == [{"thread": run["thread"], "order": order, "amount": 42}]
     assert said(api, run["thread"], done["run_id"]) == [f"Done: refunded 42 EUR on {order}."]
 
@@ -47,9 +42,7 @@ def test_approve(api, adk):
 def test_reject(api, adk):
     order = new_order("ADK")
     run, asked = paused(api, "adk", order)
-    decide(api, asked, action="reject")
-    done = resumed(api, asked)
-    succeeded(done)
+    done = decided(api, asked, action="reject")
     assert executed(adk, order) == []
     assert said(api, run["thread"], done["run_id"]) == ["The refund was not issued."]
 

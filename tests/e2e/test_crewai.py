@@ -14,9 +14,9 @@ and the run finishes.
 
 import pytest
 
-from .conftest import decide, resumed
-from .refund_peers import (executed, new_order, paused, paused_through_the_gateway, resumed_through_the_gateway,
-                           served, succeeded)
+from .refund_peers import (decided, executed, new_order, paused,
+                           paused_through_the_gateway, resumed_through_the_gateway, served,
+                           shows_the_refund)
 
 
 @pytest.fixture(scope="module")
@@ -30,26 +30,21 @@ def test_the_card_shows_the_proposal(api, crewai):
     order = new_order("CRW")
     run, asked = paused(api, "crewai", order)
     assert asked["reason"] == "crewai:human_feedback" and asked["interrupt_id"] == run["thread"]
-    detail = api.get(f"/api/interrupts/{asked['id']}/").json()
-    for shown in (asked, detail):
-        assert shown["tool_name"] == "issue_refund", shown["tool_name"]
-        assert shown["proposed_args"] == {"order": order, "amount": 42}
+    shows_the_refund(api, asked, order)
 
 
 def test_approve(api, crewai):
     order = new_order("CRW")
     run, asked = paused(api, "crewai", order)
     assert executed(crewai, order) == []  # nothing runs before the decision
-    decide(api, asked, action="approve")
-    succeeded(resumed(api, asked))
+    decided(api, asked, action="approve")
     assert executed(crewai, order) == [{"thread": run["thread"], "order": order, "amount": 42}]
 
 
 def test_reject(api, crewai):
     order = new_order("CRW")
     run, asked = paused(api, "crewai", order)
-    decide(api, asked, action="reject")
-    succeeded(resumed(api, asked))
+    decided(api, asked, action="reject")
     assert executed(crewai, order) == []
 
 

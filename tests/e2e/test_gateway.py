@@ -11,6 +11,7 @@ import pytest
 
 from ..agui import Streamed, resume_body
 from ..loopback import frame
+from .agui_client import held_after
 from .conftest import finished_run, new_input, pending, wait_for
 from .scripted_agent import SCRIPTS, approve_interrupt, finished, started
 
@@ -139,44 +140,7 @@ async def test_a_run_id_two_clients_both_chose_is_found_by_thread(gateway, api):
     assert api.get("/api/runs/dup-run/", params={"thread": "gw-amb-2"}).json()["thread"] == "gw-amb-2"
 
 
-# --- The client's own history (as @ag-ui/client builds it) --------------------------------------
-
-
-def client_history(sent: list[dict], streamed: Streamed) -> list[dict]:
-    """The messages @ag-ui/client holds after ``streamed``, having sent ``sent``: what it sends next.
-
-    A minimal fold of the events these tests stream (defaultApplyEvents in
-    @ag-ui/client: text, tool calls and results, MESSAGES_SNAPSHOT's merge),
-    until the project's own conversation fold replaces it.
-    """
-    messages = copy.deepcopy(sent)
-    by_id = lambda mid: next((m for m in messages if m["id"] == mid), None)  # noqa: E731
-    call_of = lambda cid: next(c for m in messages for c in m.get("toolCalls") or () if c["id"] == cid)  # noqa: E731
-    for event in streamed.events:
-        kind = event["type"]
-        if kind == "TEXT_MESSAGE_START" and by_id(event["messageId"]) is None:
-            messages.append({"id": event["messageId"], "role": event.get("role", "assistant"), "content": ""})
-        elif kind == "TEXT_MESSAGE_CONTENT":
-            by_id(event["messageId"])["content"] += event["delta"]
-        elif kind == "TOOL_CALL_START":
-            parent = by_id(event.get("parentMessageId") or event["toolCallId"])
-            if parent is None:
-                parent = {"id": event.get("parentMessageId") or event["toolCallId"], "role": "assistant",
-                          "toolCalls": []}
-                messages.append(parent)
-            parent.setdefault("toolCalls", []).append({"id": event["toolCallId"], "type": "function", "function": {
-                "name": event["toolCallName"], "arguments": ""}})
-        elif kind == "TOOL_CALL_ARGS":
-            call_of(event["toolCallId"])["function"]["arguments"] += event["delta"]
-        elif kind == "TOOL_CALL_RESULT":
-            messages.append({"id": event["messageId"], "role": "tool", "toolCallId": event["toolCallId"],
-                             "content": event["content"]})
-        elif kind == "MESSAGES_SNAPSHOT":
-            snapshot = {m["id"]: m for m in event["messages"]}
-            kept = [snapshot.pop(m["id"]) if m["id"] in snapshot else m for m in messages
-                    if m["id"] in snapshot or m["role"] in ("activity", "reasoning")]
-            messages = kept + [m for m in event["messages"] if m["id"] in snapshot]
-    return messages
+# --- The client's own history (as @ag-ui/client builds it: agui_client.py) ----------------
 
 
 ASKED = [{"id": "m-ask", "role": "user", "content": "Clean up acme/web"}]
@@ -194,7 +158,7 @@ def sent_to_agent(scripted, thread: str) -> list[dict]:
 
 async def test_a_client_s_own_history_gets_its_approval_resumed(gateway, scripted):
     first = await gateway("x-approve", new_input("gw-history", messages=ASKED))
-    history = client_history(ASKED, first)
+    history = held_after(ASKED, first)
     # The call the reviewers decide, as the client built it from TOOL_CALL_START/ARGS (no snapshot came).
     assert history[1]["toolCalls"][0]["function"] == {"name": "deleteRepo", "arguments": '{"repo": "acme/web"}'}
     second = await gateway("x-approve", answer(first, "gw-history", "r2", history))
@@ -212,7 +176,7 @@ async def test_a_history_contradicting_what_the_reviewers_decide_is_refused_befo
         gateway, scripted, api, forge, code):
     thread = f"gw-forged-{code.lower()}"
     first = await gateway("x-approve", new_input(thread, messages=ASKED))
-    history = client_history(ASKED, first)
+    history = held_after(ASKED, first)
     forged = copy.deepcopy(history)
     forge(forged)
     refused = await gateway("x-approve", answer(first, thread, "r2", forged))
@@ -250,7 +214,7 @@ def frontend_agent(hub, scripted):
 async def test_c23_a_frontend_tool_s_result_in_the_client_s_history_reaches_the_agent(gateway, scripted,
                                                                                       frontend_agent):
     first = await gateway(frontend_agent, new_input("gw-front", messages=ASKED))
-    history = client_history(ASKED, first)
+    history = held_after(ASKED, first)
     answered = {"id": "m-front-result", "role": "tool", "toolCallId": "tc-front", "content": json.dumps("blue")}
     second = await gateway(frontend_agent, answer(first, "gw-front", "r2", history + [answered]))
     assert second.last["type"] == "RUN_FINISHED"

@@ -12,9 +12,8 @@ the run finishes.
 
 import pytest
 
-from .conftest import decide, resumed
-from .refund_peers import (executed, new_order, paused, paused_through_the_gateway, resumed_through_the_gateway,
-                           said, served, succeeded)
+from .refund_peers import (decided, executed, new_order, paused,
+                           paused_through_the_gateway, resumed_through_the_gateway, said, served)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +35,7 @@ def test_approve(api, strands):
     order = new_order("STR")
     run, asked = paused(api, "strands", order)
     assert executed(strands, order) == []  # nothing runs before the decision
-    decide(api, asked, action="approve")
-    done = resumed(api, asked)
-    succeeded(done)
+    done = decided(api, asked, action="approve")
     assert executed(strands, order) == [{"thread": run["thread"], "order": order, "amount": 42}]
     assert said(api, run["thread"], done["run_id"]) == [f"Done: refunded 42 EUR on {order}."]
 
@@ -46,9 +43,7 @@ def test_approve(api, strands):
 def test_reject(api, strands):
     order = new_order("STR")
     run, asked = paused(api, "strands", order)
-    decide(api, asked, action="reject")
-    done = resumed(api, asked)
-    succeeded(done)
+    done = decided(api, asked, action="reject")
     assert executed(strands, order) == []
     [reply] = said(api, run["thread"], done["run_id"])
     assert reply.startswith("The refund was not issued: ")

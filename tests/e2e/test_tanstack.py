@@ -20,8 +20,8 @@ from interrupts.protocol import dialects
 
 from ..agui import post_run, resume_body
 from ..servers import ROOT, free_port, stop_process
+from .agui_client import held_after
 from .conftest import events, finished_run, pending, run_of, start, wait_for
-from .test_gateway import client_history
 
 PEER = ROOT / "tests" / "external" / "tanstack"
 CONTINUATION = "tanstack:interruptContinuation"
@@ -284,7 +284,7 @@ async def test_through_the_gateway_tanstack_s_own_client_resume_is_taken(hub, ta
     [asked] = first.interrupts
     entries = as_tanstack_client(tanstack, first, [
         {"interruptId": asked["id"], "status": "resolved", "payload": {"approved": True}}])
-    body = {**answer(first, "ts-gw-own", "r2", entries), "messages": client_history(ASKED, first)}
+    body = {**answer(first, "ts-gw-own", "r2", entries), "messages": held_after(ASKED, first)}
     second = await post_run(url, body, headers)
     assert second.problems() == []
     assert second.said() == ["Resumed: review-refund=approved."]
@@ -300,7 +300,7 @@ async def test_through_the_gateway_tanstack_s_own_client_answers_two_at_once(hub
     entries = as_tanstack_client(tanstack, first, [
         {"interruptId": first.interrupts[0]["id"], "status": "resolved", "payload": {"approved": True}},
         {"interruptId": first.interrupts[1]["id"], "status": "cancelled"}])
-    body = {**answer(first, "ts-gw-own-2", "r2", entries), "messages": client_history(ASKED, first)}
+    body = {**answer(first, "ts-gw-own-2", "r2", entries), "messages": held_after(ASKED, first)}
     second = await post_run(url, body, headers)
     assert second.problems() == []
     assert second.said() == ["Resumed: confirm-email=approved, confirm-invoice=cancelled."]

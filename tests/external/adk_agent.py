@@ -5,17 +5,14 @@ an order, and it calls ``issue_refund(order=<that message>, amount=42)``; given
 the tool's response, it says what happened. The tool is a ``FunctionTool(..., require_confirmation=True)``,
 so ADK pauses on its own ``adk_request_confirmation`` call, and ag-ui-adk
 (``emit_interrupt_outcome=True``) reports that pause as an AG-UI interrupt.
-Each time the refund really runs, its args are kept: ``GET /executed`` answers
+Each time the refund really runs, its args are kept (tests/external/refund_service.py): ``GET /executed`` answers
 ``{"executed": [{"thread": ..., "order": ..., "amount": ...}, ...]}``, and
 ``--record FILE`` appends the same as JSON lines.
 
     .venv-adk/bin/python tests/external/adk_agent.py --port 8767
 """
 
-import argparse
-import json
 import os
-import sys
 
 # ADK exports no traces unless told to; this keeps OpenTelemetry off even if
 # the environment configures an exporter. Set before ADK is imported.
@@ -23,7 +20,6 @@ os.environ["OTEL_SDK_DISABLED"] = "true"
 
 from typing import AsyncGenerator  # noqa: E402
 
-import uvicorn  # noqa: E402
 from ag_ui_adk import ADKAgent, add_adk_fastapi_endpoint  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
@@ -33,17 +29,12 @@ from google.adk.models.llm_response import LlmResponse  # noqa: E402
 from google.adk.tools import FunctionTool, ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
 
-EXECUTED: list[dict] = []
-RECORD: str | None = None
+import refund_service  # noqa: E402
 
 
 def issue_refund(order: str, amount: float, tool_context: ToolContext) -> dict:
     """Refund ``amount`` EUR on ``order``."""
-    done = {"thread": _thread_of(tool_context), "order": order, "amount": amount}
-    EXECUTED.append(done)
-    if RECORD:
-        with open(RECORD, "a") as out:
-            out.write(json.dumps(done) + "\n")
+    refund_service.record({"thread": _thread_of(tool_context), "order": order, "amount": amount})
     return {"status": "refunded", "order": order, "amount": amount}
 
 
@@ -89,38 +80,9 @@ def build_app() -> FastAPI:
                       use_in_memory_services=True, use_thread_id_as_session_id=True,
                       emit_messages_snapshot=True, emit_interrupt_outcome=True)
     app = FastAPI()
-
-    @app.get("/executed")
-    def executed():
-        return {"executed": EXECUTED}
-
-    @app.get("/health")
-    def health():
-        return {"status": "ok", "agent": {"name": "refunds"}}
-
     add_adk_fastapi_endpoint(app, served, path="/")
     return app
 
 
-def main() -> None:
-    global RECORD
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8767)
-    parser.add_argument("--record", help="append each executed refund to this file, as JSON lines")
-    args = parser.parse_args()
-    RECORD = args.record
-    config = uvicorn.Config(build_app(), host="127.0.0.1", port=args.port, log_level="warning")
-    server = uvicorn.Server(config)
-    original_startup = server.startup
-
-    async def startup(sockets=None):
-        await original_startup(sockets)
-        print(f"ready on http://127.0.0.1:{args.port}", flush=True)
-
-    server.startup = startup
-    server.run()
-    sys.exit(0)
-
-
 if __name__ == "__main__":
-    main()
+    refund_service.main(build_app, doc=__doc__, port=8767)

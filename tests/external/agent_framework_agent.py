@@ -16,19 +16,17 @@ pauses with an interrupt per approval (plus its CUSTOM
 ``function_approval_request`` and a synthetic ``confirm_changes`` tool call);
 once the tool has run, or was refused, the model says ``Done: refunded ...``
 or ``Not refunded: ...`` and the run ends. Every execution of the tool is
-recorded: ``GET /executed`` answers ``{"executed": [{"order", "amount"}, ...]}``.
+recorded (tests/external/refund_service.py): ``GET /executed`` answers
+``{"executed": [{"order", "amount"}, ...]}``.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
-import uvicorn
 from agent_framework import (
     Agent,
     BaseChatClient,
@@ -42,16 +40,15 @@ from agent_framework import (
 from agent_framework_ag_ui import add_agent_framework_fastapi_endpoint
 from fastapi import FastAPI
 
-HOST = "127.0.0.1"
-AMOUNT = 42
+import refund_service
 
-executed: list[dict] = []
+AMOUNT = 42
 
 
 @tool(approval_mode="always_require")
 def issue_refund(order: str, amount: int) -> str:
     """Refund ``amount`` EUR on ``order``."""
-    executed.append({"order": order, "amount": amount})
+    refund_service.record({"order": order, "amount": amount})
     return f"refunded {amount} EUR on {order}"
 
 
@@ -90,34 +87,8 @@ def app() -> FastAPI:
     agent = Agent(client=ScriptedChatClient(), name="refunds", instructions="Refund orders.", tools=[issue_refund])
     # One caller (Countersign) per test: no per-user scoping of threads.
     add_agent_framework_fastapi_endpoint(api, agent, "/refund/", single_user=True)
-
-    @api.get("/executed")
-    def executions() -> dict:
-        return {"executed": executed}
-
-    @api.get("/health")
-    def health() -> dict:
-        return {"status": "ok"}
-
     return api
 
 
-async def serve(port: int) -> None:
-    # A second is enough to finish a stream at SIGTERM: the tests wait for the process.
-    server = uvicorn.Server(uvicorn.Config(app(), host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=1))
-    serving = asyncio.create_task(server.serve())
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.05)
-    if server.started:
-        print(f"ready on http://{HOST}:{port}", flush=True)
-    await serving
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8768)
-    asyncio.run(serve(parser.parse_args().port))
-
-
 if __name__ == "__main__":
-    main()
+    refund_service.main(app, doc=__doc__, port=8768)

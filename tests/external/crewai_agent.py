@@ -8,14 +8,13 @@ interrupt (``emit_interrupt_outcome=True``) whose metadata carries the proposal.
 The next step gets the answer as JSON text (``{"approved": true}`` or
 ``{"approved": false}``, Countersign's approve and reject) and issues the
 refund with the proposal's args only when approved. Each time the refund
-really runs, its args are kept: ``GET /executed`` answers
+really runs, its args are kept (tests/external/refund_service.py): ``GET /executed`` answers
 ``{"executed": [{"thread": ..., "order": ..., "amount": ...}, ...]}``, and
 ``--record FILE`` appends the same as JSON lines.
 
     .venv-crewai/bin/python tests/external/crewai_agent.py --port 8769
 """
 
-import argparse
 import json
 import os
 
@@ -27,22 +26,16 @@ for flag in ("OTEL_SDK_DISABLED", "CREWAI_DISABLE_TELEMETRY", "CREWAI_DISABLE_TR
     os.environ[flag] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
-import uvicorn  # noqa: E402
 from ag_ui_crewai import add_crewai_flow_fastapi_endpoint, agui_feedback_provider  # noqa: E402
 from crewai.flow.flow import Flow, listen, start  # noqa: E402
 from crewai.flow.human_feedback import HumanFeedbackResult, human_feedback  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-EXECUTED: list[dict] = []
-RECORD: str | None = None
+import refund_service  # noqa: E402
 
 
 def issue_refund(thread: str, order: str, amount: float) -> str:
-    done = {"thread": thread, "order": order, "amount": amount}
-    EXECUTED.append(done)
-    if RECORD:
-        with open(RECORD, "a") as out:
-            out.write(json.dumps(done) + "\n")
+    refund_service.record({"thread": thread, "order": order, "amount": amount})
     return f"refunded {amount} EUR on {order}"
 
 
@@ -69,36 +62,9 @@ class RefundFlow(Flow):
 
 def build_app() -> FastAPI:
     app = FastAPI()
-
-    @app.get("/executed")
-    def executed():
-        return {"executed": EXECUTED}
-
-    @app.get("/health")
-    def health():
-        return {"status": "ok", "agent": {"name": "refunds"}}
-
     add_crewai_flow_fastapi_endpoint(app, RefundFlow(), "/", emit_interrupt_outcome=True)
     return app
 
 
-def main() -> None:
-    global RECORD
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8769)
-    parser.add_argument("--record", help="append each executed refund to this file, as JSON lines")
-    args = parser.parse_args()
-    RECORD = args.record
-    server = uvicorn.Server(uvicorn.Config(build_app(), host="127.0.0.1", port=args.port, log_level="warning"))
-    original_startup = server.startup
-
-    async def startup(sockets=None):
-        await original_startup(sockets)
-        print(f"ready on http://127.0.0.1:{args.port}", flush=True)
-
-    server.startup = startup
-    server.run()
-
-
 if __name__ == "__main__":
-    main()
+    refund_service.main(build_app, doc=__doc__, port=8769)

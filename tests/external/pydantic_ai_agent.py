@@ -19,18 +19,15 @@ The model proposes ``issue_refund(order=<the user's last message>, amount=42)``,
 so each test names its own order; Pydantic AI
 pauses with interrupt ``int-<toolCallId>``. Once the tool has run (or was
 denied) the model says ``Done: refunded ...`` or ``Not refunded: ...`` and the
-run ends. Every execution of the tool is recorded: ``GET /executed`` answers
-``{"executed": [{"agent", "thread", "order", "amount"}, ...]}`` in order
-(``agent`` is ``client`` or ``store``).
+run ends. Every execution of the tool is recorded (tests/external/refund_service.py):
+``GET /executed`` answers ``{"executed": [{"agent", "thread", "order", "amount"}, ...]}``
+in order (``agent`` is ``client`` or ``store``).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 
-import uvicorn
 from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.conversation_store import InMemoryConversationStore
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
@@ -38,13 +35,12 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.ui.ag_ui import AGUIAdapter
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-HOST = "127.0.0.1"
-AMOUNT = 42
+import refund_service
 
-executed: list[dict] = []
+AMOUNT = 42
 
 
 async def scripted(messages: list[ModelMessage], info: AgentInfo):
@@ -71,7 +67,7 @@ def build(name: str) -> Agent:
     @agent.tool(requires_approval=True)
     def issue_refund(ctx: RunContext, order: str, amount: int) -> str:
         """Refund ``amount`` EUR on ``order``."""
-        executed.append({"agent": name, "thread": ctx.conversation_id, "order": order, "amount": amount})
+        refund_service.record({"agent": name, "thread": ctx.conversation_id, "order": order, "amount": amount})
         return f"refunded {amount} EUR on {order}"
 
     return agent
@@ -88,37 +84,11 @@ def app() -> Starlette:
     async def store_run(request: Request) -> Response:
         return await AGUIAdapter.dispatch_request(request, agent=stored, conversation_store=store)
 
-    async def executions(request: Request) -> Response:
-        return JSONResponse({"executed": executed})
-
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
     return Starlette(routes=[
         Route("/client/", client_run, methods=["POST"]),
         Route("/store/", store_run, methods=["POST"]),
-        Route("/executed", executions, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
     ])
 
 
-async def serve(port: int) -> None:
-    # A second is enough to finish a stream at SIGTERM: the tests wait for the process.
-    server = uvicorn.Server(uvicorn.Config(app(), host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=1))
-    # A tiny wrapper so the readiness line comes once the socket listens, not before.
-    serving = asyncio.create_task(server.serve())
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.05)
-    if server.started:
-        print(f"ready on http://{HOST}:{port}", flush=True)
-    await serving
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8767)
-    asyncio.run(serve(parser.parse_args().port))
-
-
 if __name__ == "__main__":
-    main()
+    refund_service.main(app, doc=__doc__, port=8767)

@@ -4,14 +4,13 @@ The model is scripted (no LLM, no AWS account, no network): the user's message
 names an order, and it calls ``issue_refund(order=<that message>, amount=42)``;
 given the tool's result, it says what happened. The tool's ``ToolBehavior(interrupt_on_call=True)`` makes
 ag-ui-strands interrupt before it runs and run it only on ``{"approved": true}``.
-Each time the refund really runs, its args are kept: ``GET /executed`` answers
+Each time the refund really runs, its args are kept (tests/external/refund_service.py): ``GET /executed`` answers
 ``{"executed": [{"thread": ..., "order": ..., "amount": ...}, ...]}``, and
 ``--record FILE`` appends the same as JSON lines.
 
     .venv-strands/bin/python tests/external/strands_agent.py --port 8768
 """
 
-import argparse
 import json
 import os
 import uuid
@@ -20,14 +19,12 @@ import uuid
 # this keeps it off even if the environment configures an exporter.
 os.environ["OTEL_SDK_DISABLED"] = "true"
 
-import uvicorn  # noqa: E402
 from ag_ui_strands import StrandsAgent, StrandsAgentConfig, ToolBehavior, add_strands_fastapi_endpoint  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from strands import Agent, ToolContext, tool  # noqa: E402
 from strands.models.model import Model  # noqa: E402
 
-EXECUTED: list[dict] = []
-RECORD: str | None = None
+import refund_service  # noqa: E402
 
 
 @tool(context=True)
@@ -38,11 +35,7 @@ def issue_refund(order: str, amount: int, tool_context: ToolContext) -> dict:
         order: the order's number
         amount: how much to refund, in EUR
     """
-    done = {"thread": tool_context.invocation_state.get("thread"), "order": order, "amount": amount}
-    EXECUTED.append(done)
-    if RECORD:
-        with open(RECORD, "a") as out:
-            out.write(json.dumps(done) + "\n")
+    refund_service.record({"thread": tool_context.invocation_state.get("thread"), "order": order, "amount": amount})
     return {"status": "success", "content": [{"text": f"refunded {amount} EUR on {order}"}]}
 
 
@@ -91,37 +84,10 @@ def build_app() -> FastAPI:
     config = StrandsAgentConfig(tool_behaviors={"issue_refund": ToolBehavior(interrupt_on_call=True)})
     served = StrandsAgent(template, name="refunds", description="Refunds orders.", config=config)
     app = FastAPI()
-
-    @app.get("/executed")
-    def executed():
-        return {"executed": EXECUTED}
-
-    @app.get("/health")
-    def health():
-        return {"status": "ok", "agent": {"name": "refunds"}}
-
     add_strands_fastapi_endpoint(app, served, "/",
                                  invocation_state_provider=lambda request, run: {"thread": run.thread_id})
     return app
 
 
-def main() -> None:
-    global RECORD
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8768)
-    parser.add_argument("--record", help="append each executed refund to this file, as JSON lines")
-    args = parser.parse_args()
-    RECORD = args.record
-    server = uvicorn.Server(uvicorn.Config(build_app(), host="127.0.0.1", port=args.port, log_level="warning"))
-    original_startup = server.startup
-
-    async def startup(sockets=None):
-        await original_startup(sockets)
-        print(f"ready on http://127.0.0.1:{args.port}", flush=True)
-
-    server.startup = startup
-    server.run()
-
-
 if __name__ == "__main__":
-    main()
+    refund_service.main(build_app, doc=__doc__, port=8768)

@@ -224,16 +224,22 @@ def streams(draw):
     def fresh_call():
         return next(calls)
 
+    def fresh_message():
+        """A message id no text or reasoning message of the stream has yet, or None when all are taken."""
+        free = [m for m in MESSAGE_IDS if m not in used_messages]
+        if not free:
+            return None
+        message_id = draw(st.sampled_from(free))
+        used_messages.add(message_id)
+        return message_id
+
     for _ in range(draw(st.integers(1, 12))):
         kind = draw(st.sampled_from(["text", "text-chunk", "tool", "tool-chunk", "result", "reasoning",
                                      "reasoning-chunk", "encrypted", "activity", "activity-delta",
                                      "messages", "state", "delta"]))
         if kind in ("text", "reasoning"):
-            free = [m for m in MESSAGE_IDS if m not in used_messages]
-            if not free:
+            if (message_id := fresh_message()) is None:
                 continue
-            message_id = draw(st.sampled_from(free))
-            used_messages.add(message_id)
             prefix = "TEXT_MESSAGE" if kind == "text" else "REASONING_MESSAGE"
             start = {"type": f"{prefix}_START", "messageId": message_id}
             if kind == "text" and draw(st.booleans()):
@@ -245,11 +251,8 @@ def streams(draw):
                 events.append(_meta({"type": f"{prefix}_CONTENT", "messageId": message_id, "delta": delta}, data))
             events.append(_meta({"type": f"{prefix}_END", "messageId": message_id}, data))
         elif kind in ("text-chunk", "reasoning-chunk"):
-            free = [m for m in MESSAGE_IDS if m not in used_messages]
-            if not free:
+            if (message_id := fresh_message()) is None:
                 continue
-            message_id = draw(st.sampled_from(free))
-            used_messages.add(message_id)
             chunk = "TEXT_MESSAGE_CHUNK" if kind == "text-chunk" else "REASONING_MESSAGE_CHUNK"
             events.append(_meta({"type": chunk, "messageId": message_id, "delta": "x"}, data))
             for delta in draw(st.lists(st.text("ab", min_size=1, max_size=2), max_size=3)):
