@@ -3,8 +3,9 @@
 The hub feeds ``RunLifecycle.accept`` every parsed event of one run, in
 order, and calls ``end_of_stream`` when the connection closes. A stream that
 breaks the run lifecycle of the AG-UI "Events" page (RUN_STARTED first, one
-RUN_FINISHED or RUN_ERROR last, nothing after it, tool-call events in
-start/args/end order) is refused with a ``StreamFault`` whose ``code`` is
+RUN_FINISHED or RUN_ERROR last, nothing after it but one late RUN_ERROR,
+tool-call events in start/args/end order, a continuation attributed as its
+opener) is refused with a ``StreamFault`` whose ``code`` is
 stable and whose ``message`` names what arrived and what was expected.
 
 Alongside, it hands every tool-call event and every MESSAGES_SNAPSHOT to a
@@ -47,6 +48,16 @@ __all__ = [
 OutcomeType = Literal["success", "interrupt", "cancelled", "error"]
 
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+# Streamed items whose later events must carry their opener's owner, or none (C37):
+# the opening event type, and the continuations with the attribute naming the item.
+_OPENERS = {EventType.TEXT_MESSAGE_START: "message_id", EventType.REASONING_MESSAGE_START: "message_id",
+            EventType.TOOL_CALL_START: "tool_call_id"}
+_CONTINUATIONS = {EventType.TEXT_MESSAGE_CONTENT: ("message_id", False),
+                  EventType.TEXT_MESSAGE_END: ("message_id", True),
+                  EventType.REASONING_MESSAGE_CONTENT: ("message_id", False),
+                  EventType.REASONING_MESSAGE_END: ("message_id", True),
+                  EventType.TOOL_CALL_ARGS: ("tool_call_id", False),
+                  EventType.TOOL_CALL_END: ("tool_call_id", True)}
 
 
 class RunLifecycle:
@@ -73,6 +84,9 @@ class RunLifecycle:
         self._count = 0
         self._last_type: str | None = None
         self._declared_version: str | None = None
+        # Open streamed items' owners (subagentRunId, None for the parent), kept until their end (C37).
+        self._owners: dict[tuple[str, str], str | None] = {}
+        self._late_error = False
 
     # --- what the run looks like so far ---------------------------------------------
 
@@ -173,8 +187,9 @@ class RunLifecycle:
     def accept(self, event: BaseEvent) -> None:
         """Take the next event of the stream, or raise ``StreamFault`` if it is out of place.
 
-        Faults: ``NOT_STARTED`` (anything before RUN_STARTED), ``AFTER_END``
-        (anything after RUN_FINISHED/RUN_ERROR), ``DUPLICATE_START``,
+        Faults: ``NOT_STARTED`` (anything but RUN_ERROR before RUN_STARTED), ``AFTER_END``
+        (anything after RUN_FINISHED/RUN_ERROR but one RUN_ERROR after RUN_FINISHED),
+        ``OWNER_MISMATCH`` (a continuation tagged with another subagentRunId than its opener), ``DUPLICATE_START``,
         ``RUN_MISMATCH`` (RUN_STARTED/RUN_FINISHED naming another thread or
         run), ``TOOL_CALL_ORDER`` (tool-call events out of start/args/end
         order) and ``TOO_LARGE`` (tool calls over ``max_tool_call_bytes``).
@@ -183,8 +198,23 @@ class RunLifecycle:
         name = _type_name(event)
         # Order of the checks: a stream that never started or already ended is
         # wrong whatever the event is, so those come before per-type rules.
-        if not self._started and kind != EventType.RUN_STARTED:
+        if not self._started and self._terminal is None and kind == EventType.RUN_ERROR:
+            # 1.0 lets a stream open with RUN_ERROR (a run refused before it started, P1, P19):
+            # the agent's own failure, not a violation to report as Countersign's (C1, C8).
+            self._terminal = event
+            self._count += 1
+            self._last_type = name
+            return
+        if not self._started and self._terminal is None and kind != EventType.RUN_STARTED:
             raise self._not_started(event, name)
+        if (self._terminal is not None and kind == EventType.RUN_ERROR
+                and self._terminal.type == EventType.RUN_FINISHED and not self._late_error):
+            # 1.0 admits one late RUN_ERROR after RUN_FINISHED: the run failed after all (C4, C10).
+            self._late_error = True
+            self._terminal = event
+            self._count += 1
+            self._last_type = name
+            return
         if self._terminal is not None:
             ended_by = _type_name(self._terminal)
             raise StreamFault(
@@ -193,6 +223,7 @@ class RunLifecycle:
                 event_type=name,
                 terminal_type=ended_by,
             )
+        owned = self._owned(event, kind, name) if kind in _OPENERS or kind in _CONTINUATIONS else None
         if kind == EventType.RUN_STARTED:
             if self._started:
                 raise StreamFault(
@@ -226,6 +257,12 @@ class RunLifecycle:
             self._tool_calls.answer(event.tool_call_id, name)
         # Every other event (text, state, steps, TOOL_CALL_RESULT...) is legal
         # anywhere inside the run; the lifecycle has nothing to check there.
+        if owned is not None:
+            key, owner = owned
+            if kind in _OPENERS:
+                self._owners[key] = owner
+            elif _CONTINUATIONS[kind][1]:
+                self._owners.pop(key, None)
         self._count += 1
         self._last_type = name
 
@@ -256,22 +293,36 @@ class RunLifecycle:
     # --- lifecycle rules ------------------------------------------------------------
 
     def _not_started(self, event: BaseEvent, name: str) -> StreamFault:
-        if event.type == EventType.RUN_ERROR:
-            # The agent's own explanation is the most useful thing in this
-            # stream; it goes into the fault so it is recorded, not dropped.
-            said = f"[{event.code}] {event.message}" if event.code else event.message
-            return StreamFault(
-                "NOT_STARTED",
-                f"The agent sent RUN_ERROR before RUN_STARTED: {said}",
-                event_type=name,
-                agent_code=event.code,
-                agent_message=event.message,
-            )
         return StreamFault(
             "NOT_STARTED",
-            f"The agent sent {name} before RUN_STARTED; a run's stream must open with RUN_STARTED.",
+            f"The agent sent {name} before RUN_STARTED; a run's stream must open with RUN_STARTED or RUN_ERROR.",
             event_type=name,
         )
+
+    def _owned(self, event: Any, kind: EventType, name: str) -> tuple[tuple[str, str], str | None]:
+        """(item, owner) of an opener or continuation; refuses a continuation tagged with another owner (C37).
+
+        An untagged continuation is its opener's; one whose opener this stream
+        never carried has nothing to disagree with.
+        """
+        owner = getattr(event, "subagent_run_id", None)
+        attribute = _OPENERS[kind] if kind in _OPENERS else _CONTINUATIONS[kind][0]
+        item = getattr(event, attribute)
+        key = ("tool" if attribute == "tool_call_id" else "message", item)
+        if kind in _OPENERS or key not in self._owners:
+            return key, owner
+        opened_by = self._owners[key]
+        if owner is not None and owner != opened_by:
+            raise StreamFault(
+                "OWNER_MISMATCH",
+                f"{name} for {item!r} is attributed to subagent run {owner!r}, but its opening event was "
+                f"attributed to {'subagent run ' + repr(opened_by) if opened_by else 'the parent agent'}; "
+                "a continuation carries its opener's subagentRunId or none.",
+                event_type=name,
+                subagent_run_id=owner,
+                opened_by=opened_by,
+            )
+        return key, owner
 
     def _check_ids(self, event: Any, name: str) -> None:
         wrong = []

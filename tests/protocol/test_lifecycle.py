@@ -238,28 +238,22 @@ def test_faults_are_protocol_errors_with_a_json_ready_form():
     assert fault.as_dict()["event_type"] == "STATE_SNAPSHOT"
 
 
-def test_an_event_before_run_started_is_refused():
+def test_c1_an_event_before_run_started_is_refused():
     fault = refusal(RunLifecycle(THREAD, RUN), ev("TEXT_MESSAGE_START", messageId="m", role="assistant"))
     assert fault.code == "NOT_STARTED"
     assert "TEXT_MESSAGE_START before RUN_STARTED" in fault.message
 
 
-def test_a_run_error_before_run_started_keeps_what_the_agent_said():
+def test_c1_c8_a_stream_opening_with_run_error_is_the_agent_s_failure_not_a_violation():
+    # 1.0 lets an agent refuse a run before starting it (P1, P19): the run ended, as the agent said.
     lifecycle = RunLifecycle(THREAD, RUN)
-    fault = refusal(lifecycle, ev("RUN_ERROR", code="AUTH_FAILED", message="The API key was revoked."))
-    assert fault.code == "NOT_STARTED"
-    assert "RUN_ERROR before RUN_STARTED" in fault.message
-    assert "AUTH_FAILED" in fault.message and "The API key was revoked." in fault.message
-    assert fault.details["agent_code"] == "AUTH_FAILED"
-    assert fault.details["agent_message"] == "The API key was revoked."
-    # Refused, so the lifecycle is unchanged: not started, not finished.
-    assert not lifecycle.started and not lifecycle.finished
-
-
-def test_a_run_error_without_code_before_run_started_still_carries_its_message():
-    fault = refusal(RunLifecycle(THREAD, RUN), RunErrorEvent(message="boom"))
-    assert fault.message.endswith("boom")
-    assert fault.details["agent_code"] is None
+    error = ev("RUN_ERROR", code="AUTH_FAILED", message="The API key was revoked.")
+    lifecycle.accept(error)
+    lifecycle.end_of_stream()
+    assert (lifecycle.started, lifecycle.finished, lifecycle.outcome_type) == (False, True, "error")
+    assert lifecycle.terminal is error
+    # Nothing may follow it, not even a RUN_STARTED.
+    assert refusal(lifecycle, started()).code == "AFTER_END"
 
 
 @pytest.mark.parametrize(
@@ -311,12 +305,66 @@ def test_a_second_run_started_is_refused():
     ],
     ids=lambda e: e.type.value,
 )
-def test_nothing_may_follow_the_terminal_event(terminal, terminal_type, late):
+def test_c5_nothing_may_follow_the_terminal_event(terminal, terminal_type, late):
+    if terminal_type == "RUN_FINISHED" and late.type.value == "RUN_ERROR":
+        # The one exception, a late RUN_ERROR after RUN_FINISHED (C4): refused once it was used.
+        terminal, terminal_type = late, "RUN_ERROR"
+        fed_ = fed(started(), finished({"type": "success"}), terminal)
+        fault = refusal(fed_, ev("RUN_ERROR", message="later still"))
+        assert fault.code == "AFTER_END" and fed_.terminal is terminal
+        return
     lifecycle = fed(started(), terminal)
     fault = refusal(lifecycle, late)
     assert fault.code == "AFTER_END"
     assert f"{late.type.value} after {terminal_type}" in fault.message
     assert lifecycle.terminal is terminal  # the first end stands
+
+
+@pytest.mark.parametrize("outcome", [{"type": "success"}, interrupt_outcome(), None])
+def test_c4_c10_a_run_error_after_run_finished_makes_the_run_failed(outcome):
+    # Also after an interrupt outcome (C10: an interrupted run is closed, the late RUN_ERROR admitted).
+    lifecycle = fed(started(), finished(outcome))
+    late = ev("RUN_ERROR", code="COMMIT_FAILED", message="The write failed after all.")
+    lifecycle.accept(late)
+    lifecycle.end_of_stream()
+    assert lifecycle.outcome_type == "error" and lifecycle.terminal is late
+    assert lifecycle.interrupts == ()  # a failed run asks nothing
+
+
+@pytest.mark.parametrize(("opener", "continuation", "key"), [
+    ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "messageId"),
+    ("TEXT_MESSAGE_START", "TEXT_MESSAGE_END", "messageId"),
+    ("REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT", "messageId"),
+    ("TOOL_CALL_START", "TOOL_CALL_ARGS", "toolCallId"),
+    ("TOOL_CALL_START", "TOOL_CALL_END", "toolCallId"),
+])
+@pytest.mark.parametrize(("opened_by", "tagged"), [("sub-1", "sub-2"), (None, "sub-2")])
+def test_c37_a_continuation_tagged_with_another_owner_than_its_opener_is_refused(
+        opener, continuation, key, opened_by, tagged):
+    extra = {"toolCallName": "sendEmail"} if opener == "TOOL_CALL_START" else {"role": (
+        "reasoning" if opener.startswith("REASONING") else "assistant")}
+    owner = {"subagentRunId": opened_by} if opened_by else {}
+    lifecycle = fed(started(), ev(opener, **{key: "x-1"}, **extra, **owner))
+    delta = {} if continuation.endswith("_END") else {"delta": "{}"}
+    fault = refusal(lifecycle, ev(continuation, **{key: "x-1"}, **delta, subagentRunId=tagged))
+    assert fault.code == "OWNER_MISMATCH"
+    assert fault.details == {"event_type": continuation, "subagent_run_id": tagged, "opened_by": opened_by}
+
+
+def test_c37_an_untagged_or_agreeing_continuation_is_its_opener_s():
+    lifecycle = fed(
+        started(),
+        ev("TEXT_MESSAGE_START", messageId="m-1", role="assistant", subagentRunId="sub-1"),
+        ev("TEXT_MESSAGE_CONTENT", messageId="m-1", delta="Hi"),
+        ev("TEXT_MESSAGE_CONTENT", messageId="m-1", delta="!", subagentRunId="sub-1"),
+        ev("TEXT_MESSAGE_END", messageId="m-1"),
+        ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail", subagentRunId="sub-1"),
+        ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT),
+        ev("TOOL_CALL_END", toolCallId="tc-1", subagentRunId="sub-1"),
+        finished(),
+    )
+    lifecycle.end_of_stream()
+    assert lifecycle.outcome_type == "success"
 
 
 def test_args_for_a_tool_call_never_started_are_refused():
