@@ -250,7 +250,11 @@ class RunLifecycle:
         elif kind == EventType.TOOL_CALL_END:
             self._tool_calls.end(event.tool_call_id, name)
         elif kind == EventType.TOOL_CALL_CHUNK:
-            self._tool_calls.chunk(event.tool_call_id, event.tool_call_name, event.delta, name)
+            self._tool_calls.chunk(event.tool_call_id, event.tool_call_name, event.delta, name,
+                                   getattr(event, "subagent_run_id", None))
+        elif kind in (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR):
+            # Its own chunk streams end with it, and no one else's (C38).
+            self._tool_calls.close_chunked(event.subagent_run_id)
         elif kind == EventType.MESSAGES_SNAPSHOT:
             self._tool_calls.learn_from_snapshot(event.messages, name)
         elif kind == EventType.TOOL_CALL_RESULT:

@@ -61,7 +61,7 @@ def test_c1_c8_an_agents_error_before_run_started_is_its_own_failure_not_a_fault
     assert log[-1]["payload"]["code"] == "BOOM"
 
 
-def test_an_agents_own_run_error_fails_the_run_with_its_code(api):
+def test_c7_an_agents_own_run_error_fails_the_run_with_its_code(api):
     run, log = failed(api, "x-agent-error")
     assert (run["error_code"], run["error_message"]) == ("QUOTA", "out of credits")
     assert log[-1]["from_agent"] is True

@@ -261,6 +261,26 @@ async def test_c11_c37_a_contradicting_stream_fails_the_run(agent, path, code):
     assert not await Interrupt.objects.filter(run_id=run.pk).aexists()
 
 
+async def test_c33_c34_a_truncated_run_fails_keeps_what_it_delivered_and_gets_no_run_finished(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/no-terminal/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    # A synthetic failure of Countersign's (C34 allows it), never success and never a RUN_FINISHED (C33).
+    assert (ended.status, ended.error_code) == ("failed", "INCOMPLETE_STREAM")
+    assert [(kind, mine) for _seq, kind, mine in await log_of(run.pk)] == [
+        ("RUN_STARTED", True), ("TEXT_MESSAGE_START", True), ("RUN_ERROR", False)]
+
+
+async def test_c71_a_capability_declared_false_does_not_stop_the_stream_being_read(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/approve/",
+                                           capabilities={"humanInTheLoop": {"interrupts": False}})
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    # The stream is authoritative: the interrupt it raised waits for people.
+    assert ended.status == "interrupted"
+    assert await Interrupt.objects.filter(run_id=run.pk, status="pending").acount() == 1
+
+
 async def test_a_malformed_event_is_kept_raw_in_the_run_error(agent):
     run = await sync_to_async(claimed_run)(f"{agent.url}/malformed/")
     await streamed(run.pk)

@@ -540,7 +540,7 @@ def test_the_first_chunk_of_a_call_must_name_its_tool():
     assert "tc-1" in fault.message and "toolCallName" in fault.message
 
 
-def test_invalid_json_args_are_a_problem_not_an_exception():
+def test_c27_invalid_json_args_are_a_problem_not_an_exception():
     lifecycle = fed(started(), *proposal("tc-1", deltas=['{"to": "a@b.com",', ' "subject": }']), finished())
     name, args, problems = lifecycle.proposed_args("tc-1")
     assert name == "sendEmail"
@@ -567,7 +567,7 @@ def test_args_that_are_not_a_json_object_are_reported(text, expected_args, fragm
     assert len(problems) == 1 and fragment in problems[0]
 
 
-def test_a_call_without_tool_call_end_may_be_incomplete():
+def test_c26_a_call_without_tool_call_end_may_be_incomplete():
     lifecycle = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail"),
                     ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT), finished())
     assert not lifecycle.tool_calls["tc-1"].ended
@@ -660,3 +660,62 @@ def test_the_budget_is_exact_and_a_streamed_call_keeps_its_snapshot_copy_charged
             lifecycle.accept(event)
     assert err.value.code == "TOO_LARGE"
     assert err.value.details["size"] == exact
+
+
+# --------------------------------------------------------------------------- #
+# Subagents' streams (AG-UI 1.0, C38, C39, C41)
+# --------------------------------------------------------------------------- #
+
+
+def chunk(owner=None, **fields):
+    return ev("TOOL_CALL_CHUNK", **fields, **({"subagentRunId": owner} if owner else {}))
+
+
+def test_c38_interleaved_subagents_keep_their_own_chunked_calls_and_one_ending_closes_only_its_own():
+    lifecycle = fed(
+        started(),
+        chunk("sub-1", toolCallId="tc-a", toolCallName="sendEmail", delta='{"to": '),
+        chunk("sub-2", toolCallId="tc-b", toolCallName="archive", delta='{"id": '),
+        chunk("sub-1", delta='"a@b.com"}'),
+        ev("SUBAGENT_FINISHED", subagentRunId="sub-1"),
+        chunk("sub-2", delta="7}"),
+        finished(),
+    )
+    lifecycle.end_of_stream()
+    assert lifecycle.proposed_args("tc-a").args == {"to": "a@b.com"}
+    assert lifecycle.proposed_args("tc-b").args == {"id": 7}
+
+
+def test_c39_an_untagged_id_less_chunk_two_subagents_could_continue_is_refused():
+    lifecycle = fed(
+        started(),
+        chunk("sub-1", toolCallId="tc-a", toolCallName="sendEmail", delta="{"),
+        chunk("sub-2", toolCallId="tc-b", toolCallName="archive", delta="{"),
+    )
+    fault = refusal(lifecycle, chunk(delta="}"))
+    assert fault.code == "AMBIGUOUS_CHUNK" and "2 subagents" in fault.message
+    # With one subagent's stream open it is unambiguous, and continues that one.
+    lifecycle = fed(started(), chunk("sub-1", toolCallId="tc-a", toolCallName="sendEmail", delta="{"),
+                    chunk(delta="}"), finished())
+    assert lifecycle.proposed_args("tc-a").args == {}
+
+
+def test_c41_run_error_abandons_open_invocations_without_closing_events():
+    lifecycle = fed(
+        started(),
+        ev("SUBAGENT_STARTED", subagentRunId="sub-1", name="mailer"),
+        ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail", subagentRunId="sub-1"),
+        ev("RUN_ERROR", code="CRASH", message="the parent crashed"),
+    )
+    lifecycle.end_of_stream()  # no SUBAGENT_FINISHED or TOOL_CALL_END is expected
+    assert lifecycle.outcome_type == "error"
+
+
+def test_c9_a_new_run_starts_with_nothing_open():
+    # Run 1 left a call open and ended; run 2 cannot continue it, and run 1's RUN_ERROR ended what was open.
+    first = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail"),
+                ev("RUN_ERROR", message="boom"))
+    first.end_of_stream()
+    second = RunLifecycle(THREAD, "run-2")
+    second.accept(started(run_id="run-2"))
+    assert refusal(second, ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta="{}")).code == "TOOL_CALL_ORDER"
