@@ -240,6 +240,7 @@ class RunLifecycle:
         elif kind in _TERMINAL:
             if kind == EventType.RUN_FINISHED:
                 self._check_ids(event, name)
+                self._check_all_closed(name)
             self._terminal = event
             # The spec closes chunked calls automatically when the stream completes.
             self._tool_calls.close_chunked()
@@ -303,6 +304,20 @@ class RunLifecycle:
             event_type=name,
         )
 
+    def _check_all_closed(self, name: str) -> None:
+        """C45: a run finishes with every message and streamed tool call closed (chunked calls close with it)."""
+        still = [item for (family, item) in self._owners if family == "message"]
+        still += self._tool_calls.open_streamed()
+        if still:
+            shown = ", ".join(repr(i[:40]) for i in still[:5]) + (" and more" if len(still) > 5 else "")
+            raise StreamFault(
+                "OPEN_AT_END",
+                f"The agent sent {name} with {shown} still open; every message and tool call closes before "
+                "the run finishes.",
+                event_type=name,
+                open_ids=still[:5],
+            )
+
     def _owned(self, event: Any, kind: EventType, name: str) -> tuple[tuple[str, str], str | None]:
         """(item, owner) of an opener or continuation; refuses a continuation tagged with another owner (C37).
 
@@ -313,6 +328,16 @@ class RunLifecycle:
         attribute = _OPENERS[kind] if kind in _OPENERS else _CONTINUATIONS[kind][0]
         item = getattr(event, attribute)
         key = ("tool" if attribute == "tool_call_id" else "message", item)
+        if key[0] == "message" and (kind in _OPENERS) == (key in self._owners):
+            # C45: a start for a message already open, or content/end for one not open, is fatal.
+            state = "already open" if kind in _OPENERS else "not open"
+            raise StreamFault(
+                "MESSAGE_ORDER",
+                f"The agent sent {name} for message {item!r}, which is {state}; a message opens with its "
+                "start, takes content, and closes with its end.",
+                event_type=name,
+                message_id=item,
+            )
         if kind in _OPENERS or key not in self._owners:
             return key, owner
         opened_by = self._owners[key]

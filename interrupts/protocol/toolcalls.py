@@ -295,6 +295,10 @@ class ToolCalls:
             call.parts.append(delta)
         self._chunk_calls[lane] = tool_call_id
 
+    def open_streamed(self) -> list[str]:
+        """Ids of the calls TOOL_CALL_START opened and no TOOL_CALL_END closed (chunked ones close with the run)."""
+        return [i for i, call in self._calls.items() if call.open and not call.chunked]
+
     def close_chunked(self, *owners: str | None) -> None:
         """Close the chunked calls of ``owners`` (all, when none is named): the spec closes them when the stream completes."""
         for owner in owners or list(self._chunk_calls):

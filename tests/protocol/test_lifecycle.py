@@ -567,13 +567,32 @@ def test_args_that_are_not_a_json_object_are_reported(text, expected_args, fragm
     assert len(problems) == 1 and fragment in problems[0]
 
 
-def test_c26_a_call_without_tool_call_end_may_be_incomplete():
+def test_c26_a_call_without_tool_call_end_is_incomplete_and_a_run_cannot_finish_on_it():
     lifecycle = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail"),
-                    ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT), finished())
+                    ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT))
     assert not lifecycle.tool_calls["tc-1"].ended
     name, args, problems = lifecycle.proposed_args("tc-1")
     assert args == ARGS
     assert problems == ["No TOOL_CALL_END has arrived for tc-1; its arguments may be incomplete."]
+    # Nothing is proposed to anyone from arguments that never ended (C45 makes the run's end fatal).
+    fault = refusal(lifecycle, finished(interrupt_outcome("tc-1")))
+    assert fault.code == "OPEN_AT_END" and "'tc-1'" in fault.message
+    assert not lifecycle.finished
+
+
+def test_c45_message_order_is_fatal():
+    lifecycle = fed(started(), ev("TEXT_MESSAGE_START", messageId="m-1"))
+    assert refusal(lifecycle, ev("TEXT_MESSAGE_START", messageId="m-1")).code == "MESSAGE_ORDER"
+    assert refusal(lifecycle, ev("TEXT_MESSAGE_CONTENT", messageId="m-2", delta="x")).code == "MESSAGE_ORDER"
+    assert refusal(lifecycle, ev("REASONING_MESSAGE_END", messageId="m-3")).code == "MESSAGE_ORDER"
+    fault = refusal(lifecycle, finished())
+    assert fault.code == "OPEN_AT_END" and fault.details["open_ids"] == ["m-1"]
+    # Closed, it may reopen (P53), and the run may finish; a chunked call still open closes with it.
+    for event in (ev("TEXT_MESSAGE_END", messageId="m-1"), ev("TEXT_MESSAGE_START", messageId="m-1"),
+                  ev("TEXT_MESSAGE_END", messageId="m-1"),
+                  ev("TOOL_CALL_CHUNK", toolCallId="tc-9", toolCallName="t", delta="{}"), finished()):
+        lifecycle.accept(event)
+    assert lifecycle.outcome_type == "success" and lifecycle.tool_calls["tc-9"].ended
 
 
 def test_an_unknown_tool_call_is_a_problem_naming_the_known_ones():
@@ -592,10 +611,11 @@ def test_tool_calls_is_a_copy():
 
 @given(st.lists(st.text(max_size=12), max_size=12))
 def test_args_are_the_deltas_concatenated_in_order(deltas):
-    lifecycle = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="t"))
+    lifecycle = fed(started(), ev("TEXT_MESSAGE_START", messageId="m"),
+                    ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="t"))
     for delta in deltas:
         lifecycle.accept(ToolCallArgsEvent(tool_call_id="tc-1", delta=delta))
-        lifecycle.accept(TextMessageContentEvent(message_id="m", delta="interleaved"))  # ignored
+        lifecycle.accept(TextMessageContentEvent(message_id="m", delta="interleaved"))  # another item's
     assert lifecycle.tool_calls["tc-1"].args_text == "".join(deltas)
 
 
