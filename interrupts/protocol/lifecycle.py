@@ -18,11 +18,11 @@ Readings of the spec that matter in practice:
 * TOOL_CALL_RESULT is never refused, whatever its ``toolCallId``: a resumed
   run reports the result of a call its *earlier* run proposed and, by the
   spec, does not start that call again.
-* A call opened by TOOL_CALL_START that never got its TOOL_CALL_END is not a
-  fault (the run did end properly); ``proposed_args`` says the arguments may
-  be incomplete instead.
+* A message or a call opened by TOOL_CALL_START still open at RUN_FINISHED
+  is a fault (1.0, C45); before the end, ``proposed_args`` says a call's
+  arguments may be incomplete. RUN_ERROR ends whatever was open (C9, C41).
 * The run's end closes a chunked call still open, as the spec's
-  TOOL_CALL_CHUNK section says.
+  TOOL_CALL_CHUNK section says; each owner (subagent) has its own (C38, C39).
 """
 
 from __future__ import annotations
