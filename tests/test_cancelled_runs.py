@@ -30,7 +30,7 @@ def ended_cancelled(run: Run) -> Run:
     return Run.objects.get(pk=run.pk)
 
 
-def test_the_run_itself_is_cancelled_with_no_error():
+def test_c32_the_run_itself_is_cancelled_with_no_error():
     run = ended_cancelled(make.run())
     assert (run.status, run.outcome, run.error_code, run.error_message) == ("cancelled", {"type": "cancelled"}, "", "")
     assert run.finished_at is not None

@@ -49,7 +49,7 @@ class TestEvents:
 
 
 class TestRuns:
-    def test_run_ids_are_unique_within_a_thread(self):
+    def test_c6_run_ids_are_unique_within_a_thread(self):
         run = make.run()
         with refused(IntegrityError), transaction.atomic():
             make.run(run.thread, run_id=run.run_id)

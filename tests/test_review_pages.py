@@ -135,7 +135,7 @@ def test_the_edit_preview_says_why_an_unusable_schema_cannot_check_edits(client,
     assert 'data-testid="edit-diff"' not in page
 
 
-def test_agent_supplied_markup_is_escaped_on_every_page(client, reviewer):
+def test_c28_agent_supplied_markup_is_escaped_on_every_page(client, reviewer):
     agent = make.agent(name="evil", description=EVIL)
     thread = make.thread(agent=agent, title=EVIL)
     run = make.run(thread, status="interrupted")

@@ -437,17 +437,13 @@ def _raised_expired(interrupt: Interrupt) -> bool:
     return expires is not None and expires <= interrupt.created_at
 
 
-def fail(run: Run, code: str, message: str, raw: object = None, *,
-         agent_error: tuple[str, str] | None = None) -> Event | None:
+def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
     """End ``run`` as failed with a RUN_ERROR of Countersign's own, recorded in its log.
 
     Used for every fault of a stream (HTTP error, refused connection, timeout,
     malformed or misplaced events): the run never stays "streaming", and the
     log says why. Interrupts the run may have raised are closed, since the
-    stream that raised them cannot be trusted. ``agent_error``: the agent's
-    own RUN_ERROR (code, message) that the fault was found on (one sent
-    before RUN_STARTED): the run's error is the agent's, and the fault is
-    kept beside it in ``Run.fault``.
+    stream that raised them cannot be trusted.
     """
     if isinstance(raw, (str, bytes)) and len(raw) > MAX_RAW_IN_ERROR:
         raw = raw[:MAX_RAW_IN_ERROR] + (b"..." if isinstance(raw, bytes) else "…")
@@ -460,15 +456,7 @@ def fail(run: Run, code: str, message: str, raw: object = None, *,
         raw = raw.replace("\x00", "\\u0000")
     now = timezone.now()
     error_code, error_message, fault = code, message, ""
-    if agent_error is not None:
-        # The agent's own error, out of place: its code leads (the run's, and the
-        # one a gateway client reads), the lifecycle fault follows in words.
-        error_code, error_message = agent_error[0][:100], agent_error[1].replace("\x00", "\\u0000")
-        fault = f"{code}: {message}"
-        error = dump(RunErrorEvent(code=error_code, message=f"{error_message} (Countersign: {fault})".strip(),
-                                   raw_event=raw))
-    else:
-        error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
+    error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     with transaction.atomic():
         ended = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).update(
             status=Run.Status.FAILED, error_code=error_code[:100], error_message=error_message, fault=fault,

@@ -38,7 +38,7 @@ from ..protocol.contract import duplicate_ids
 from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
 from ..protocol.sse import SSEReader
-from ..protocol.wire import known_input, parse_event, parse_frame
+from ..protocol.wire import known_input, parse_event, parse_frame, strip_unknown_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -99,12 +99,9 @@ class Stopped(Exception):
 class Fault(Exception):
     """A stream fault found by the hub, with the code of the RUN_ERROR it records."""
 
-    def __init__(self, code: str, message: str, raw: object = None, *, unreached: bool = False,
-                 agent_error: tuple[str, str] | None = None) -> None:
+    def __init__(self, code: str, message: str, raw: object = None, *, unreached: bool = False) -> None:
         super().__init__(message)
         self.code, self.message, self.raw = code, message, raw
-        # (code, message) of the agent's own RUN_ERROR, when the fault is where it came.
-        self.agent_error = agent_error
         # True when the agent provably did not take the run (nothing was
         # accepted): trying again later cannot make it act twice.
         self.unreached = unreached
@@ -195,6 +192,14 @@ def _left_out_notice(paths: list[str]) -> str:
     return f"Left out of the input sent to the agent, as AG-UI does not define it: {shown}."
 
 
+def _unknown_outcome_notice(kind: str | None) -> str:
+    """The run's warning about the outcome removed from its RUN_FINISHED (C3: warn with the removed path)."""
+    if kind is None:
+        return ""
+    return (f"The agent ended the run with an outcome AG-UI 1.0 does not define ({kind[:40]!r}); it was removed "
+            "(outcome) and the run read as succeeded.")
+
+
 def asked_before(run: Run) -> set[str]:
     """The tool calls the thread's interrupts asked reviewers about: their answer is a resume, not a client's."""
     return set(Interrupt.objects.filter(run__thread_id=run.thread_id).exclude(tool_call_id="")
@@ -271,13 +276,14 @@ def recover(run: Run) -> None:
             customs.append(payload)
         if lifecycle.finished:
             terminal = payload
+    terminal, unknown = strip_unknown_outcome(terminal)
     if terminal is not None:
         ending = Ending.of(dialect, lifecycle, terminal, customs, run.run_id)
         if ending.refused is not None:
             log.fail(run, *ending.refused)
         else:
             log.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
-                       notice=ending.notice,
+                       notice=" ".join(filter(None, [ending.notice, _unknown_outcome_notice(unknown)])),
                        pending=left_to_client(lifecycle, run.input, ending.terminal, asked_before(run)),
                        version=lifecycle.declared_version)
     else:
@@ -370,6 +376,7 @@ class RunStreamer:
         self.in_flight_batch: list[log.Received] = []
         # What the input as stored held that AG-UI does not define, left out when sent (C17).
         self.left_out: list[str] = []
+        self.unknown_outcome: str | None = None
         # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
         self.events_read = 0
         self.bytes_read = 0
@@ -438,9 +445,9 @@ class RunStreamer:
         for seq, payload in rows:
             self._tell(seq, payload)
 
-    async def _fail(self, code: str, message: str, raw=None, agent_error: tuple[str, str] | None = None) -> None:
+    async def _fail(self, code: str, message: str, raw=None) -> None:
         await self._writes_settled()
-        event = await database(log.fail)(self.run, code, message, raw, agent_error=agent_error)
+        event = await database(log.fail)(self.run, code, message, raw)
         if event is not None:
             self._tell(event.seq, event.payload)
         else:  # ended elsewhere first (an operator, another process): theirs is the ending
@@ -474,12 +481,9 @@ class RunStreamer:
         try:
             self.lifecycle.accept(event)
         except StreamFault as fault:
-            agent_error = None
-            if kind == "RUN_ERROR":
-                # The agent's own error, out of place (before RUN_STARTED): the run
-                # fails with the agent's code, and the fault is kept beside it.
-                agent_error = (getattr(event, "code", None) or "RUN_ERROR", getattr(event, "message", "") or "")
-            raise Fault(fault.code, fault.message, frame.data, agent_error=agent_error) from None
+            # A RUN_ERROR opening the stream is the agent's own ending, taken by the
+            # lifecycle (C1, C8); one refused here is out of place, so the fault is ours.
+            raise Fault(fault.code, fault.message, frame.data) from None
         # The text is what is stored; it is decoded again only where someone reads it.
         if payload is None and self.listener is None and kind in _DELTA_IDS:
             # A streamed token, the most frequent event: what the conversation needs of it is
@@ -493,7 +497,8 @@ class RunStreamer:
         self.pending.append(log.Received(kind, frame.data, payload))
         self.pending_bytes += len(frame.data)
         if self.lifecycle.finished:
-            self.terminal = payload  # as received: interrupts keep every field the agent sent
+            # As received (interrupts keep every field the agent sent), less an outcome 1.0 does not define (C3).
+            self.terminal, self.unknown_outcome = strip_unknown_outcome(payload)
 
     async def _read(self) -> None:
         agent = self.run.agent
@@ -545,7 +550,8 @@ class RunStreamer:
         # Only now, with nothing after the terminal event, does the run end as it said.
         # A query only for a run that left some call unanswered: most leave none.
         asked = await database(asked_before)(self.run) if self.lifecycle.pending_tool_calls() else set()
-        notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out)]))
+        notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out),
+                                        _unknown_outcome_notice(self.unknown_outcome)]))
         await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
                                    notice=notice,
                                    pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
@@ -669,7 +675,7 @@ class RunStreamer:
                     if fault.unreached:
                         await self._unreached(fault)
                     else:
-                        await self._fail(fault.code, fault.message, fault.raw, fault.agent_error)
+                        await self._fail(fault.code, fault.message, fault.raw)
                 except MalformedStream as problem:
                     if problem.code == "FRAME_TOO_LARGE":
                         await self._fail("EVENT_TOO_LARGE",

@@ -3,8 +3,9 @@
 The hub feeds ``RunLifecycle.accept`` every parsed event of one run, in
 order, and calls ``end_of_stream`` when the connection closes. A stream that
 breaks the run lifecycle of the AG-UI "Events" page (RUN_STARTED first, one
-RUN_FINISHED or RUN_ERROR last, nothing after it, tool-call events in
-start/args/end order) is refused with a ``StreamFault`` whose ``code`` is
+RUN_FINISHED or RUN_ERROR last, nothing after it but one late RUN_ERROR,
+tool-call events in start/args/end order, a continuation attributed as its
+opener) is refused with a ``StreamFault`` whose ``code`` is
 stable and whose ``message`` names what arrived and what was expected.
 
 Alongside, it hands every tool-call event and every MESSAGES_SNAPSHOT to a
@@ -17,11 +18,11 @@ Readings of the spec that matter in practice:
 * TOOL_CALL_RESULT is never refused, whatever its ``toolCallId``: a resumed
   run reports the result of a call its *earlier* run proposed and, by the
   spec, does not start that call again.
-* A call opened by TOOL_CALL_START that never got its TOOL_CALL_END is not a
-  fault (the run did end properly); ``proposed_args`` says the arguments may
-  be incomplete instead.
+* A message or a call opened by TOOL_CALL_START still open at RUN_FINISHED
+  is a fault (1.0, C45); before the end, ``proposed_args`` says a call's
+  arguments may be incomplete. RUN_ERROR ends whatever was open (C9, C41).
 * The run's end closes a chunked call still open, as the spec's
-  TOOL_CALL_CHUNK section says.
+  TOOL_CALL_CHUNK section says; each owner (subagent) has its own (C38, C39).
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ __all__ = [
 OutcomeType = Literal["success", "interrupt", "cancelled", "error"]
 
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+# Streamed items whose later events must carry their opener's owner, or none (C37):
+# the opening event type, and the continuations with the attribute naming the item.
+_OPENERS = {EventType.TEXT_MESSAGE_START: "message_id", EventType.REASONING_MESSAGE_START: "message_id",
+            EventType.TOOL_CALL_START: "tool_call_id"}
+_CONTINUATIONS = {EventType.TEXT_MESSAGE_CONTENT: ("message_id", False),
+                  EventType.TEXT_MESSAGE_END: ("message_id", True),
+                  EventType.REASONING_MESSAGE_CONTENT: ("message_id", False),
+                  EventType.REASONING_MESSAGE_END: ("message_id", True),
+                  EventType.TOOL_CALL_ARGS: ("tool_call_id", False),
+                  EventType.TOOL_CALL_END: ("tool_call_id", True)}
 
 
 class RunLifecycle:
@@ -73,6 +84,9 @@ class RunLifecycle:
         self._count = 0
         self._last_type: str | None = None
         self._declared_version: str | None = None
+        # Open streamed items' owners (subagentRunId, None for the parent), kept until their end (C37).
+        self._owners: dict[tuple[str, str], str | None] = {}
+        self._late_error = False
 
     # --- what the run looks like so far ---------------------------------------------
 
@@ -173,8 +187,9 @@ class RunLifecycle:
     def accept(self, event: BaseEvent) -> None:
         """Take the next event of the stream, or raise ``StreamFault`` if it is out of place.
 
-        Faults: ``NOT_STARTED`` (anything before RUN_STARTED), ``AFTER_END``
-        (anything after RUN_FINISHED/RUN_ERROR), ``DUPLICATE_START``,
+        Faults: ``NOT_STARTED`` (anything but RUN_ERROR before RUN_STARTED), ``AFTER_END``
+        (anything after RUN_FINISHED/RUN_ERROR but one RUN_ERROR after RUN_FINISHED),
+        ``OWNER_MISMATCH`` (a continuation tagged with another subagentRunId than its opener), ``DUPLICATE_START``,
         ``RUN_MISMATCH`` (RUN_STARTED/RUN_FINISHED naming another thread or
         run), ``TOOL_CALL_ORDER`` (tool-call events out of start/args/end
         order) and ``TOO_LARGE`` (tool calls over ``max_tool_call_bytes``).
@@ -183,8 +198,23 @@ class RunLifecycle:
         name = _type_name(event)
         # Order of the checks: a stream that never started or already ended is
         # wrong whatever the event is, so those come before per-type rules.
-        if not self._started and kind != EventType.RUN_STARTED:
+        if not self._started and self._terminal is None and kind == EventType.RUN_ERROR:
+            # 1.0 lets a stream open with RUN_ERROR (a run refused before it started, P1, P19):
+            # the agent's own failure, not a violation to report as Countersign's (C1, C8).
+            self._terminal = event
+            self._count += 1
+            self._last_type = name
+            return
+        if not self._started and self._terminal is None and kind != EventType.RUN_STARTED:
             raise self._not_started(event, name)
+        if (self._terminal is not None and kind == EventType.RUN_ERROR
+                and self._terminal.type == EventType.RUN_FINISHED and not self._late_error):
+            # 1.0 admits one late RUN_ERROR after RUN_FINISHED: the run failed after all (C4, C10).
+            self._late_error = True
+            self._terminal = event
+            self._count += 1
+            self._last_type = name
+            return
         if self._terminal is not None:
             ended_by = _type_name(self._terminal)
             raise StreamFault(
@@ -193,6 +223,7 @@ class RunLifecycle:
                 event_type=name,
                 terminal_type=ended_by,
             )
+        owned = self._owned(event, kind, name) if kind in _OPENERS or kind in _CONTINUATIONS else None
         if kind == EventType.RUN_STARTED:
             if self._started:
                 raise StreamFault(
@@ -209,6 +240,7 @@ class RunLifecycle:
         elif kind in _TERMINAL:
             if kind == EventType.RUN_FINISHED:
                 self._check_ids(event, name)
+                self._check_all_closed(name)
             self._terminal = event
             # The spec closes chunked calls automatically when the stream completes.
             self._tool_calls.close_chunked()
@@ -219,13 +251,23 @@ class RunLifecycle:
         elif kind == EventType.TOOL_CALL_END:
             self._tool_calls.end(event.tool_call_id, name)
         elif kind == EventType.TOOL_CALL_CHUNK:
-            self._tool_calls.chunk(event.tool_call_id, event.tool_call_name, event.delta, name)
+            self._tool_calls.chunk(event.tool_call_id, event.tool_call_name, event.delta, name,
+                                   getattr(event, "subagent_run_id", None))
+        elif kind in (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR):
+            # Its own chunk streams end with it, and no one else's (C38).
+            self._tool_calls.close_chunked(event.subagent_run_id)
         elif kind == EventType.MESSAGES_SNAPSHOT:
             self._tool_calls.learn_from_snapshot(event.messages, name)
         elif kind == EventType.TOOL_CALL_RESULT:
             self._tool_calls.answer(event.tool_call_id, name)
         # Every other event (text, state, steps, TOOL_CALL_RESULT...) is legal
         # anywhere inside the run; the lifecycle has nothing to check there.
+        if owned is not None:
+            key, owner = owned
+            if kind in _OPENERS:
+                self._owners[key] = owner
+            elif _CONTINUATIONS[kind][1]:
+                self._owners.pop(key, None)
         self._count += 1
         self._last_type = name
 
@@ -256,22 +298,60 @@ class RunLifecycle:
     # --- lifecycle rules ------------------------------------------------------------
 
     def _not_started(self, event: BaseEvent, name: str) -> StreamFault:
-        if event.type == EventType.RUN_ERROR:
-            # The agent's own explanation is the most useful thing in this
-            # stream; it goes into the fault so it is recorded, not dropped.
-            said = f"[{event.code}] {event.message}" if event.code else event.message
-            return StreamFault(
-                "NOT_STARTED",
-                f"The agent sent RUN_ERROR before RUN_STARTED: {said}",
-                event_type=name,
-                agent_code=event.code,
-                agent_message=event.message,
-            )
         return StreamFault(
             "NOT_STARTED",
-            f"The agent sent {name} before RUN_STARTED; a run's stream must open with RUN_STARTED.",
+            f"The agent sent {name} before RUN_STARTED; a run's stream must open with RUN_STARTED or RUN_ERROR.",
             event_type=name,
         )
+
+    def _check_all_closed(self, name: str) -> None:
+        """C45: a run finishes with every message and streamed tool call closed (chunked calls close with it)."""
+        still = [item for (family, item) in self._owners if family == "message"]
+        still += self._tool_calls.open_streamed()
+        if still:
+            shown = ", ".join(repr(i[:40]) for i in still[:5]) + (" and more" if len(still) > 5 else "")
+            raise StreamFault(
+                "OPEN_AT_END",
+                f"The agent sent {name} with {shown} still open; every message and tool call closes before "
+                "the run finishes.",
+                event_type=name,
+                open_ids=still[:5],
+            )
+
+    def _owned(self, event: Any, kind: EventType, name: str) -> tuple[tuple[str, str], str | None]:
+        """(item, owner) of an opener or continuation; refuses a continuation tagged with another owner (C37).
+
+        An untagged continuation is its opener's; one whose opener this stream
+        never carried has nothing to disagree with.
+        """
+        owner = getattr(event, "subagent_run_id", None)
+        attribute = _OPENERS[kind] if kind in _OPENERS else _CONTINUATIONS[kind][0]
+        item = getattr(event, attribute)
+        key = ("tool" if attribute == "tool_call_id" else "message", item)
+        if key[0] == "message" and (kind in _OPENERS) == (key in self._owners):
+            # C45: a start for a message already open, or content/end for one not open, is fatal.
+            state = "already open" if kind in _OPENERS else "not open"
+            raise StreamFault(
+                "MESSAGE_ORDER",
+                f"The agent sent {name} for message {item!r}, which is {state}; a message opens with its "
+                "start, takes content, and closes with its end.",
+                event_type=name,
+                message_id=item,
+            )
+        if kind in _OPENERS or key not in self._owners:
+            return key, owner
+        opened_by = self._owners[key]
+        if owner is not None and owner != opened_by:
+            raise StreamFault(
+                "OWNER_MISMATCH",
+                f"{name} for {item!r} is attributed to subagent run {owner!r}, but its opening event was "
+                f"attributed to {'subagent run ' + repr(opened_by) if opened_by else 'the parent agent'}; "
+                "a continuation carries its opener's subagentRunId or none.",
+                event_type=name,
+                subagent_run_id=owner,
+                opened_by=opened_by,
+            )
+        return key, owner
 
     def _check_ids(self, event: Any, name: str) -> None:
         wrong = []

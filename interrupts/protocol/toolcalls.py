@@ -115,7 +115,8 @@ class ToolCalls:
     def __init__(self, max_bytes: int = DEFAULT_MAX_TOOL_CALL_BYTES) -> None:
         self.max_bytes = max_bytes
         self._calls: dict[str, _Call] = {}
-        self._chunk_call: str | None = None  # the call a TOOL_CALL_CHUNK without id continues
+        # Per owner (subagentRunId, None for the parent): the call its TOOL_CALL_CHUNK without id continues.
+        self._chunk_calls: dict[str | None, str] = {}
         self._held = 0
         # Ids a TOOL_CALL_RESULT or a snapshot's tool message answered (C21).
         self._answered: set[str] = set()
@@ -235,13 +236,28 @@ class ToolCalls:
     def end(self, tool_call_id: str, event_type: str) -> None:
         """TOOL_CALL_END: the arguments of an open streamed call are whole."""
         self._open_call(tool_call_id, event_type).open = False
-        if self._chunk_call == tool_call_id:
-            self._chunk_call = None
+        self._chunk_calls = {o: i for o, i in self._chunk_calls.items() if i != tool_call_id}
 
-    def chunk(self, tool_call_id: str | None, tool_name: str | None, delta: str | None, event_type: str) -> None:
-        """TOOL_CALL_CHUNK: continue the call it names (or, without id, the current one), or open one."""
+    def chunk(self, tool_call_id: str | None, tool_name: str | None, delta: str | None, event_type: str,
+              owner: str | None = None) -> None:
+        """TOOL_CALL_CHUNK: continue the call it names (or, without id, its owner's current one), or open one.
+
+        ``owner``: its subagentRunId. Owners' chunk streams may interleave (C38);
+        an untagged chunk without id that several subagents' open streams could
+        continue is refused as ambiguous (C39).
+        """
+        lane = owner
         if tool_call_id is None:
-            tool_call_id = self._chunk_call
+            if owner is None and None not in self._chunk_calls and len(self._chunk_calls) > 1:
+                raise StreamFault(
+                    "AMBIGUOUS_CHUNK",
+                    f"The agent sent {event_type} without toolCallId or subagentRunId while "
+                    f"{len(self._chunk_calls)} subagents' chunked tool calls are open; it could continue any.",
+                    event_type=event_type,
+                )
+            if owner is None and None not in self._chunk_calls and self._chunk_calls:
+                lane = next(iter(self._chunk_calls))
+            tool_call_id = self._chunk_calls.get(lane)
             if tool_call_id is None:
                 raise StreamFault(
                     "TOOL_CALL_ORDER",
@@ -272,18 +288,22 @@ class ToolCalls:
         # the previous chunked call open and current, as it was.
         delta = delta or ""
         self._charge(self._start_cost(tool_call_id, tool_name) + _size(delta), tool_call_id, event_type)
-        # Switching to a new id closes the previous chunked call (spec, ToolCallChunk).
-        self.close_chunked()
+        # Switching to a new id closes the owner's previous chunked call (spec, ToolCallChunk).
+        self.close_chunked(lane)
         call = self._open(tool_call_id, tool_name, chunked=True)
         if delta:
             call.parts.append(delta)
-        self._chunk_call = tool_call_id
+        self._chunk_calls[lane] = tool_call_id
 
-    def close_chunked(self) -> None:
-        """Close the current chunked call, if any: the spec closes it when the stream completes."""
-        if self._chunk_call is not None:
-            self._calls[self._chunk_call].open = False
-            self._chunk_call = None
+    def open_streamed(self) -> list[str]:
+        """Ids of the calls TOOL_CALL_START opened and no TOOL_CALL_END closed (chunked ones close with the run)."""
+        return [i for i, call in self._calls.items() if call.open and not call.chunked]
+
+    def close_chunked(self, *owners: str | None) -> None:
+        """Close the chunked calls of ``owners`` (all, when none is named): the spec closes them when the stream completes."""
+        for owner in owners or list(self._chunk_calls):
+            if (tool_call_id := self._chunk_calls.pop(owner, None)) is not None:
+                self._calls[tool_call_id].open = False
 
     def learn_from_snapshot(self, messages: list[Any], event_type: str) -> None:
         """MESSAGES_SNAPSHOT: learn the calls its assistant messages carry (the stream's own stay the proposal)."""

@@ -74,7 +74,21 @@ def parse_event(
             field="type",
             type=event_type,
         )
+    raw, _unknown = strip_unknown_outcome(raw)
     outcome = raw.get("outcome")
+    if (
+        event_type == EventType.RUN_FINISHED.value
+        and isinstance(outcome, dict)
+        and outcome.get("type") in ("success", "cancelled")
+        and "interrupts" in outcome
+    ):
+        # Only the interrupt outcome carries interrupts; the others are closed objects (C11, P37).
+        raise MalformedMessage(
+            "INTERRUPTS_OUTSIDE_INTERRUPT_OUTCOME",
+            f"RUN_FINISHED has a {json.dumps(outcome.get('type'))} outcome carrying 'interrupts'; only an "
+            "interrupt outcome ({\"type\": \"interrupt\"}) may carry them.",
+            field="outcome.interrupts",
+        )
     if (
         event_type == EventType.RUN_FINISHED.value
         and isinstance(outcome, dict)
@@ -92,6 +106,25 @@ def parse_event(
         return _EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:
         raise _refusal(exc, raw, event_type) from exc
+
+
+_OUTCOMES = frozenset({"success", "interrupt", "cancelled"})
+
+
+def strip_unknown_outcome(raw: Any) -> tuple[Any, str | None]:
+    """A RUN_FINISHED without an outcome variant 1.0 does not define, and that variant's type; else (raw, None).
+
+    An unrecognised union member is stripped, not fatal, which leaves the
+    outcome absent and so success (C3); the caller warns with the type.
+    A variant without a string ``type`` is malformed and left for the model to refuse.
+    """
+    if not isinstance(raw, dict) or raw.get("type") != EventType.RUN_FINISHED.value:
+        return raw, None
+    outcome = raw.get("outcome")
+    kind = outcome.get("type") if isinstance(outcome, dict) else None
+    if not isinstance(kind, str) or kind in _OUTCOMES:
+        return raw, None
+    return {key: value for key, value in raw.items() if key != "outcome"}, kind
 
 
 def _parse_event_text(text: str, max_bytes: int) -> Event | None:

@@ -194,6 +194,17 @@ SCRIPTS = {
     "wrong-run": lambda body: [frame({**started(body), "runId": "someone-elses-run"})],
     "duplicate-ids": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": [
         {"id": "same", "reason": "confirmation"}, {"id": "same", "reason": "confirmation"}]}))],
+    "late-error": lambda body: approve_interrupt({k: v for k, v in body.items() if k != "resume"})
+    + [frame({"type": "RUN_ERROR", "code": "COMMIT_FAILED", "message": "the checkpoint write failed"})],
+    "unknown-outcome": lambda body: [frame(started(body)), frame(finished(body, {"type": "handoff", "to": "x"}))],
+    "success-with-interrupts": lambda body: [frame(started(body)), frame(finished(body, {
+        "type": "success", "interrupts": [{"id": "int-1", "reason": "confirmation"}]}))],
+    "owner-mismatch": lambda body: [
+        frame(started(body)),
+        frame({"type": "TEXT_MESSAGE_START", "messageId": "m-9", "role": "assistant", "subagentRunId": "sub-1"}),
+        frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-9", "delta": "hi", "subagentRunId": "sub-2"}),
+        frame({"type": "TEXT_MESSAGE_END", "messageId": "m-9"}),
+        frame(finished(body, {"type": "success"}))],
     "empty-interrupts": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": []}))],
 }
 

@@ -52,18 +52,16 @@ def test_the_offending_data_is_kept_in_the_error_event(api):
     assert log[0]["from_agent"] is True
 
 
-def test_an_agents_error_before_run_started_keeps_its_code_and_the_lifecycle_fault_beside_it(api):
+def test_c1_c8_an_agents_error_before_run_started_is_its_own_failure_not_a_fault(api):
     run, log = failed(api, "x-error-first")
     assert (run["error_code"], run["error_message"]) == ("BOOM", "exploded early")
-    assert run["fault"].startswith("NOT_STARTED: ") and "RUN_ERROR before RUN_STARTED" in run["fault"]
-    # The log's ending is Countersign's (the agent's RUN_ERROR was out of place), with the agent's event in it.
-    last = log[-1]
-    assert last["from_agent"] is False and last["payload"]["code"] == "BOOM"
-    assert "NOT_STARTED" in last["payload"]["message"]
-    assert '"BOOM"' in last["payload"]["rawEvent"]
+    assert run["fault"] == ""
+    # The log's ending is the agent's own RUN_ERROR, as sent.
+    assert [(e["type"], e["from_agent"]) for e in log] == [("RUN_ERROR", True)]
+    assert log[-1]["payload"]["code"] == "BOOM"
 
 
-def test_an_agents_own_run_error_fails_the_run_with_its_code(api):
+def test_c7_an_agents_own_run_error_fails_the_run_with_its_code(api):
     run, log = failed(api, "x-agent-error")
     assert (run["error_code"], run["error_message"]) == ("QUOTA", "out of credits")
     assert log[-1]["from_agent"] is True

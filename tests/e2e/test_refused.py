@@ -14,7 +14,8 @@ from .conftest import events, finished_run, logged_in, new_input, pending, run_o
 REFUSALS = {
     # path: (the run's error_code, what the refusal says, the lifecycle fault kept beside it)
     "refuse-error": ("STALE_APPROVAL", "The approval came too late", ""),
-    "refuse-early": ("unknown-interrupt", "No pending interrupt int-1", "NOT_STARTED: "),
+    # A stream opening with RUN_ERROR is the agent's own ending under 1.0 (C1, C8): no fault beside it.
+    "refuse-early": ("unknown-interrupt", "No pending interrupt int-1", ""),
     "refuse-http": ("HTTP_ERROR", "HTTP 500: approval store unavailable", ""),
     "refuse-fault": ("MALFORMED_EVENT", "invalid event", ""),
 }

@@ -83,7 +83,7 @@ def test_without_a_thread_id_a_thread_is_created_titled_by_the_message():
     assert run.input["state"] == {} and run.input["forwardedProps"] == {}
 
 
-def test_every_run_gets_a_fresh_random_run_id():
+def test_c6_every_run_gets_a_fresh_random_run_id():
     thread = make.thread()
     first = runs.start_run(thread.agent, thread_id=thread.thread_id)
     Run.objects.filter(pk=first.pk).update(status="succeeded")
@@ -91,6 +91,17 @@ def test_every_run_gets_a_fresh_random_run_id():
     assert re.fullmatch(r"run-[0-9a-f]{32}", first.run_id)
     assert first.run_id != second.run_id
     assert first.input["runId"] == first.run_id
+
+
+def test_c55_each_new_message_gets_an_id_of_its_own_in_the_thread():
+    thread = make.thread()
+    first = runs.start_run(thread.agent, thread_id=thread.thread_id, message="Same words.")
+    Run.objects.filter(pk=first.pk).update(status="succeeded")
+    second = runs.start_run(thread.agent, thread_id=thread.thread_id, message="Same words.")
+    ids = [m["id"] for m in second.input["messages"]]
+    # Both messages travel on the second run, each under its own random id (no structure read from it).
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert all(re.fullmatch(r"msg-[0-9a-f]{32}", i) for i in ids)
 
 
 def test_a_thread_with_a_run_in_progress_refuses_another():
@@ -212,7 +223,7 @@ def test_an_approved_tool_call_is_attested_with_the_args_it_may_run():
         status="resolved", payload={"approved": True})
 
 
-def test_a_rejected_tool_call_binds_no_args():
+def test_c29_a_rejected_tool_call_binds_no_args_and_says_rejected():
     run, interrupt = interrupted_run(tool_call_id="tc-1", tool_name="deleteRepo", proposed_args={"repo": "x"})
     decisions.decide(interrupt, make.user(), "resolved", {"approved": False})
     [entry] = Run.objects.get(parent=run).input["resume"]

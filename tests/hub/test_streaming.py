@@ -218,18 +218,67 @@ async def test_a_faulty_stream_fails_the_run_with_the_hub_s_own_run_error(agent,
     assert not await Interrupt.objects.filter(run_id=run.pk, status="pending").aexists()
 
 
-async def test_an_agent_error_before_run_started_keeps_the_agent_s_code_and_the_fault_beside_it(agent):
+async def test_c1_c8_an_agent_error_before_run_started_is_the_agent_s_failure_not_a_fault(agent):
     run = await sync_to_async(claimed_run)(f"{agent.url}/error-first/")
     await streamed(run.pk)
     ended = await stored(run.pk)
-    # The run's error is the agent's own; the lifecycle fault is recorded as well.
-    assert (ended.status, ended.error_code) == ("failed", "BOOM")
-    assert ended.fault.startswith("NOT_STARTED: ")
+    # 1.0 lets a stream open with RUN_ERROR: the run failed as the agent said, no fault beside it.
+    assert (ended.status, ended.error_code, ended.error_message, ended.fault) == (
+        "failed", "BOOM", "exploded early", "")
+    assert [(kind, mine) for _seq, kind, mine in await log_of(run.pk)] == [("RUN_ERROR", True)]
+
+
+async def test_c4_c10_a_run_error_after_an_interrupt_outcome_fails_the_run_and_asks_nobody(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/late-error/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code, ended.fault) == ("failed", "COMMIT_FAILED", "")
     log = await log_of(run.pk)
-    assert [(kind, mine) for _seq, kind, mine in log] == [("RUN_ERROR", False)]
-    error = await sync_to_async(lambda: Event.objects.get(run_id=run.pk, type="RUN_ERROR").payload)()
-    # Countersign's ending, led by the agent's code (what a gateway client reads), the fault in words.
-    assert error["code"] == "BOOM" and "NOT_STARTED" in error["message"] and '"BOOM"' in error["rawEvent"]
+    assert [(kind, mine) for _seq, kind, mine in log][-2:] == [("RUN_FINISHED", True), ("RUN_ERROR", True)]
+    assert not await Interrupt.objects.filter(run_id=run.pk).aexists()
+
+
+async def test_c3_an_outcome_1_0_does_not_define_reads_as_success_with_a_warning(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/unknown-outcome/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert ended.status == "succeeded"
+    assert "'handoff'" in ended.notice and "(outcome)" in ended.notice
+    # The log keeps what the agent sent.
+    finished_payload = await sync_to_async(lambda: Event.objects.get(run_id=run.pk, type="RUN_FINISHED").payload)()
+    assert finished_payload["outcome"]["type"] == "handoff"
+
+
+@pytest.mark.parametrize("path, code", [
+    ("success-with-interrupts", "MALFORMED_EVENT"),  # C11
+    ("owner-mismatch", "OWNER_MISMATCH"),  # C37
+])
+async def test_c11_c37_a_contradicting_stream_fails_the_run(agent, path, code):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/{path}/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("failed", code)
+    assert not await Interrupt.objects.filter(run_id=run.pk).aexists()
+
+
+async def test_c33_c34_a_truncated_run_fails_keeps_what_it_delivered_and_gets_no_run_finished(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/no-terminal/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    # A synthetic failure of Countersign's (C34 allows it), never success and never a RUN_FINISHED (C33).
+    assert (ended.status, ended.error_code) == ("failed", "INCOMPLETE_STREAM")
+    assert [(kind, mine) for _seq, kind, mine in await log_of(run.pk)] == [
+        ("RUN_STARTED", True), ("TEXT_MESSAGE_START", True), ("RUN_ERROR", False)]
+
+
+async def test_c71_a_capability_declared_false_does_not_stop_the_stream_being_read(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/approve/",
+                                           capabilities={"humanInTheLoop": {"interrupts": False}})
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    # The stream is authoritative: the interrupt it raised waits for people.
+    assert ended.status == "interrupted"
+    assert await Interrupt.objects.filter(run_id=run.pk, status="pending").acount() == 1
 
 
 async def test_a_malformed_event_is_kept_raw_in_the_run_error(agent):

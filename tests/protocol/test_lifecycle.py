@@ -238,28 +238,22 @@ def test_faults_are_protocol_errors_with_a_json_ready_form():
     assert fault.as_dict()["event_type"] == "STATE_SNAPSHOT"
 
 
-def test_an_event_before_run_started_is_refused():
+def test_c1_an_event_before_run_started_is_refused():
     fault = refusal(RunLifecycle(THREAD, RUN), ev("TEXT_MESSAGE_START", messageId="m", role="assistant"))
     assert fault.code == "NOT_STARTED"
     assert "TEXT_MESSAGE_START before RUN_STARTED" in fault.message
 
 
-def test_a_run_error_before_run_started_keeps_what_the_agent_said():
+def test_c1_c8_a_stream_opening_with_run_error_is_the_agent_s_failure_not_a_violation():
+    # 1.0 lets an agent refuse a run before starting it (P1, P19): the run ended, as the agent said.
     lifecycle = RunLifecycle(THREAD, RUN)
-    fault = refusal(lifecycle, ev("RUN_ERROR", code="AUTH_FAILED", message="The API key was revoked."))
-    assert fault.code == "NOT_STARTED"
-    assert "RUN_ERROR before RUN_STARTED" in fault.message
-    assert "AUTH_FAILED" in fault.message and "The API key was revoked." in fault.message
-    assert fault.details["agent_code"] == "AUTH_FAILED"
-    assert fault.details["agent_message"] == "The API key was revoked."
-    # Refused, so the lifecycle is unchanged: not started, not finished.
-    assert not lifecycle.started and not lifecycle.finished
-
-
-def test_a_run_error_without_code_before_run_started_still_carries_its_message():
-    fault = refusal(RunLifecycle(THREAD, RUN), RunErrorEvent(message="boom"))
-    assert fault.message.endswith("boom")
-    assert fault.details["agent_code"] is None
+    error = ev("RUN_ERROR", code="AUTH_FAILED", message="The API key was revoked.")
+    lifecycle.accept(error)
+    lifecycle.end_of_stream()
+    assert (lifecycle.started, lifecycle.finished, lifecycle.outcome_type) == (False, True, "error")
+    assert lifecycle.terminal is error
+    # Nothing may follow it, not even a RUN_STARTED.
+    assert refusal(lifecycle, started()).code == "AFTER_END"
 
 
 @pytest.mark.parametrize(
@@ -311,12 +305,66 @@ def test_a_second_run_started_is_refused():
     ],
     ids=lambda e: e.type.value,
 )
-def test_nothing_may_follow_the_terminal_event(terminal, terminal_type, late):
+def test_c5_nothing_may_follow_the_terminal_event(terminal, terminal_type, late):
+    if terminal_type == "RUN_FINISHED" and late.type.value == "RUN_ERROR":
+        # The one exception, a late RUN_ERROR after RUN_FINISHED (C4): refused once it was used.
+        terminal, terminal_type = late, "RUN_ERROR"
+        fed_ = fed(started(), finished({"type": "success"}), terminal)
+        fault = refusal(fed_, ev("RUN_ERROR", message="later still"))
+        assert fault.code == "AFTER_END" and fed_.terminal is terminal
+        return
     lifecycle = fed(started(), terminal)
     fault = refusal(lifecycle, late)
     assert fault.code == "AFTER_END"
     assert f"{late.type.value} after {terminal_type}" in fault.message
     assert lifecycle.terminal is terminal  # the first end stands
+
+
+@pytest.mark.parametrize("outcome", [{"type": "success"}, interrupt_outcome(), None])
+def test_c4_c10_a_run_error_after_run_finished_makes_the_run_failed(outcome):
+    # Also after an interrupt outcome (C10: an interrupted run is closed, the late RUN_ERROR admitted).
+    lifecycle = fed(started(), finished(outcome))
+    late = ev("RUN_ERROR", code="COMMIT_FAILED", message="The write failed after all.")
+    lifecycle.accept(late)
+    lifecycle.end_of_stream()
+    assert lifecycle.outcome_type == "error" and lifecycle.terminal is late
+    assert lifecycle.interrupts == ()  # a failed run asks nothing
+
+
+@pytest.mark.parametrize(("opener", "continuation", "key"), [
+    ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "messageId"),
+    ("TEXT_MESSAGE_START", "TEXT_MESSAGE_END", "messageId"),
+    ("REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT", "messageId"),
+    ("TOOL_CALL_START", "TOOL_CALL_ARGS", "toolCallId"),
+    ("TOOL_CALL_START", "TOOL_CALL_END", "toolCallId"),
+])
+@pytest.mark.parametrize(("opened_by", "tagged"), [("sub-1", "sub-2"), (None, "sub-2")])
+def test_c37_a_continuation_tagged_with_another_owner_than_its_opener_is_refused(
+        opener, continuation, key, opened_by, tagged):
+    extra = {"toolCallName": "sendEmail"} if opener == "TOOL_CALL_START" else {"role": (
+        "reasoning" if opener.startswith("REASONING") else "assistant")}
+    owner = {"subagentRunId": opened_by} if opened_by else {}
+    lifecycle = fed(started(), ev(opener, **{key: "x-1"}, **extra, **owner))
+    delta = {} if continuation.endswith("_END") else {"delta": "{}"}
+    fault = refusal(lifecycle, ev(continuation, **{key: "x-1"}, **delta, subagentRunId=tagged))
+    assert fault.code == "OWNER_MISMATCH"
+    assert fault.details == {"event_type": continuation, "subagent_run_id": tagged, "opened_by": opened_by}
+
+
+def test_c37_an_untagged_or_agreeing_continuation_is_its_opener_s():
+    lifecycle = fed(
+        started(),
+        ev("TEXT_MESSAGE_START", messageId="m-1", role="assistant", subagentRunId="sub-1"),
+        ev("TEXT_MESSAGE_CONTENT", messageId="m-1", delta="Hi"),
+        ev("TEXT_MESSAGE_CONTENT", messageId="m-1", delta="!", subagentRunId="sub-1"),
+        ev("TEXT_MESSAGE_END", messageId="m-1"),
+        ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail", subagentRunId="sub-1"),
+        ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT),
+        ev("TOOL_CALL_END", toolCallId="tc-1", subagentRunId="sub-1"),
+        finished(),
+    )
+    lifecycle.end_of_stream()
+    assert lifecycle.outcome_type == "success"
 
 
 def test_args_for_a_tool_call_never_started_are_refused():
@@ -492,7 +540,7 @@ def test_the_first_chunk_of_a_call_must_name_its_tool():
     assert "tc-1" in fault.message and "toolCallName" in fault.message
 
 
-def test_invalid_json_args_are_a_problem_not_an_exception():
+def test_c27_invalid_json_args_are_a_problem_not_an_exception():
     lifecycle = fed(started(), *proposal("tc-1", deltas=['{"to": "a@b.com",', ' "subject": }']), finished())
     name, args, problems = lifecycle.proposed_args("tc-1")
     assert name == "sendEmail"
@@ -519,13 +567,32 @@ def test_args_that_are_not_a_json_object_are_reported(text, expected_args, fragm
     assert len(problems) == 1 and fragment in problems[0]
 
 
-def test_a_call_without_tool_call_end_may_be_incomplete():
+def test_c26_a_call_without_tool_call_end_is_incomplete_and_a_run_cannot_finish_on_it():
     lifecycle = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail"),
-                    ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT), finished())
+                    ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta=ARGS_TEXT))
     assert not lifecycle.tool_calls["tc-1"].ended
     name, args, problems = lifecycle.proposed_args("tc-1")
     assert args == ARGS
     assert problems == ["No TOOL_CALL_END has arrived for tc-1; its arguments may be incomplete."]
+    # Nothing is proposed to anyone from arguments that never ended (C45 makes the run's end fatal).
+    fault = refusal(lifecycle, finished(interrupt_outcome("tc-1")))
+    assert fault.code == "OPEN_AT_END" and "'tc-1'" in fault.message
+    assert not lifecycle.finished
+
+
+def test_c45_message_order_is_fatal():
+    lifecycle = fed(started(), ev("TEXT_MESSAGE_START", messageId="m-1"))
+    assert refusal(lifecycle, ev("TEXT_MESSAGE_START", messageId="m-1")).code == "MESSAGE_ORDER"
+    assert refusal(lifecycle, ev("TEXT_MESSAGE_CONTENT", messageId="m-2", delta="x")).code == "MESSAGE_ORDER"
+    assert refusal(lifecycle, ev("REASONING_MESSAGE_END", messageId="m-3")).code == "MESSAGE_ORDER"
+    fault = refusal(lifecycle, finished())
+    assert fault.code == "OPEN_AT_END" and fault.details["open_ids"] == ["m-1"]
+    # Closed, it may reopen (P53), and the run may finish; a chunked call still open closes with it.
+    for event in (ev("TEXT_MESSAGE_END", messageId="m-1"), ev("TEXT_MESSAGE_START", messageId="m-1"),
+                  ev("TEXT_MESSAGE_END", messageId="m-1"),
+                  ev("TOOL_CALL_CHUNK", toolCallId="tc-9", toolCallName="t", delta="{}"), finished()):
+        lifecycle.accept(event)
+    assert lifecycle.outcome_type == "success" and lifecycle.tool_calls["tc-9"].ended
 
 
 def test_an_unknown_tool_call_is_a_problem_naming_the_known_ones():
@@ -544,10 +611,11 @@ def test_tool_calls_is_a_copy():
 
 @given(st.lists(st.text(max_size=12), max_size=12))
 def test_args_are_the_deltas_concatenated_in_order(deltas):
-    lifecycle = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="t"))
+    lifecycle = fed(started(), ev("TEXT_MESSAGE_START", messageId="m"),
+                    ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="t"))
     for delta in deltas:
         lifecycle.accept(ToolCallArgsEvent(tool_call_id="tc-1", delta=delta))
-        lifecycle.accept(TextMessageContentEvent(message_id="m", delta="interleaved"))  # ignored
+        lifecycle.accept(TextMessageContentEvent(message_id="m", delta="interleaved"))  # another item's
     assert lifecycle.tool_calls["tc-1"].args_text == "".join(deltas)
 
 
@@ -612,3 +680,62 @@ def test_the_budget_is_exact_and_a_streamed_call_keeps_its_snapshot_copy_charged
             lifecycle.accept(event)
     assert err.value.code == "TOO_LARGE"
     assert err.value.details["size"] == exact
+
+
+# --------------------------------------------------------------------------- #
+# Subagents' streams (AG-UI 1.0, C38, C39, C41)
+# --------------------------------------------------------------------------- #
+
+
+def chunk(owner=None, **fields):
+    return ev("TOOL_CALL_CHUNK", **fields, **({"subagentRunId": owner} if owner else {}))
+
+
+def test_c38_interleaved_subagents_keep_their_own_chunked_calls_and_one_ending_closes_only_its_own():
+    lifecycle = fed(
+        started(),
+        chunk("sub-1", toolCallId="tc-a", toolCallName="sendEmail", delta='{"to": '),
+        chunk("sub-2", toolCallId="tc-b", toolCallName="archive", delta='{"id": '),
+        chunk("sub-1", delta='"a@b.com"}'),
+        ev("SUBAGENT_FINISHED", subagentRunId="sub-1"),
+        chunk("sub-2", delta="7}"),
+        finished(),
+    )
+    lifecycle.end_of_stream()
+    assert lifecycle.proposed_args("tc-a").args == {"to": "a@b.com"}
+    assert lifecycle.proposed_args("tc-b").args == {"id": 7}
+
+
+def test_c39_an_untagged_id_less_chunk_two_subagents_could_continue_is_refused():
+    lifecycle = fed(
+        started(),
+        chunk("sub-1", toolCallId="tc-a", toolCallName="sendEmail", delta="{"),
+        chunk("sub-2", toolCallId="tc-b", toolCallName="archive", delta="{"),
+    )
+    fault = refusal(lifecycle, chunk(delta="}"))
+    assert fault.code == "AMBIGUOUS_CHUNK" and "2 subagents" in fault.message
+    # With one subagent's stream open it is unambiguous, and continues that one.
+    lifecycle = fed(started(), chunk("sub-1", toolCallId="tc-a", toolCallName="sendEmail", delta="{"),
+                    chunk(delta="}"), finished())
+    assert lifecycle.proposed_args("tc-a").args == {}
+
+
+def test_c41_run_error_abandons_open_invocations_without_closing_events():
+    lifecycle = fed(
+        started(),
+        ev("SUBAGENT_STARTED", subagentRunId="sub-1", name="mailer"),
+        ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail", subagentRunId="sub-1"),
+        ev("RUN_ERROR", code="CRASH", message="the parent crashed"),
+    )
+    lifecycle.end_of_stream()  # no SUBAGENT_FINISHED or TOOL_CALL_END is expected
+    assert lifecycle.outcome_type == "error"
+
+
+def test_c9_a_new_run_starts_with_nothing_open():
+    # Run 1 left a call open and ended; run 2 cannot continue it, and run 1's RUN_ERROR ended what was open.
+    first = fed(started(), ev("TOOL_CALL_START", toolCallId="tc-1", toolCallName="sendEmail"),
+                ev("RUN_ERROR", message="boom"))
+    first.end_of_stream()
+    second = RunLifecycle(THREAD, "run-2")
+    second.accept(started(run_id="run-2"))
+    assert refusal(second, ev("TOOL_CALL_ARGS", toolCallId="tc-1", delta="{}")).code == "TOOL_CALL_ORDER"

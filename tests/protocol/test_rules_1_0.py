@@ -140,6 +140,15 @@ def test_c64_countersign_declares_the_pinned_package_version_on_what_it_sends():
     assert sent["protocolVersion"] == PROTOCOL_VERSION == "1.0"
 
 
+def test_c68_a_peer_of_unknown_version_gets_what_a_current_one_gets_unchanged_otherwise():
+    run_input = {"threadId": THREAD, "runId": "r", "messages": [{"id": "m", "role": "user", "content": "hi"}],
+                 "state": {"k": None}, "tools": [], "context": []}
+    sent = versioning.declare(run_input)
+    # No downgrade is chosen by a peer's version: one input for every agent, only the declaration added.
+    assert sent == {**run_input, "protocolVersion": PROTOCOL_VERSION}
+    assert list(sent)[:len(run_input)] == list(run_input)
+
+
 def test_c65_versions_compare_numerically_component_by_component():
     assert versioning.compare("1.10", "1.9") == 1
     assert versioning.compare("1.9", "1.10") == -1

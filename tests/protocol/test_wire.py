@@ -20,6 +20,7 @@ from ag_ui.encoder import EventEncoder
 from interrupts.protocol.errors import MalformedMessage
 from interrupts.protocol.sse import SSEFrame
 from interrupts.protocol.wire import (
+    strip_unknown_outcome,
     MAX_DEPTH,
     dump,
     parse_event,
@@ -238,6 +239,38 @@ def test_empty_interrupts_is_refused_specifically():
     assert err.details["field"] == "outcome.interrupts"
 
 
+def test_c2_a_missing_outcome_and_a_bare_success_both_read_as_success():
+    from interrupts.protocol.lifecycle import RunLifecycle
+
+    for fields in ({}, {"outcome": {"type": "success"}}):
+        finished = run_finished(**fields)
+        lifecycle = RunLifecycle(finished["threadId"], finished["runId"])
+        lifecycle.accept(parse_event({"type": "RUN_STARTED", "threadId": finished["threadId"],
+                                      "runId": finished["runId"]}))
+        lifecycle.accept(parse_event(finished))
+        assert lifecycle.outcome_type == "success" and lifecycle.interrupts == ()
+
+
+def test_c3_an_outcome_variant_1_0_does_not_define_is_stripped_and_reads_as_success():
+    raw = run_finished(outcome={"type": "handoff", "to": "billing"})
+    event = parse_event(json.dumps(raw))
+    assert event.outcome is None
+    # The caller warns with what was removed.
+    stripped, kind = strip_unknown_outcome(raw)
+    assert kind == "handoff" and "outcome" not in stripped and stripped["runId"] == raw["runId"]
+    assert strip_unknown_outcome(run_finished(outcome={"type": "cancelled"}))[1] is None
+    # A variant without a readable type is malformed, not unrecognised.
+    assert refusal(parse_event, json.dumps(run_finished(outcome={"type": 7}))).details["field"] == "outcome.type"
+
+
+@pytest.mark.parametrize("kind", ["success", "cancelled"])
+def test_c11_a_success_or_cancelled_outcome_carrying_interrupts_is_refused(kind):
+    outcome = {"type": kind, "interrupts": [{"id": "i-1", "reason": "tool_call"}]}
+    err = refusal(parse_event, json.dumps(run_finished(outcome=outcome)))
+    assert err.code == "INTERRUPTS_OUTSIDE_INTERRUPT_OUTCOME"
+    assert err.details["field"] == "outcome.interrupts" and kind in err.message
+
+
 def test_missing_top_level_field_is_named_in_camel_case():
     err = refusal(parse_event, '{"type": "RUN_FINISHED", "runId": "r"}')
     assert err.code == "MISSING_FIELD"
@@ -261,13 +294,6 @@ def test_missing_nested_field_has_its_full_path():
 def test_missing_outcome_discriminator_is_a_missing_field():
     err = refusal(parse_event, json.dumps(run_finished(outcome={"interrupts": [{"id": "i", "reason": "r"}]})))
     assert (err.code, err.details["field"]) == ("MISSING_FIELD", "outcome.type")
-
-
-def test_unknown_outcome_type_is_an_invalid_field_listing_the_variants():
-    err = refusal(parse_event, json.dumps(run_finished(outcome={"type": "paused"})))
-    assert err.code == "INVALID_FIELD"
-    assert err.details["field"] == "outcome.type"
-    assert "'paused'" in err.message and "'interrupt'" in err.message
 
 
 def test_invalid_field_gives_path_and_pydantic_reason():
