@@ -21,6 +21,18 @@ def resumes_sent_at_once(settings):
     settings.COUNTERSIGN_UNDO_SECONDS = 0
 
 
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    # Each test runs on an event loop of its own; a Redis channel layer built on an
+    # earlier one keeps its per-channel receive locks bound to that loop, and a lock
+    # a closed loop left held fails the next socket's listener ("bound to a
+    # different event loop", seen on PostgreSQL + Redis). Each test builds its own.
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+
+
 @pytest.fixture
 def staff(client):
     """A superuser, logged in on Django's test ``client``."""

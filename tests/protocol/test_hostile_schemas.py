@@ -26,6 +26,10 @@ from interrupts.protocol.schema import (
 )
 
 NOW = datetime(2026, 4, 20, 12, 0, tzinfo=timezone.utc)
+# A bomb the budget cuts off ends in well under a second; one it did not would run for
+# hours (2**40 paths). The bound only has to tell those apart, and at 0.5 s a loaded
+# CI machine crossed it (0.63 s on the PostgreSQL pass) while the budget worked.
+BOUNDED = 2.0
 
 
 def refusal(schema, payload, **kwargs) -> ContractViolation:
@@ -169,7 +173,7 @@ def test_dialect_switch_in_a_subschema_stays_bounded():
     schema = {"properties": {"a": {"$schema": "http://json-schema.org/draft-07/schema#", "pattern": "^(a+)+$"}}}
     started = time.perf_counter()
     assert [e["path"] for e in payload_errors(schema, {"a": "a" * 40 + "!"})] == ["/a"]
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < BOUNDED
 
 
 # --------------------------------------------------------------------------- #
@@ -253,7 +257,7 @@ def test_the_doubling_ref_bomb_is_too_costly_and_quick():
     check_schema(bomb)
     started = time.perf_counter()
     err = refusal(bomb, "x", interrupt_id="int-h")
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < BOUNDED
     assert err.code == "SCHEMA_TOO_COSTLY" and err.details["interrupt_id"] == "int-h"
     assert "more checking than Countersign allows" in err.message
     with pytest.raises(ContractViolation) as exc:
@@ -273,7 +277,7 @@ def test_bomb_shapes_hit_the_budget_quickly(leaf, payload):
     bomb["$defs"]["l40"] = leaf
     started = time.perf_counter()
     assert refusal(bomb, payload).code == "SCHEMA_TOO_COSTLY"
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < BOUNDED
 
 
 def test_ref_cycles_stay_invalid_schema():
