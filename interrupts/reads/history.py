@@ -67,28 +67,10 @@ def _args_text(text: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) if decoded else text
 
 
-def _subagent_event(run_id: str, kind: str, payload: dict, names: dict, suspended: dict) -> None:
-    # As selectors.subagents reads them, from the events of the page's slice.
-    sub = payload["subagentRunId"]
-    if kind == "SUBAGENT_STARTED" and isinstance(payload.get("name"), str) and payload["name"].strip():
-        names[(run_id, sub)] = payload["name"]
-    outcome = payload.get("outcome") if kind == "SUBAGENT_FINISHED" else None
-    if isinstance(outcome, dict) and outcome.get("type") == "suspended":
-        for interrupt_id in outcome.get("interruptIds") or []:
-            if isinstance(interrupt_id, str):
-                suspended.setdefault((run_id, interrupt_id), sub)
-
-
 def _raised(run_id: str, interrupt: dict, names: dict, suspended: dict) -> dict:
     """One raised interrupt of a run's end: its id, and the subagent that asked it (run id, name) if any."""
-    sub = _subagent(interrupt) or suspended.get((run_id, interrupt.get("id")))
+    sub = selectors.raw_subagent_run_id(interrupt) or suspended.get((run_id, interrupt.get("id")))
     return {"id": interrupt.get("id"), "subagent_run_id": sub, "subagent_name": names.get((run_id, sub))}
-
-
-def _subagent(interrupt: dict) -> str | None:
-    # As selectors.subagent_run_id reads an interrupt row: a non-empty string, or nothing.
-    value = interrupt.get("subagentRunId")
-    return value if isinstance(value, str) and value else None
 
 
 def _quoted(value) -> str:
@@ -227,8 +209,8 @@ def fold(events, said: dict[str, str] | None = None, raised: dict[str, dict] | N
     suspended: dict[tuple[str, str], str] = {}
 
     for seq, kind, payload, run_id, from_agent in events:
-        if kind in ("SUBAGENT_STARTED", "SUBAGENT_FINISHED") and isinstance(payload.get("subagentRunId"), str):
-            _subagent_event(run_id, kind, payload, subagent_names, suspended)
+        if kind in ("SUBAGENT_STARTED", "SUBAGENT_FINISHED"):
+            selectors.read_subagent_event(run_id, kind, payload, subagent_names, suspended)
         if kind == "RUN_STARTED":
             items.append(Item("run-start", seq, run_id, data={"parent": payload.get("parentRunId"),
                                                                 "user": said.get(run_id)}))

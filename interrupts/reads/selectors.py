@@ -375,8 +375,32 @@ def subagent_run_id(interrupt: Interrupt) -> str | None:
     to escape and cut, never to link. The wire model lets only a string
     through; anything else stored here is not an id.
     """
-    value = interrupt.raw.get("subagentRunId") if isinstance(interrupt.raw, dict) else None
+    return raw_subagent_run_id(interrupt.raw)
+
+
+def raw_subagent_run_id(raw: object) -> str | None:
+    """``subagentRunId`` of an interrupt as sent: a non-empty string, or None."""
+    value = raw.get("subagentRunId") if isinstance(raw, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+def read_subagent_event(run_key, kind: str, payload: object, names: dict, suspended: dict) -> None:
+    """Fold one SUBAGENT_STARTED or SUBAGENT_FINISHED of run ``run_key`` into ``names`` and ``suspended``.
+
+    ``names``: (run, subagent run id) -> its announced name; ``suspended``:
+    (run, interrupt id) -> the subagent run whose suspended outcome lists it.
+    Shared by the inbox and audit (``subagents``) and the thread page (``history``).
+    """
+    sub = payload.get("subagentRunId") if isinstance(payload, dict) else None
+    if not isinstance(sub, str) or not sub:
+        return
+    if kind == "SUBAGENT_STARTED" and isinstance(payload.get("name"), str) and payload["name"].strip():
+        names[(run_key, sub)] = payload["name"]
+    outcome = payload.get("outcome") if kind == "SUBAGENT_FINISHED" else None
+    if isinstance(outcome, dict) and outcome.get("type") == "suspended":
+        for interrupt_id in outcome.get("interruptIds") or []:
+            if isinstance(interrupt_id, str):
+                suspended.setdefault((run_key, interrupt_id), sub)
 
 
 @dataclass(frozen=True)
@@ -406,16 +430,7 @@ def subagents(interrupts) -> dict[int, Subagent]:
     for run_pk, kind, payload in Event.objects.filter(
         run_id__in={i.run_id for i in interrupts}, type__in=SUBAGENT_EVENTS
     ).order_by("seq").values_list("run_id", "type", "payload"):
-        sub = payload.get("subagentRunId") if isinstance(payload, dict) else None
-        if not isinstance(sub, str) or not sub:
-            continue
-        if kind == "SUBAGENT_STARTED" and isinstance(payload.get("name"), str) and payload["name"].strip():
-            names[(run_pk, sub)] = payload["name"]
-        outcome = payload.get("outcome") if kind == "SUBAGENT_FINISHED" else None
-        if isinstance(outcome, dict) and outcome.get("type") == "suspended":
-            for interrupt_id in outcome.get("interruptIds") or []:
-                if isinstance(interrupt_id, str):
-                    suspended.setdefault((run_pk, interrupt_id), sub)
+        read_subagent_event(run_pk, kind, payload, names, suspended)
     found = {}
     for interrupt in interrupts:
         sub = subagent_run_id(interrupt) or suspended.get((interrupt.run_id, interrupt.interrupt_id))
