@@ -32,13 +32,15 @@ def _pg_exists(admin, name: str) -> bool:
 #: One prepared database per kind of app (self-approving or not), made once per test process:
 #: (location, demo reviewer's token). Every new app's database is a copy of it, which spares each
 #: of the suite's ~30 served apps four Django start-ups and a migration (seconds each on 2 cores).
-_TEMPLATES: dict[bool, tuple[str, str]] = {}
+_TEMPLATES: dict[tuple[bool, bool], tuple[str, str]] = {}
 
 
-def _template(self_approving: bool) -> tuple[str, str]:
-    if self_approving not in _TEMPLATES:
+def _template(self_approving: bool, sqlite: bool) -> tuple[str, str]:
+    # One template per back end: a benchmark serves SQLite apps while DATABASE_URL names
+    # PostgreSQL, and a SQLite app copied from a PostgreSQL template got an empty file.
+    if (self_approving, sqlite) not in _TEMPLATES:
         workdir = Path(tempfile.mkdtemp(prefix="cs-template-"))
-        url = database_for(workdir)
+        url = f"sqlite:///{workdir / 'db.sqlite3'}" if sqlite else database_for(workdir)
         if url.startswith("postgres"):
             import psycopg
 
@@ -50,9 +52,9 @@ def _template(self_approving: bool) -> tuple[str, str]:
                 admin.execute(f'CREATE DATABASE "{name}"')
         env = {**os.environ, "DATABASE_URL": url, "DEBUG": "true"}
         token = _setup(env, self_approving)
-        _TEMPLATES[self_approving] = (url, token)
+        _TEMPLATES[self_approving, sqlite] = (url, token)
         atexit.register(_drop_template, url)
-    return _TEMPLATES[self_approving]
+    return _TEMPLATES[self_approving, sqlite]
 
 
 def _drop_template(url: str) -> None:
@@ -84,7 +86,7 @@ def _setup(env: dict, self_approving: bool) -> str:
 
 def _copy_of_template(url: str, self_approving: bool) -> str | None:
     """Make the database at ``url`` a copy of the prepared template, if it does not exist yet; its token."""
-    template, token = _template(self_approving)
+    template, token = _template(self_approving, url.startswith("sqlite:///"))
     if url.startswith("sqlite:///"):
         target = Path(url.removeprefix("sqlite:///"))
         if target.exists():
