@@ -122,6 +122,9 @@ DEFAULTS: dict[str, Any] = {
     "COUNTERSIGN_API_RATE_ANON": "600/min",
     "COUNTERSIGN_API_RATE_USER": "6000/min",
     "COUNTERSIGN_API_RATE_FAILED_TOKENS": "30/min",
+    # Days a new API token lasts (``manage.py tokens create`` may say otherwise
+    # per token); 0: until revoked, as machine tokens usually are.
+    "COUNTERSIGN_TOKEN_DAYS": 0.0,
     # Whether the demo agents refuse a request that carries no Countersign-Signature.
     # Off, so the README's direct curl works; a forged or stale signature is refused either way.
     "COUNTERSIGN_DEMO_REQUIRE_SIGNATURE": False,

@@ -40,9 +40,8 @@ from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.authtoken.models import Token
 
-from .hub import accept, refusals, supervisor
+from .hub import accept, refusals, supervisor, tokens
 from .hub.refusals import Refusal
 from .hub.tokens import FailedTokenThrottle, too_many_failures
 from .models import Agent, Event, Run
@@ -69,9 +68,9 @@ async def _user(request: HttpRequest):
         if wait is not None:
             return refusal(429, "THROTTLED", too_many_failures(wait), retry_after=wait)
         key = header.split(" ", 1)[1].strip()
-        token = await Token.objects.select_related("user").filter(key=key).afirst()
-        if token and token.user.is_active:
-            return token.user
+        user = await sync_to_async(tokens.user_for)(key)
+        if user is not None:
+            return user
         await sync_to_async(throttle.record_failure)()
         return None
     user = await request.auser()
@@ -214,7 +213,7 @@ async def agui(request: HttpRequest, agent: str):
     if isinstance(user, HttpResponse):
         return user
     if user is None:
-        return refusal(401, "UNAUTHORIZED", "Log in, or send 'Authorization: Token <key>' (manage.py drf_create_token).")
+        return refusal(401, "UNAUTHORIZED", "Log in, or send 'Authorization: Token <key>' (manage.py tokens create <user>).")
     # A body that says it is something else is refused; one that says nothing is read as JSON.
     if request.content_type not in ("application/json", ""):
         return refusal(415, "UNSUPPORTED_MEDIA_TYPE",

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 from django.db.models import Q
-from rest_framework.authtoken.models import TokenProxy
+from knox.models import AuthToken
 
 from .conf import MAX_CREDENTIAL_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS
 from .protocol import dialects
@@ -661,12 +661,13 @@ class Presence(models.Model):
         indexes = [models.Index(fields=["interrupt", "seen_at"], name="presence_interrupt_seen")]
 
 
-class APIToken(TokenProxy):
-    """An API token as people see it (the admin's lists, titles, breadcrumbs): by its last four characters.
+class APIToken(AuthToken):
+    """An API token as Countersign keeps it: knox's row, the token's SHA-512 digest and first characters.
 
-    DRF's own admin shows every user's token in full, so anyone who sees the
-    list, or a screenshot of it, could act as those users. A token is printed
-    once, by ``manage.py drf_create_token <user>``, and revoked in the admin.
+    The token itself is stored nowhere: it is shown once, by ``manage.py
+    tokens create <user>`` or the admin's add form (``hub.tokens.issue``), and
+    people name it by its first characters (``token_key``), which find it
+    but cannot stand in for it. Migration 0025 moved DRF's plaintext tokens here.
     """
 
     class Meta:
@@ -674,7 +675,7 @@ class APIToken(TokenProxy):
         verbose_name = "API token"
 
     def __str__(self) -> str:
-        return masked(self.key)
+        return f"{self.token_key}…"
 
 
 #: The prev_hash of entry 1: a chain starts from a fixed, published value.

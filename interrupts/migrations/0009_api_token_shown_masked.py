@@ -4,23 +4,14 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+    """Once a proxy of DRF's plaintext tokens (rest_framework.authtoken), no longer installed.
+
+    Emptied so the graph needs no authtoken migrations: 0025 moves those tokens
+    into knox's digests, drops their table and makes APIToken a proxy of knox's model.
+    """
 
     dependencies = [
-        ('authtoken', '0004_alter_tokenproxy_options'),
         ('interrupts', '0008_agent_url_http_only'),
     ]
 
-    operations = [
-        migrations.CreateModel(
-            name='APIToken',
-            fields=[
-            ],
-            options={
-                'verbose_name': 'API token',
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
-            },
-            bases=('authtoken.tokenproxy',),
-        ),
-    ]
+    operations = []
