@@ -218,6 +218,7 @@ class APITokenAddForm(forms.ModelForm):
 
     def save(self, commit=True):
         self.instance, self.token = tokens.issue(self.cleaned_data["user"], days=self.cleaned_data["days"])
+        self.save_m2m = lambda: None  # the admin calls it after save(commit=False); a token has no m2m
         return self.instance
 
 

@@ -5,7 +5,7 @@ import itertools
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from interrupts.hub import policies
+from interrupts.hub import policies, tokens
 from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 
 _counter = itertools.count(1)
@@ -60,6 +60,11 @@ def user(reviewer: bool = True, **fields):
     if reviewer:
         made.groups.add(Group.objects.get(name="Reviewers"))
     return made
+
+
+def token(user_obj, **options) -> str:
+    """A new API token for ``user_obj`` (the only time it exists in full)."""
+    return tokens.issue(user_obj, **options)[1]
 
 
 def policy(**fields) -> Policy:

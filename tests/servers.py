@@ -72,10 +72,9 @@ def _setup(env: dict, self_approving: bool) -> str:
     for command in (["migrate", "--noinput"], ["demo_reviewer"]):
         done = manage(*command, env=env)
         assert done.returncode == 0, done.stderr
-    done = manage("drf_create_token", "reviewer", env=env)
+    done = manage("tokens", "create", "reviewer", env=env)
     assert done.returncode == 0, done.stderr
-    # "Generated token <key> for user reviewer"
-    token = done.stdout.split()[2]
+    token = done.stdout.strip()  # the token alone on stdout, as a script reads it
     if self_approving:
         code = ("from interrupts.models import Policy; Policy.objects.get_or_create(agent=None, reason='', "
                 "tool_name='', defaults={'name': 'one operator', 'allow_self_approval': True})")

@@ -17,7 +17,6 @@ from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
 from django.urls import URLResolver, get_resolver, resolve
 from django.utils.regex_helper import normalize
-from rest_framework.authtoken.models import Token
 
 from interrupts.models import Agent
 
@@ -81,7 +80,7 @@ def rows(db):
     run = interrupt.run
     factories.event(run, 1)
     factories.decision(interrupt, user)
-    Token.objects.create(user=user)
+    factories.token(user)
     Group.objects.create(name="doors")
     return {"interrupt": interrupt, "run": run, "thread": run.thread, "agent": run.agent, "user": user}
 

@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from interrupts.models import Interrupt
 
@@ -120,10 +119,10 @@ def test_the_csv_export_holds_every_number_and_runs_no_formula(client, team):
 
 def test_the_api_answers_a_token_and_refuses_an_unknown_period_by_name(client, team):
     client.logout()
-    token = Token.objects.create(user=team)
-    answered = client.get("/api/insight/", HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = make.token(team)
+    answered = client.get("/api/insight/", HTTP_AUTHORIZATION=f"Token {token}")
     assert answered.status_code == 200 and answered.json()["period"] == "week"
-    refused = client.get("/api/insight/?period=quarter", HTTP_AUTHORIZATION=f"Token {token.key}")
+    refused = client.get("/api/insight/?period=quarter", HTTP_AUTHORIZATION=f"Token {token}")
     assert refused.status_code == 400
     assert refused.json()["code"] == "INVALID_PERIOD" and "day, week, month" in refused.json()["detail"]
 

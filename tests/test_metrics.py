@@ -7,7 +7,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
-from rest_framework.authtoken.models import Token
 
 from interrupts.models import Interrupt, Run
 from interrupts.reads import metrics
@@ -86,7 +85,7 @@ def world():
 def scraper(client):
     """A staff user's API token, as Prometheus sends it."""
     user = make.user(username="prometheus", is_staff=True)
-    return {"HTTP_AUTHORIZATION": f"Token {Token.objects.create(user=user).key}"}
+    return {"HTTP_AUTHORIZATION": f"Token {make.token(user)}"}
 
 
 def test_every_figure_is_read_from_the_rows(client, world, scraper):
@@ -162,8 +161,8 @@ def test_only_staff_may_scrape(client, world):
     anonymous = client.get(URL)
     assert anonymous.status_code == 401 and anonymous.json()["code"] == "NOT_AUTHENTICATED"
     colleague = make.user()
-    token = Token.objects.create(user=colleague)
-    by_token = client.get(URL, HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = make.token(colleague)
+    by_token = client.get(URL, HTTP_AUTHORIZATION=f"Token {token}")
     assert by_token.status_code == 403 and by_token.json()["code"] == "PERMISSION_DENIED"
     client.force_login(colleague)
     assert client.get(URL).status_code == 403

@@ -1,6 +1,7 @@
 """Login guards every page; the admin covers every model and keeps history read-only."""
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from interrupts.models import Agent
@@ -106,27 +107,48 @@ def test_a_credential_needs_a_header_name(client, staff):
     assert not Agent.objects.filter(name="needs-header").exists()
 
 
-def test_api_tokens_are_never_listed_in_full_in_the_admin(client, staff):
-    from rest_framework.authtoken.models import Token
+def test_api_tokens_are_never_shown_in_full_in_the_admin(client, staff):
+    from interrupts.models import APIToken
 
-    token = Token.objects.create(user=make.user(username="machine"))
+    key = make.token(make.user(username="machine"))
+    row = APIToken.objects.get()
     listing = client.get(reverse("admin:interrupts_apitoken_changelist")).content.decode()
-    assert "machine" in listing and f"••••{token.key[-4:]}" in listing
-    assert token.key not in listing
-    change = client.get(reverse("admin:interrupts_apitoken_change", args=[token.user.pk])).content.decode()
-    assert token.key not in change and f"••••{token.key[-4:]}" in change
-    delete = client.get(reverse("admin:interrupts_apitoken_delete", args=[token.user.pk])).content.decode()
-    assert token.key not in delete
+    assert "machine" in listing and f"{key[:15]}…" in listing
+    assert key not in listing
+    change = client.get(reverse("admin:interrupts_apitoken_change", args=[row.pk])).content.decode()
+    assert key not in change and key[:15] in change
+    delete = client.get(reverse("admin:interrupts_apitoken_delete", args=[row.pk])).content.decode()
+    assert key not in delete
 
 
-@pytest.mark.parametrize("lookup", ["key__startswith", "key__regex", "key__gt", "key", "pk__startswith"])
-def test_the_token_list_cannot_be_asked_about_a_key(client, staff, lookup):
-    # Filtering by a prefix answered "1 result" or "0 results": a token, a character at a time.
-    from rest_framework.authtoken.models import Token
+def test_the_admin_issues_a_token_shown_once_and_revokes_it(client, staff):
+    from interrupts.models import APIToken
 
-    token = Token.objects.create(user=make.user(username="machine"))
+    machine = make.user(username="machine")
+    added = client.post(reverse("admin:interrupts_apitoken_add"), {"user": machine.pk, "days": ""}, follow=True)
+    row = APIToken.objects.get(user=machine)
+    shown = [str(m) for m in added.context["messages"] if "shown this once" in str(m)]
+    assert len(shown) == 1
+    key = shown[0].rsplit(" ", 1)[1]
+    assert key.startswith(row.token_key) and row.expiry is None
+    machine_client = Client()  # no session: the token alone
+    assert machine_client.get("/api/interrupts/", HTTP_AUTHORIZATION=f"Token {key}").status_code == 200
+    assert key not in client.get(reverse("admin:interrupts_apitoken_change", args=[row.pk])).content.decode()
+    client.post(reverse("admin:interrupts_apitoken_delete", args=[row.pk]), {"post": "yes"})
+    assert machine_client.get("/api/interrupts/", HTTP_AUTHORIZATION=f"Token {key}").status_code == 401
+
+
+@pytest.mark.parametrize("lookup", ["digest__startswith", "digest", "token_key__startswith", "token_key__regex",
+                                    "pk__startswith", "pk__gt"])
+def test_the_token_list_cannot_be_asked_about_a_token(client, staff, lookup):
+    # Filtering by a prefix answers "1 result" or "0 results": no field of a token is offered to it.
+    from interrupts.models import APIToken
+
+    make.token(make.user(username="machine"))
+    row = APIToken.objects.get()
+    value = row.digest if lookup.startswith(("digest", "pk")) else row.token_key
     url = reverse("admin:interrupts_apitoken_changelist")
-    right = client.get(url, {lookup: token.key[:3]})
-    wrong = client.get(url, {lookup: "zzz" if not token.key.startswith("zzz") else "yyy"})
+    right = client.get(url, {lookup: value[:3]})
+    wrong = client.get(url, {lookup: "zzz" if not value.startswith("zzz") else "yyy"})
     assert right.status_code in (302, 400)  # Django's refusal of a disallowed lookup: no list at all
     assert (right.status_code, right.content) == (wrong.status_code, wrong.content)  # nothing to tell them apart

@@ -3,7 +3,6 @@
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rest_framework.throttling import UserRateThrottle
 
@@ -82,7 +81,7 @@ def with_token(key, address="10.0.0.1"):
 
 
 def test_failed_tokens_from_one_address_are_throttled(three_failures_a_minute):
-    good = Token.objects.create(user=factories.user()).key
+    good = factories.token(factories.user())
     for n in range(3):
         refused = with_token(f"guess-{n}").get("/api/interrupts/")
         assert refused.status_code == 401 and refused.json()["code"] == "AUTHENTICATION_FAILED"
@@ -104,14 +103,14 @@ def test_a_forwarded_for_header_does_not_reset_the_count(three_failures_a_minute
 
 
 def test_valid_tokens_are_not_counted_as_failures(three_failures_a_minute):
-    good = Token.objects.create(user=factories.user()).key
+    good = factories.token(factories.user())
     for _ in range(10):
         assert with_token(good).get("/api/interrupts/").status_code == 200
 
 
 def test_a_runaway_caller_is_throttled(monkeypatch):
     monkeypatch.setattr(UserRateThrottle, "rate", "2/min", raising=False)
-    api = with_token(Token.objects.create(user=factories.user()).key)
+    api = with_token(factories.token(factories.user()))
     assert [api.get("/api/interrupts/").status_code for _ in range(2)] == [200, 200]
     throttled = api.get("/api/interrupts/")
     assert throttled.status_code == 429 and throttled.json()["code"] == "THROTTLED"

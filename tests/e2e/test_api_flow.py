@@ -164,10 +164,10 @@ def test_new_input_while_pending_is_refused(api):
 
 def make_user(hub, username):
     code = (
-        "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+        "from django.contrib.auth import get_user_model; from interrupts.hub import tokens; "
         f"u = get_user_model().objects.create_user({username!r}, first_name={username.title()!r}); "
         "from django.contrib.auth.models import Group; u.groups.add(Group.objects.get(name='Reviewers')); "
-        "print(Token.objects.create(user=u).key)"
+        "print(tokens.issue(u)[1])"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=hub.env,
                           capture_output=True, text=True, timeout=60, check=True)

@@ -37,18 +37,18 @@ PEOPLE = """
 import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from rest_framework.authtoken.models import Token
+from interrupts.hub import tokens
 
 shippers = Group.objects.create(name="Shippers")
 shippers.permissions.add(Permission.objects.get(codename="decide_interrupt", content_type__app_label="interrupts"))
 groups = {"viewer": [], "outsider": [Group.objects.get(name="Reviewers")],
           "requester": [shippers], "approver1": [shippers], "approver2": [shippers]}
-tokens = {}
+keys = {}
 for username, joined in groups.items():
     user = get_user_model().objects.create_user(username)
     user.groups.add(*joined)
-    tokens[username] = Token.objects.create(user=user).key
-print(json.dumps(tokens))
+    keys[username] = tokens.issue(user)[1]
+print(json.dumps(keys))
 """
 
 

@@ -63,11 +63,11 @@ def apps(tmp_path_factory, scripted, redis_url):
 def reviewers(apps):
     """API tokens of REVIEWERS distinct users (one user answering twice would be revising, not racing)."""
     code = (
-        "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+        "from django.contrib.auth import get_user_model; from interrupts.hub import tokens; "
         "User = get_user_model(); "
         f"users = [User.objects.create_user(f'racer{{n}}', first_name=f'Racer{{n}}') for n in range({REVIEWERS})]; "
         "from django.contrib.auth.models import Group; [u.groups.add(Group.objects.get(name='Reviewers')) for u in users]; "
-        "print(' '.join(Token.objects.create(user=u).key for u in users))"
+        "print(' '.join(tokens.issue(u)[1] for u in users))"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=apps[0].env,
                           capture_output=True, text=True, timeout=120, check=False)

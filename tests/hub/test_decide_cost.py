@@ -8,7 +8,6 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 
 from interrupts.models import Interrupt, Run
 
@@ -17,7 +16,7 @@ from .. import factories as make
 pytestmark = pytest.mark.django_db
 
 SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
-# Token and user, the interrupt, the policies' check, the permissions (2); BEGIN, the
+# Token and user (one indexed lookup), the interrupt, the policies' check, the permissions (2); BEGIN, the
 # re-read, the approvals, the UPDATE, the decision, the trail's tail and entry, the
 # batch, the resume's answers, its key, the resume; COMMIT; the inbox's count.
 # PostgreSQL adds the batch's row lock and the trail's advisory lock.
@@ -32,7 +31,7 @@ def raised(agent, user):
 
 def test_an_approval_that_sends_the_resume_costs_a_fixed_number_of_statements():
     user = make.user(username="reviewer")
-    token = Token.objects.create(user=user).key
+    token = make.token(user)
     agent = make.agent()
     make.policy(agent=agent, allow_self_approval=True)
     client = Client()
