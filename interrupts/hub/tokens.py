@@ -77,10 +77,10 @@ def revoke(key: str) -> int:
     """
     if len(key) < KEY_CHARS:
         raise ValueError(f"Name a token by at least its first {KEY_CHARS} characters.")
-    tokens = APIToken.objects.filter(token_key=key[:KEY_CHARS])
+    rows = APIToken.objects.filter(token_key=key[:KEY_CHARS])
     if len(key) > KEY_CHARS:
-        tokens = tokens.filter(digest=hash_token(key))
-    deleted, _ = tokens.delete()
+        rows = rows.filter(digest=hash_token(key))
+    deleted, _ = rows.delete()
     return deleted
 
 

@@ -21,7 +21,7 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="Make a token for a user and print it, once.")
         create.add_argument("username")
         create.add_argument("--days", type=float, default=None,
-                            help="How long it lasts; 0: until revoked. Default: COUNTERSIGN_TOKEN_DAYS (0).")
+                            help="How long it lasts; 0: until revoked. Default: COUNTERSIGN_TOKEN_DAYS (0 unless set).")
         listing = sub.add_parser("list", help="Show tokens by their first characters, never in full.")
         listing.add_argument("username", nargs="?", help="Only this user's.")
         revoke = sub.add_parser("revoke", help="Revoke a token, or every token of a user.")
