@@ -71,7 +71,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection, models, transaction
-from django.db.models import Max, Subquery
+from django.db.models import Max, Subquery, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -408,12 +409,14 @@ def policy_version(name: str) -> dict | None:
     (``decisions`` checks eligibility against the policies in force, and
     every change of one is an entry before it is in force).
     """
-    pk = Policy.objects.filter(name=name).values_list("pk", flat=True).first()
-    if pk is None:
-        return None
-    last = AuditEntry.objects.filter(subject=f"policy:{pk}").order_by("-seq").values_list("seq", "hash").first()
-    seq, entry = last if last else (None, None)
-    return {"policy": pk, "seq": seq, "hash": entry}
+    # One statement: it runs under the decision's lock.
+    pk = Cast(Subquery(Policy.objects.filter(name=name).values("pk")[:1]), models.CharField())
+    last = (AuditEntry.objects.filter(subject=Concat(Value("policy:"), pk)).order_by("-seq")
+            .values_list("subject", "seq", "hash").first())
+    if last is None:
+        return None  # the site default (a policy with no entry at all is verify's to report)
+    subject, seq, entry = last
+    return {"policy": int(subject.partition(":")[2]), "seq": seq, "hash": entry}
 
 
 def record_expiry(interrupt) -> AuditEntry | None:
