@@ -87,6 +87,8 @@ logger = logging.getLogger(__name__)
 
 DECISION = "decision"
 SUPERSEDED = "decision.superseded"
+#: What an older decision entry did not hold of what the reviewer read, as it stood at the upgrade (0026).
+CONTEXT = "decision.context"
 EXPIRY = "expiry"
 
 #: Rows read per query while verifying: memory stays flat whatever the chain's length.
@@ -719,9 +721,13 @@ def _check_decisions(result: Verification) -> None:
         after = chunk[-1].pk
         entries: dict[tuple[int, str], list[tuple[int, dict]]] = {}
         for seq, kind, decision_pk, content in AuditEntry.objects.filter(
-            decision_id__in=[d.pk for d in chunk], kind__in=(DECISION, SUPERSEDED)
+            decision_id__in=[d.pk for d in chunk], kind__in=(DECISION, SUPERSEDED, CONTEXT)
         ).order_by("seq").values_list("seq", "kind", "decision_id", "content"):
             entries.setdefault((decision_pk, kind), []).append((seq, json.loads(content)["data"]))
+        for (decision_pk, kind), found in list(entries.items()):
+            # An older entry, completed by what the upgrade recorded of the rest (``backfill_context``).
+            if kind == DECISION and (context := entries.get((decision_pk, CONTEXT))):
+                entries[(decision_pk, kind)] = [(found[0][0], {**context[0][1], **found[0][1]}), *found[1:]]
         interrupts = {d.interrupt_id: d.interrupt for d in chunk}.values()
         subagents = _subagents(interrupts, Event.objects.filter(run_id__in={i.run_id for i in interrupts}))
         for decision in chunk:
@@ -783,7 +789,7 @@ def _check_one(result: Verification, decision, kind: str, found: list, now: dict
 
 
 def _check_vanished(result: Verification) -> None:
-    for seq, decision_pk in (AuditEntry.objects.filter(kind__in=(DECISION, SUPERSEDED))
+    for seq, decision_pk in (AuditEntry.objects.filter(kind__in=(DECISION, SUPERSEDED, CONTEXT))
                              .exclude(decision_id__in=Decision.objects.values("pk"))
                              .order_by("seq").values_list("seq", "decision_id")[:MAX_PROBLEMS]):
         result.add(Problem(seq, f"entry {seq} records decision {decision_pk}, which no longer exists (it was deleted)"))
@@ -942,7 +948,7 @@ def _check_gone(result: Verification, family: _Family) -> None:
 
 @dataclass(frozen=True)
 class Head:
-    """The newest entry of the chain: its seq and hash, spelt ``SEQ:HASH`` (what ``audit verify --expect-head`` takes)."""
+    """The newest entry of the chain, spelt ``SEQ:HASH`` as ``audit verify --expect-head`` takes it."""
 
     seq: int
     hash: str
@@ -1159,3 +1165,35 @@ def backfill_access(apps) -> int:
             record("policy.changed", content, subject=f"policy:{policy.pk}", model=entry)
             made += 1
     return made
+
+
+def backfill_context(apps) -> int:
+    """Complete every decision entry written before it held what the reviewer read (migration 0026).
+
+    For each such decision, a ``decision.context`` entry with the keys its
+    entry lacks (message, schema, metadata, expiry, subagent), as the rows
+    stand at the upgrade: verify holds the rows to them from then on. What
+    was changed before the upgrade cannot be told. Works with the
+    migration's historical models; returns how many entries it appended.
+    """
+    model = apps.get_model
+    entry = model("interrupts", "AuditEntry")
+    completed = set(entry.objects.filter(kind=CONTEXT).values_list("decision_id", flat=True))
+    made = after = 0
+    while True:
+        chunk = list(entry.objects.filter(kind=DECISION, seq__gt=after).order_by("seq")
+                     .values_list("seq", "decision_id", "content")[:CHUNK])
+        if not chunk:
+            return made
+        after = chunk[-1][0]
+        lacking = {pk: json.loads(content)["data"] for _, pk, content in chunk if pk not in completed}
+        lacking = {pk: data for pk, data in lacking.items() if any(k not in data for k in _DECISION_ADDED)}
+        for decision in (model("interrupts", "Decision").objects.filter(pk__in=lacking)
+                         .select_related("interrupt__run__thread", "user").order_by("pk")):
+            now = decision_content(decision)
+            data = {"decision": decision.pk, "threadId": now["threadId"], "interruptId": now["interruptId"],
+                    **{k: now[k] for k in _DECISION_ADDED if k not in lacking[decision.pk]}}
+            record(CONTEXT, data, subject=f"decision:{decision.pk}", decision=decision,
+                   interrupt=decision.interrupt, model=entry)
+            completed.add(decision.pk)
+            made += 1

@@ -20,7 +20,8 @@ from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
 from ..hub import decisions, policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
-from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401 (read by history)
+# raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
+from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
 
 SORTS = {
     "oldest": ("created_at", "pk"),

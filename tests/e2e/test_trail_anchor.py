@@ -207,3 +207,24 @@ def test_entries_written_before_they_held_the_message_verify_by_the_rule_they_we
     # The old entry never held the message: only the new one can tell.
     assert (code, [p.split(": decision")[1].split(" (")[0] for p in problems(err)]) == (1, [f" {new.pk}"])
     assert "(the message (messageDigest) changed in the row)" in problems(err)[0]
+
+
+def test_the_upgrade_completes_older_entries_so_their_message_is_held_from_then_on(chain):
+    from django.apps import apps
+
+    reviewer = get_user_model().objects.get(username="bob")
+    old = make.decision(pending(make.run(status="interrupted"), "int-old", message="Pay 10 EUR?",
+                                metadata={"invoice": 7}), reviewer)
+    data = {k: v for k, v in trail.decision_content(old).items() if k not in set(trail._DECISION_ADDED[5:])}
+    trail.record(trail.DECISION, data, subject=f"decision:{old.pk}", decision=old, interrupt=old.interrupt)
+    assert trail.backfill_context(apps) == 1  # what migration 0026 runs
+    assert trail.backfill_context(apps) == 0  # once is enough
+    assert verify()[0] == 0
+    unguard("interrupts_interrupt")
+    raw("UPDATE interrupts_interrupt SET message = %s, metadata = %s WHERE id = %s",
+        ["Pay 10,000 EUR?", '{"invoice": 8}', old.interrupt_id])
+    code, _, err = verify()
+    assert (code, problems(err)) == (1, [
+        f"BROKEN: entry {entry_of(old).seq}: decision {old.pk} (int-old in thread "
+        f"{old.interrupt.run.thread.thread_id}, by bob) no longer matches what was recorded (the message "
+        "(messageDigest), the interrupt's metadata (metadataDigest) changed in the row)"])
