@@ -9,8 +9,12 @@ where ``prev_hash`` is entry ``n - 1``'s ``hash``, and ``GENESIS``
 (``sha256:`` and 64 zeros) for entry 1. Editing, removing or reordering an
 entry breaks the chain from there on. The chain is unkeyed (anyone can
 check an export offline), so someone with write access to the database can
-recompute it whole after an edit: only the head the last verification kept
-(``AuditCheckpoint``), or one exported elsewhere, shows that.
+recompute it whole after an edit, or cut its newest entries off: only the
+head the last verification kept (``AuditCheckpoint``, in the same database)
+or a head kept outside it shows that. Every export and webhook delivery
+carries ``head()`` (``SEQ:HASH``), each checkpoint logs it, and
+``verify(expect=[...])`` (``audit verify --expect-head``) holds the chain to
+such heads.
 
 Writers. ``record`` appends in the caller's transaction, under a lock
 (PostgreSQL: an advisory transaction lock; SQLite: ``BEGIN IMMEDIATE``
@@ -37,9 +41,19 @@ Supersession. A decision's one permitted change, setting ``superseded_at``,
 is not part of ``decision_content`` (which must equal the row for ever);
 it is an entry of its own (``decision.superseded``), appended by
 ``record_decision`` for every decision of the interrupt superseded since.
-``decision_content`` also holds what never changes after the interrupt is
-raised: its reason and tool name, digests of its raw form and proposed
-arguments, and the run's requester (whom self-approval excludes).
+``decision_content`` also holds what the reviewer read, none of which
+changes after the interrupt is raised: its reason and tool name, digests of
+its message, raw form, proposed arguments, response schema and metadata,
+its expiry, the subagent the card named, and the run's requester (whom
+self-approval excludes). ``record_decision`` adds ``policyVersion``: the
+seq and hash of the last entry about the policy the decision names, held
+to the chain, not to a row.
+
+Entry format. A decision entry is verified by the keys it holds (its hash
+fixes them): one written before a key existed is not held to it, one
+written now holds every key. Migration 0026 completes older entries with a
+``decision.context`` entry holding what they lack, as the rows stood then
+(``backfill_context``); verify reads the two as one.
 
 Verification. ``verify`` walks the chain from entry 1 in chunks, then
 cross-checks the rows, each kind in chunks of ``CHUNK`` (memory stays flat):
