@@ -1003,6 +1003,9 @@ def _against_anchor(anchor: Head) -> Problem | None:
     stored = AuditEntry.objects.filter(seq=anchor.seq).values_list("hash", flat=True).first()
     if stored is None:
         last = AuditEntry.objects.aggregate(last=Max("seq"))["last"] or 0
+        if last >= anchor.seq:
+            return Problem(anchor.seq, f"entry {anchor.seq}, the head expected ({anchor}), is missing "
+                                       "(entries were removed from the middle of the chain)")
         return Problem(anchor.seq, f"entry {anchor.seq}, the head expected ({anchor}), is missing: the trail ends "
                                    f"at entry {last}, so its newest {anchor.seq - last} entries were deleted")
     if stored != anchor.hash:
