@@ -91,7 +91,8 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from ..conf import MAX_AUDIT_PROBLEMS as MAX_PROBLEMS
-from ..models import AUDIT_GENESIS, Agent, AuditCheckpoint, AuditEntry, Decision, Event, Interrupt, Policy
+from ..models import (AUDIT_GENESIS, Agent, AuditCheckpoint, AuditEntry, Decision, Delivery, Event, Interrupt,
+                      Policy)
 from ..protocol.signing import Unsignable, canonical
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, read_subagent_event
 
@@ -1014,6 +1015,16 @@ def _against_anchor(anchor: Head) -> Problem | None:
     return None
 
 
+def _delivered_head() -> Head | None:
+    """The head the newest webhook delivery carried (its receiver holds a copy), or None."""
+    body = Delivery.objects.order_by("-pk").values_list("body", flat=True).first()
+    try:
+        carried = json.loads(body)["auditHead"] if body else None
+        return Head(int(carried["seq"]), str(carried["hash"])) if carried else None
+    except (ValueError, KeyError, TypeError):
+        return None  # a body from before deliveries carried the head
+
+
 def _against_checkpoint(checkpoint: AuditCheckpoint | None) -> Problem | None:
     # The links alone cannot show a chain recomputed from an edit onwards;
     # the head verified last time can.
@@ -1066,6 +1077,9 @@ def verify(progress: Callable[[int], None] | None = None, save: bool = True,
     for anchor in expect:
         if (cut := _against_anchor(anchor)) is not None:
             result.add(cut)
+    # Its receiver kept it: a tail cut without scrubbing the deliveries too shows here, unasked.
+    if (delivered := _delivered_head()) is not None and (cut := _against_anchor(delivered)) is not None:
+        result.add(Problem(cut.seq, f"the newest webhook delivery carried head {delivered}: {cut.message}"))
     chain_ok = result.ok
     cross = Verification()
     _check_decisions(cross)

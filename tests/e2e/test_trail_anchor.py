@@ -231,3 +231,21 @@ def test_the_upgrade_completes_older_entries_so_their_message_is_held_from_then_
         f"BROKEN: entry {entry_of(old).seq}: decision {old.pk} (int-old in thread "
         f"{old.interrupt.run.thread.thread_id}, by bob) no longer matches what was recorded (the message "
         "(messageDigest), the interrupt's metadata (metadataDigest) changed in the row)"])
+
+
+def test_a_tail_cut_under_a_webhook_delivery_that_carried_it_is_found_without_being_asked(chain):
+    assert verify()[0] == 0
+    checkpoint = AuditCheckpoint.objects.get().seq
+    Webhook.objects.create(name="all", url="http://127.0.0.1:9/hook")
+    later = decide_more(2)
+    delivered = trail.Head(**json.loads(Delivery.objects.order_by("-pk").first().body)["auditHead"])
+    assert delivered == newest()
+    unguard("interrupts_decision")
+    raw("DELETE FROM interrupts_decision WHERE id IN (%s, %s)", [d.pk for d in later])
+    delete_after(checkpoint)
+    # The receivers hold that head; the delivery row, left behind, says so too.
+    code, _, err = verify()
+    assert (code, problems(err)) == (1, [
+        f"BROKEN: the newest webhook delivery carried head {delivered}: entry {delivered.seq}, the head expected "
+        f"({delivered}), is missing: the trail ends at entry {checkpoint}, so its newest "
+        f"{delivered.seq - checkpoint} entries were deleted"])
