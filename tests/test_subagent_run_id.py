@@ -120,12 +120,13 @@ def test_the_audit_export_carries_the_subagent_run_id_whole_and_formula_safe(cli
     assert records == {"i-0": PLAIN, "i-1": "'" + LONG, "i-2": ""}
 
 
-def test_the_audit_chain_hashes_what_it_did_before(reviewer):
-    # The chain's entries keep their shape (old chains must keep verifying):
-    # the subagent is covered only by the digest of the interrupt as sent.
+def test_the_audit_chain_holds_the_subagent_the_reviewer_was_shown(reviewer):
+    # Issue 24 item 7: the entry names the subagent as the card did, besides the
+    # digest of the interrupt as sent; entries written before verify by the keys
+    # they hold (tests/e2e/test_trail_anchor.py).
     _run, rows = decided(reviewer, [PLAIN])
     [entry] = AuditEntry.objects.filter(interrupt=rows[0])
     content = json.loads(entry.content)["data"]
-    assert "subagentRunId" not in json.dumps(content) and PLAIN not in json.dumps(content)
+    assert content["subagent"] == {"runId": PLAIN, "name": None}
     assert content["rawDigest"] == trail.value_digest(rows[0].raw)
     assert not trail.verify(save=False).problems

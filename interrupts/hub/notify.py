@@ -24,7 +24,9 @@ is signed exactly as requests to agents are (``protocol.signing``,
 ``Countersign-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>``),
 at each try, with the webhook's own secret. Agent-supplied text is data
 in the JSON (or plain text in an email), never markup, and bounded
-(``MAX_NOTIFY_TEXT_CHARS``).
+(``MAX_NOTIFY_TEXT_CHARS``). Each body carries ``auditHead`` ``{seq, hash}``,
+the audit chain's head as it was queued (its own change's entry included):
+a receiver that keeps it anchors the trail outside our database.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from ..models import (Decision, Delivery, DeliveryAttempt, EmailChoice, EmailNot
                       NotificationPreference, NotifyEvent, Run, Webhook)
 from ..protocol import signing
 from ..live import relay
-from . import egress, policies, wakeup
+from . import egress, policies, trail, wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +163,8 @@ def refused(run: Run, code: str, message: str) -> None:
     matched = [h for h in hooks if any(_in_scope(h, i, rules[i.pk]) for i in batch) or _unscoped(h)]
     if not matched:
         return
-    body = _body(NotifyEvent.REFUSED, f"refused:run:{run.pk}", None, run, {"refusal": refusal})
+    body = _body(NotifyEvent.REFUSED, f"refused:run:{run.pk}", None, run,
+                 {"refusal": refusal, "auditHead": trail.head().as_dict()})
     _insert([Delivery(webhook=h, event=NotifyEvent.REFUSED, key=f"refused:run:{run.pk}", body=body,
                       interrupt=batch[0] if batch else None, next_attempt_at=timezone.now()) for h in matched])
 
@@ -194,10 +197,11 @@ def _queue_webhooks(event: str, items: list[tuple[str, Interrupt, policies.Rule,
         return
     now = timezone.now()
     rows = []
+    anchor = trail.head().as_dict()
     for key, interrupt, rule, extra in items:
         matched = [h for h in hooks if _in_scope(h, interrupt, rule)]
         if matched:
-            body = _body(event, key, interrupt, interrupt.run, {"policy": rule.name, **extra})
+            body = _body(event, key, interrupt, interrupt.run, {"policy": rule.name, **extra, "auditHead": anchor})
             rows += [Delivery(webhook=h, event=event, key=key, body=body, interrupt=interrupt, next_attempt_at=now)
                      for h in matched]
     _insert(rows)

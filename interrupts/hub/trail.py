@@ -9,8 +9,12 @@ where ``prev_hash`` is entry ``n - 1``'s ``hash``, and ``GENESIS``
 (``sha256:`` and 64 zeros) for entry 1. Editing, removing or reordering an
 entry breaks the chain from there on. The chain is unkeyed (anyone can
 check an export offline), so someone with write access to the database can
-recompute it whole after an edit: only the head the last verification kept
-(``AuditCheckpoint``), or one exported elsewhere, shows that.
+recompute it whole after an edit, or cut its newest entries off: only the
+head the last verification kept (``AuditCheckpoint``, in the same database)
+or a head kept outside it shows that. Every export and webhook delivery
+carries ``head()`` (``SEQ:HASH``), each checkpoint logs it, and
+``verify(expect=[...])`` (``audit verify --expect-head``) holds the chain to
+such heads.
 
 Writers. ``record`` appends in the caller's transaction, under a lock
 (PostgreSQL: an advisory transaction lock; SQLite: ``BEGIN IMMEDIATE``
@@ -37,9 +41,19 @@ Supersession. A decision's one permitted change, setting ``superseded_at``,
 is not part of ``decision_content`` (which must equal the row for ever);
 it is an entry of its own (``decision.superseded``), appended by
 ``record_decision`` for every decision of the interrupt superseded since.
-``decision_content`` also holds what never changes after the interrupt is
-raised: its reason and tool name, digests of its raw form and proposed
-arguments, and the run's requester (whom self-approval excludes).
+``decision_content`` also holds what the reviewer read, none of which
+changes after the interrupt is raised: its reason and tool name, digests of
+its message, raw form, proposed arguments, response schema and metadata,
+its expiry, the subagent the card named, and the run's requester (whom
+self-approval excludes). ``record_decision`` adds ``policyVersion``: the
+seq and hash of the last entry about the policy the decision names, held
+to the chain, not to a row.
+
+Entry format. A decision entry is verified by the keys it holds (its hash
+fixes them): one written before a key existed is not held to it, one
+written now holds every key. Migration 0026 completes older entries with a
+``decision.context`` entry holding what they lack, as the rows stood then
+(``backfill_context``); verify reads the two as one.
 
 Verification. ``verify`` walks the chain from entry 1 in chunks, then
 cross-checks the rows, each kind in chunks of ``CHUNK`` (memory stays flat):
@@ -62,7 +76,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -70,18 +85,25 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection, models, transaction
-from django.db.models import Max, Subquery
+from django.db.models import Max, Subquery, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from ..conf import MAX_AUDIT_PROBLEMS as MAX_PROBLEMS
-from ..models import AUDIT_GENESIS, Agent, AuditCheckpoint, AuditEntry, Decision, Interrupt, Policy
+from ..models import (AUDIT_GENESIS, Agent, AuditCheckpoint, AuditEntry, Decision, Delivery, Event, Interrupt,
+                      Policy)
 from ..protocol.signing import Unsignable, canonical
+from ..protocol.subagents import SUBAGENT_EVENTS, attribute, read_subagent_event
 
 GENESIS = AUDIT_GENESIS
 
+logger = logging.getLogger(__name__)
+
 DECISION = "decision"
 SUPERSEDED = "decision.superseded"
+#: What an older decision entry did not hold of what the reviewer read, as it stood at the upgrade (0026).
+CONTEXT = "decision.context"
 EXPIRY = "expiry"
 
 #: Rows read per query while verifying: memory stays flat whatever the chain's length.
@@ -96,8 +118,28 @@ _AGENT_TRACKED = ("url", "authHeader", "credentialSet", "credentialDigest", "sig
 _USER_TRACKED = ("username", "active", "staff", "superuser", "groupIds", "permissions")
 _USER_VERIFIED = ("active", "staff", "superuser", "groupIds", "permissions")
 # Keys decision_content gained after the first entries were written: an older entry
-# without them is held to what it did record.
-_DECISION_ADDED = ("reason", "toolName", "rawDigest", "proposedArgsDigest", "requestedBy")
+# without them is held to what it did record (the entry format is versioned by the
+# keys it holds, which its hash fixes; every entry written now holds them all).
+_DECISION_ADDED = ("reason", "toolName", "rawDigest", "proposedArgsDigest", "requestedBy",
+                   # What the reviewer read on the card besides those (since migration 0026).
+                   "messageDigest", "responseSchemaDigest", "metadataDigest", "expiresAt", "subagent")
+#: The policy, as the trail last recorded it, under which the decision was taken: a reference
+#: into the chain (``record_decision``), held to the chain rather than to any row.
+POLICY_VERSION = "policyVersion"
+# What verify calls each key of a decision entry in its messages, where the key is not plain.
+_DECISION_WORDS = {
+    "messageDigest": "the message (messageDigest)",
+    "rawDigest": "the interrupt as the agent sent it (rawDigest)",
+    "proposedArgsDigest": "the proposed args (proposedArgsDigest)",
+    "responseSchemaDigest": "the response schema (responseSchemaDigest)",
+    "metadataDigest": "the interrupt's metadata (metadataDigest)",
+    "expiresAt": "the expiry (expiresAt)",
+    "requestedBy": "who requested the run (requestedBy)",
+    "toolName": "the tool name (toolName)",
+    "subagent": "the subagent attribution (subagent)",
+    "policy": "the policy (policy)",
+    "requiredApprovals": "the approvals required (requiredApprovals)",
+}
 
 
 def entry_hash(prev_hash: str, content: str) -> str:
@@ -188,13 +230,35 @@ def value_digest(value) -> str | None:
         return "unsignable:sha256:" + hashlib.sha256(_fallback_json(value)).hexdigest()
 
 
-def decision_content(decision) -> dict:
+def _subagents(interrupts, events) -> dict[int, dict | None]:
+    """The subagent the inbox names as having raised each interrupt (``protocol.subagents``), by pk."""
+    names: dict = {}
+    suspended: dict = {}
+    for run_pk, kind, payload in events.filter(type__in=SUBAGENT_EVENTS).order_by("seq").values_list(
+            "run_id", "type", "payload"):
+        read_subagent_event(run_pk, kind, payload, names, suspended)
+    found = {}
+    for interrupt in interrupts:
+        who = attribute(interrupt.run_id, interrupt.interrupt_id, interrupt.raw, names, suspended)
+        found[interrupt.pk] = None if who is None else {"runId": signable(who[0]), "name": signable(who[1])}
+    return found
+
+
+def _subagent(interrupt) -> dict | None:
+    # By the related manager, not the Event model: the backfill hands in historical instances.
+    return _subagents([interrupt], interrupt.run.events.all())[interrupt.pk]
+
+
+def decision_content(decision, subagent=...) -> dict:
     """What a decision's entry records: where, who, what, under which policy, when. Never ``superseded_at``.
 
-    With the interrupt as raised (reason, tool, digests of what the agent
-    sent and proposed) and who requested the run (whom self-approval
-    excludes): none of them changes after the interrupt is raised, so a row
-    rewritten later no longer matches its decisions' entries.
+    With the interrupt as the reviewer read it (reason, tool, digests of
+    its message and of what the agent sent, proposed, asked for and attached, its
+    expiry, the subagent it came from) and who requested the run (whom
+    self-approval excludes): none of them changes after the interrupt is
+    raised, so a row rewritten later no longer matches its decisions'
+    entries. ``subagent``: ``_subagent(interrupt)`` when the caller read it
+    already (verify reads a chunk's at once).
     """
     interrupt = decision.interrupt
     run = interrupt.run
@@ -205,9 +269,14 @@ def decision_content(decision) -> dict:
         "interruptId": interrupt.interrupt_id,
         "toolCallId": interrupt.tool_call_id or None,
         "reason": interrupt.reason,
+        "messageDigest": value_digest(interrupt.message),
         "toolName": interrupt.tool_name or None,
         "rawDigest": value_digest(interrupt.raw),
         "proposedArgsDigest": value_digest(interrupt.proposed_args),
+        "responseSchemaDigest": value_digest(interrupt.response_schema),
+        "metadataDigest": value_digest(interrupt.metadata),
+        "expiresAt": _time(interrupt.expires_at),
+        "subagent": _subagent(interrupt) if subagent is ... else subagent,
         "requestedBy": run.requested_by_id,
         "user": {"id": decision.user_id, "username": signable(_username(decision.user))},
         "action": decision.action,
@@ -345,8 +414,26 @@ def record_decision(decision, *, superseded: bool = True) -> AuditEntry:
     """
     if superseded:
         record_supersessions(decision.interrupt)
-    return record(DECISION, decision_content(decision), subject=f"decision:{decision.pk}",
-                  decision=decision, interrupt=decision.interrupt)
+    data = {**decision_content(decision), POLICY_VERSION: policy_version(decision.policy)}
+    return record(DECISION, data, subject=f"decision:{decision.pk}", decision=decision, interrupt=decision.interrupt)
+
+
+def policy_version(name: str) -> dict | None:
+    """The policy named ``name`` as the trail last recorded it: ``{"policy": pk, "seq", "hash"}`` of that entry.
+
+    None for the site default (no row). A decision's entry holds it, so the
+    chain says exactly which version of the policy admitted the reviewer
+    (``decisions`` checks eligibility against the policies in force, and
+    every change of one is an entry before it is in force).
+    """
+    # One statement: it runs under the decision's lock.
+    pk = Cast(Subquery(Policy.objects.filter(name=name).values("pk")[:1]), models.CharField())
+    last = (AuditEntry.objects.filter(subject=Concat(Value("policy:"), pk)).order_by("-seq")
+            .values_list("subject", "seq", "hash").first())
+    if last is None:
+        return None  # the site default (a policy with no entry at all is verify's to report)
+    subject, seq, entry = last
+    return {"policy": int(subject.partition(":")[2]), "seq": seq, "hash": entry}
 
 
 def record_expiry(interrupt) -> AuditEntry | None:
@@ -625,16 +712,18 @@ def _walk(result: Verification, after: int, prev_hash: str, limit: int | None = 
 def _comparable(data: dict, recorded: dict) -> dict:
     # The username is a snapshot of who decided, as they were named then;
     # people get renamed, so the row is matched by user id. Keys added to
-    # decision_content since ``recorded`` was written are not held against it.
-    data = {k: v for k, v in data.items() if k in recorded or k not in _DECISION_ADDED}
+    # decision_content since ``recorded`` was written are not held against it. The
+    # policy version is a reference into the chain, checked against it (``_check_policy_versions``).
+    data = {k: v for k, v in data.items()
+            if (k in recorded or k not in _DECISION_ADDED) and k != POLICY_VERSION}
     if isinstance(data.get("user"), dict):
         data["user"] = {"id": data["user"].get("id")}
     return data
 
 
-def _differs(recorded: dict, now: dict) -> str:
+def _differs(recorded: dict, now: dict, words: dict | None = None) -> str:
     keys = sorted(k for k in recorded.keys() | now.keys() if recorded.get(k) != now.get(k))
-    return ", ".join(keys)
+    return ", ".join((words or {}).get(k, k) for k in keys)
 
 
 def _check_decisions(result: Verification) -> None:
@@ -647,19 +736,55 @@ def _check_decisions(result: Verification) -> None:
         after = chunk[-1].pk
         entries: dict[tuple[int, str], list[tuple[int, dict]]] = {}
         for seq, kind, decision_pk, content in AuditEntry.objects.filter(
-            decision_id__in=[d.pk for d in chunk], kind__in=(DECISION, SUPERSEDED)
+            decision_id__in=[d.pk for d in chunk], kind__in=(DECISION, SUPERSEDED, CONTEXT)
         ).order_by("seq").values_list("seq", "kind", "decision_id", "content"):
             entries.setdefault((decision_pk, kind), []).append((seq, json.loads(content)["data"]))
+        for (decision_pk, kind), found in list(entries.items()):
+            # An older entry, completed by what the upgrade recorded of the rest (``backfill_context``).
+            if kind == DECISION and (context := entries.get((decision_pk, CONTEXT))):
+                entries[(decision_pk, kind)] = [(found[0][0], {**context[0][1], **found[0][1]}), *found[1:]]
+        interrupts = {d.interrupt_id: d.interrupt for d in chunk}.values()
+        subagents = _subagents(interrupts, Event.objects.filter(run_id__in={i.run_id for i in interrupts}))
         for decision in chunk:
             _check_one(result, decision, DECISION, entries.get((decision.pk, DECISION), []),
-                       decision_content(decision), required=True)
+                       decision_content(decision, subagents[decision.interrupt_id]), required=True)
             _check_one(result, decision, SUPERSEDED, entries.get((decision.pk, SUPERSEDED), []),
                        superseded_content(decision) if decision.superseded_at else None,
                        required=decision.superseded_at is not None)
+        _check_policy_versions(result, chunk, entries)
+
+
+def _decision_name(decision) -> str:
+    return (f"decision {decision.pk} ({decision.interrupt.interrupt_id} in thread "
+            f"{decision.interrupt.run.thread.thread_id}, by {_username(decision.user)})")
+
+
+def _check_policy_versions(result: Verification, chunk: list, entries: dict) -> None:
+    # Within the chain: a decision entry's policy version must cite an earlier
+    # entry about that policy under the name the decision entry gives (the row
+    # is held to that name by ``_check_one``).
+    cited = {}
+    for decision in chunk:
+        for seq, data in entries.get((decision.pk, DECISION), [])[:1]:
+            if isinstance(version := data.get(POLICY_VERSION), dict) and version.get("seq") is not None:
+                cited[decision.pk] = (seq, data.get("policy"), version)
+    found = {at: (subject, entry, json.loads(content)["data"]) for at, subject, entry, content in
+             AuditEntry.objects.filter(seq__in=[v["seq"] for _, _, v in cited.values()])
+             .values_list("seq", "subject", "hash", "content")}
+    for decision in chunk:
+        if decision.pk not in cited:
+            continue
+        seq, name, version = cited[decision.pk]
+        subject, entry, data = found.get(version["seq"], (None, None, {}))
+        if (subject != f"policy:{version.get('policy')}" or entry != version.get("hash")
+                or version["seq"] >= seq or data.get("name") != name):
+            result.add(Problem(seq, f"entry {seq}: {_decision_name(decision)} was taken under policy {name!r}, "
+                                    f"but the policy version it cites (entry {version['seq']}) is not that "
+                                    "policy as recorded before it"))
 
 
 def _check_one(result: Verification, decision, kind: str, found: list, now: dict | None, required: bool) -> None:
-    name = f"decision {decision.pk} ({decision.interrupt.interrupt_id} by {_username(decision.user)})"
+    name = _decision_name(decision)
     if not found:
         if required:
             what = "entry" if kind == DECISION else "supersession entry"
@@ -675,11 +800,11 @@ def _check_one(result: Verification, decision, kind: str, found: list, now: dict
     seq, recorded = found[0]
     if (was := _comparable(recorded, recorded)) != (is_ := _comparable(now, recorded)):
         result.add(Problem(seq, f"entry {seq}: {name} no longer matches what was recorded "
-                                f"({_differs(was, is_)} changed in the row)"))
+                                f"({_differs(was, is_, _DECISION_WORDS)} changed in the row)"))
 
 
 def _check_vanished(result: Verification) -> None:
-    for seq, decision_pk in (AuditEntry.objects.filter(kind__in=(DECISION, SUPERSEDED))
+    for seq, decision_pk in (AuditEntry.objects.filter(kind__in=(DECISION, SUPERSEDED, CONTEXT))
                              .exclude(decision_id__in=Decision.objects.values("pk"))
                              .order_by("seq").values_list("seq", "decision_id")[:MAX_PROBLEMS]):
         result.add(Problem(seq, f"entry {seq} records decision {decision_pk}, which no longer exists (it was deleted)"))
@@ -836,6 +961,70 @@ def _check_gone(result: Verification, family: _Family) -> None:
                                         "exists: it was deleted without an entry (around the trail)"))
 
 
+@dataclass(frozen=True)
+class Head:
+    """The newest entry of the chain, spelt ``SEQ:HASH`` as ``audit verify --expect-head`` takes it."""
+
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "hash": self.hash}
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        """``SEQ:HASH`` as printed by ``audit verify`` and carried by exports and webhooks; ValueError otherwise."""
+        seq, _, digest = text.strip().partition(":")
+        if not (seq.isdigit() and digest.startswith("sha256:") and len(digest) == 71
+                and all(c in "0123456789abcdef" for c in digest[7:])):
+            raise ValueError(f"{text!r} is not a head: expected SEQ:sha256:<64 hex digits>, "
+                             "as `audit verify` prints it")
+        return cls(int(seq), digest)
+
+
+def head() -> Head:
+    """The chain's head now (``0:GENESIS`` when empty): what every export and webhook delivery carries.
+
+    Each copy kept outside the database is an anchor: a tail deleted or a
+    chain rewritten after it no longer has that entry at that seq, which
+    ``verify(expect=[...])`` reports.
+    """
+    last = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
+    return Head(*last) if last else Head(0, GENESIS)
+
+
+def _against_anchor(anchor: Head) -> Problem | None:
+    # The database alone cannot show its newest entries gone, nor a chain
+    # recomputed whole: a head kept outside it can.
+    if anchor.seq == 0:
+        return None
+    stored = AuditEntry.objects.filter(seq=anchor.seq).values_list("hash", flat=True).first()
+    if stored is None:
+        last = AuditEntry.objects.aggregate(last=Max("seq"))["last"] or 0
+        if last >= anchor.seq:
+            return Problem(anchor.seq, f"entry {anchor.seq}, the head expected ({anchor}), is missing "
+                                       "(entries were removed from the middle of the chain)")
+        return Problem(anchor.seq, f"entry {anchor.seq}, the head expected ({anchor}), is missing: the trail ends "
+                                   f"at entry {last}, so its newest {anchor.seq - last} entries were deleted")
+    if stored != anchor.hash:
+        return Problem(anchor.seq, f"entry {anchor.seq} is not the head expected ({anchor}): its hash is now "
+                                   f"{stored} (the chain was rewritten up to there)")
+    return None
+
+
+def _delivered_head() -> Head | None:
+    """The head the newest webhook delivery carried (its receiver holds a copy), or None."""
+    body = Delivery.objects.order_by("-pk").values_list("body", flat=True).first()
+    try:
+        carried = json.loads(body)["auditHead"] if body else None
+        return Head(int(carried["seq"]), str(carried["hash"])) if carried else None
+    except (ValueError, KeyError, TypeError):
+        return None  # a body from before deliveries carried the head
+
+
 def _against_checkpoint(checkpoint: AuditCheckpoint | None) -> Problem | None:
     # The links alone cannot show a chain recomputed from an edit onwards;
     # the head verified last time can.
@@ -852,20 +1041,32 @@ def _against_checkpoint(checkpoint: AuditCheckpoint | None) -> Problem | None:
     return None
 
 
-def _save(result: Verification, complete: bool) -> None:
-    AuditCheckpoint.objects.update_or_create(pk=1, defaults={
-        "seq": result.head_seq, "hash": result.head_hash, "verified_at": timezone.now(),
-        "complete": complete, "problem": "\n".join(p.message for p in result.problems),
-    })
+def _save(result: Verification, complete: bool, chain_ok: bool) -> None:
+    # A broken chain never moves the checkpoint: back to a truncated head it
+    # would make the next verification pass. The problem is kept beside it.
+    defaults = {"complete": complete, "problem": "\n".join(p.message for p in result.problems)}
+    if chain_ok or not AuditCheckpoint.objects.filter(pk=1).exists():
+        defaults.update(seq=result.head_seq, hash=result.head_hash, verified_at=timezone.now())
+        _log_head(result, "whole" if complete else "links")
+    AuditCheckpoint.objects.update_or_create(pk=1, defaults=defaults)
 
 
-def verify(progress: Callable[[int], None] | None = None, save: bool = True) -> Verification:
+def _log_head(result: Verification, how: str) -> None:
+    # An append-only anchor outside the database, where logs are shipped: a
+    # later ``audit verify --expect-head`` with any logged head finds a cut tail.
+    logger.info("audit trail verified (%s) through head %s", how, Head(result.head_seq, result.head_hash))
+
+
+def verify(progress: Callable[[int], None] | None = None, save: bool = True,
+           expect: Iterable[Head] = ()) -> Verification:
     """Recompute the whole chain from entry 1 and cross-check every decision and expiry against it.
 
     Memory is bounded by ``CHUNK`` rows whatever the trail's length.
-    ``progress`` is called with the count every 10,000 entries. With
-    ``save``, the result becomes the checkpoint the audit page shows (the
-    head reached, through the last intact entry).
+    ``progress`` is called with the count every 10,000 entries. ``expect``:
+    heads seen outside the database (an export, a webhook delivery, a log
+    line); each must still be in the chain, with its hash. With ``save``, the
+    result becomes the checkpoint the audit page shows (the head reached,
+    through the last intact entry), unless the chain itself is broken.
     """
     result = Verification()
     checkpoint = AuditCheckpoint.objects.filter(pk=1).first()
@@ -873,6 +1074,13 @@ def verify(progress: Callable[[int], None] | None = None, save: bool = True) -> 
         result.add(broken)
     elif moved := _against_checkpoint(checkpoint):
         result.add(moved)
+    for anchor in expect:
+        if (cut := _against_anchor(anchor)) is not None:
+            result.add(cut)
+    # Its receiver kept it: a tail cut without scrubbing the deliveries too shows here, unasked.
+    if (delivered := _delivered_head()) is not None and (cut := _against_anchor(delivered)) is not None:
+        result.add(Problem(cut.seq, f"the newest webhook delivery carried head {delivered}: {cut.message}"))
+    chain_ok = result.ok
     cross = Verification()
     _check_decisions(cross)
     _check_vanished(cross)
@@ -886,7 +1094,7 @@ def verify(progress: Callable[[int], None] | None = None, save: bool = True) -> 
         result.add(problem)
     result.more += cross.more
     if save:
-        _save(result, complete=True)
+        _save(result, complete=True, chain_ok=chain_ok)
     return result
 
 
@@ -910,6 +1118,7 @@ def verify_recent(limit: int = 1000) -> tuple[AuditCheckpoint | None, Problem | 
             AuditCheckpoint.objects.update_or_create(pk=1, defaults={
                 "seq": result.head_seq, "hash": result.head_hash, "verified_at": timezone.now(), "complete": False,
             })
+        _log_head(result, "links")
         checkpoint = AuditCheckpoint.objects.get(pk=1)
     return checkpoint, broken
 
@@ -987,3 +1196,35 @@ def backfill_access(apps) -> int:
             record("policy.changed", content, subject=f"policy:{policy.pk}", model=entry)
             made += 1
     return made
+
+
+def backfill_context(apps) -> int:
+    """Complete every decision entry written before it held what the reviewer read (migration 0026).
+
+    For each such decision, a ``decision.context`` entry with the keys its
+    entry lacks (message, schema, metadata, expiry, subagent), as the rows
+    stand at the upgrade: verify holds the rows to them from then on. What
+    was changed before the upgrade cannot be told. Works with the
+    migration's historical models; returns how many entries it appended.
+    """
+    model = apps.get_model
+    entry = model("interrupts", "AuditEntry")
+    completed = set(entry.objects.filter(kind=CONTEXT).values_list("decision_id", flat=True))
+    made = after = 0
+    while True:
+        chunk = list(entry.objects.filter(kind=DECISION, seq__gt=after).order_by("seq")
+                     .values_list("seq", "decision_id", "content")[:CHUNK])
+        if not chunk:
+            return made
+        after = chunk[-1][0]
+        lacking = {pk: json.loads(content)["data"] for _, pk, content in chunk if pk not in completed}
+        lacking = {pk: data for pk, data in lacking.items() if any(k not in data for k in _DECISION_ADDED)}
+        for decision in (model("interrupts", "Decision").objects.filter(pk__in=lacking)
+                         .select_related("interrupt__run__thread", "user").order_by("pk")):
+            now = decision_content(decision)
+            data = {"decision": decision.pk, "threadId": now["threadId"], "interruptId": now["interruptId"],
+                    **{k: now[k] for k in _DECISION_ADDED if k not in lacking[decision.pk]}}
+            record(CONTEXT, data, subject=f"decision:{decision.pk}", decision=decision,
+                   interrupt=decision.interrupt, model=entry)
+            completed.add(decision.pk)
+            made += 1

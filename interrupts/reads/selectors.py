@@ -20,6 +20,8 @@ from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
 from ..hub import decisions, policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
+# raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
+from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -378,41 +380,12 @@ def subagent_run_id(interrupt: Interrupt) -> str | None:
     return raw_subagent_run_id(interrupt.raw)
 
 
-def raw_subagent_run_id(raw: object) -> str | None:
-    """``subagentRunId`` of an interrupt as sent: a non-empty string, or None."""
-    value = raw.get("subagentRunId") if isinstance(raw, dict) else None
-    return value if isinstance(value, str) and value else None
-
-
-def read_subagent_event(run_key, kind: str, payload: object, names: dict, suspended: dict) -> None:
-    """Fold one SUBAGENT_STARTED or SUBAGENT_FINISHED of run ``run_key`` into ``names`` and ``suspended``.
-
-    ``names``: (run, subagent run id) -> its announced name; ``suspended``:
-    (run, interrupt id) -> the subagent run whose suspended outcome lists it.
-    Shared by the inbox and audit (``subagents``) and the thread page (``history``).
-    """
-    sub = payload.get("subagentRunId") if isinstance(payload, dict) else None
-    if not isinstance(sub, str) or not sub:
-        return
-    if kind == "SUBAGENT_STARTED" and isinstance(payload.get("name"), str) and payload["name"].strip():
-        names[(run_key, sub)] = payload["name"]
-    outcome = payload.get("outcome") if kind == "SUBAGENT_FINISHED" else None
-    if isinstance(outcome, dict) and outcome.get("type") == "suspended":
-        for interrupt_id in outcome.get("interruptIds") or []:
-            if isinstance(interrupt_id, str):
-                suspended.setdefault((run_key, interrupt_id), sub)
-
-
 @dataclass(frozen=True)
 class Subagent:
     """The subagent that asked an interrupt (AG-UI 1.0 subagents): its run id, and its name when announced."""
 
     run_id: str
     name: str | None = None
-
-
-#: Events that say which subagent raised what: its name (STARTED), its interrupts (FINISHED, suspended).
-SUBAGENT_EVENTS = ("SUBAGENT_STARTED", "SUBAGENT_FINISHED")
 
 
 def subagents(interrupts) -> dict[int, Subagent]:
@@ -433,9 +406,8 @@ def subagents(interrupts) -> dict[int, Subagent]:
         read_subagent_event(run_pk, kind, payload, names, suspended)
     found = {}
     for interrupt in interrupts:
-        sub = subagent_run_id(interrupt) or suspended.get((interrupt.run_id, interrupt.interrupt_id))
-        if sub is not None:
-            found[interrupt.pk] = Subagent(sub, names.get((interrupt.run_id, sub)))
+        if (who := attribute(interrupt.run_id, interrupt.interrupt_id, interrupt.raw, names, suspended)) is not None:
+            found[interrupt.pk] = Subagent(*who)
     return found
 
 

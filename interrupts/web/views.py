@@ -494,7 +494,12 @@ def _export_chain():
     response = StreamingHttpResponse(body, content_type="application/jsonl")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="countersign-chain-{stamp}.jsonl"'
+    response[AUDIT_HEAD_HEADER] = str(trail.head())  # the file's last line is at or past it
     return response
+
+
+#: The response header every audit export carries: the chain's head as it began, ``SEQ:HASH``.
+AUDIT_HEAD_HEADER = "Countersign-Audit-Head"
 
 
 class _Echo:
@@ -503,12 +508,19 @@ class _Echo:
 
 
 def _export(queryset, kind: str):
-    """Every matching row, streamed in pages so a large trail never sits in memory whole."""
+    """Every matching row, streamed in pages so a large trail never sits in memory whole.
+
+    Each row carries ``auditHead``, the chain's head as the export began
+    (``SEQ:HASH``): a copy kept outside the database anchors the chain, and
+    ``manage.py audit verify --expect-head`` with it finds a deleted tail.
+    """
+    anchor = str(trail.head())
+
     def rows():
         paginator = Paginator(queryset, 500)
         for number in paginator.page_range:
             for row in selectors.audit_rows(paginator.page(number).object_list):
-                yield row.as_dict()
+                yield {**row.as_dict(), "auditHead": anchor}
 
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     if kind == "json":
@@ -531,6 +543,7 @@ def _export(queryset, kind: str):
                 yield writer.writerow([csv_safe(flat[k]) for k in header])
         response = StreamingHttpResponse(body(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="countersign-audit-{stamp}.{kind}"'
+    response[AUDIT_HEAD_HEADER] = anchor
     return response
 
 

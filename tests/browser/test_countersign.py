@@ -240,8 +240,10 @@ def test_two_deployers_countersign_a_deploy_the_requester_cannot_and_the_trail_s
     verified = audit_verify(deployment)
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.startswith("verified ")
-    [(pk,)] = deployment.query(
-        "SELECT d.id FROM interrupts_decision d JOIN auth_user u ON u.id = d.user_id WHERE u.username = %s",
+    [(pk, thread_id)] = deployment.query(
+        "SELECT d.id, t.thread_id FROM interrupts_decision d JOIN auth_user u ON u.id = d.user_id "
+        "JOIN interrupts_interrupt i ON i.id = d.interrupt_id JOIN interrupts_run r ON r.id = i.run_id "
+        "JOIN interrupts_thread t ON t.id = r.thread_id WHERE u.username = %s",
         "approver1")
     [(seq,)] = deployment.query("SELECT seq FROM interrupts_auditentry WHERE decision_id = %s AND kind = %s",
                                 pk, "decision")
@@ -251,6 +253,7 @@ def test_two_deployers_countersign_a_deploy_the_requester_cannot_and_the_trail_s
     assert broken.returncode == 1, (broken.stdout, broken.stderr)
     # The first problem names the entry (other stderr lines, e.g. django-axes' banner, aside).
     assert [line for line in broken.stderr.splitlines() if line.startswith("BROKEN:")][0] == (
-        f"BROKEN: entry {seq}: decision {pk} (approve-deploy by approver1) no longer matches what was recorded "
+        f"BROKEN: entry {seq}: decision {pk} (approve-deploy in thread {thread_id}, by approver1) no longer "
+        "matches what was recorded "
         "(payload changed in the row)"
     )

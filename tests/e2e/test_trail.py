@@ -101,7 +101,7 @@ def test_a_clean_chain_verifies_and_records_every_kind_of_change(chain):
     code, out, err = verify()
     assert code == 0, err
     head = AuditEntry.objects.order_by("-seq").first()
-    assert out.strip() == f"verified {head.seq} entries, head {head.hash}"
+    assert out.strip() == f"verified {head.seq} entries, head {head.seq}:{head.hash}"
     kinds = list(AuditEntry.objects.values_list("kind", flat=True))
     assert {"decision", "decision.superseded", "expiry", "policy.created", "policy.changed",
             "agent.created", "agent.changed"} <= set(kinds)
@@ -131,8 +131,9 @@ def test_a_decision_changed_with_raw_sql_is_named(chain):
     code, _, err = verify()
     assert code == 1
     assert first_problem(err) == (
-        f"BROKEN: entry {entry_of(decision).seq}: decision {decision.pk} (int-b by bob) no longer matches "
-        "what was recorded (payload changed in the row)"
+        f"BROKEN: entry {entry_of(decision).seq}: decision {decision.pk} (int-b in thread "
+        f"{decision.interrupt.run.thread.thread_id}, by bob) no longer matches what was recorded "
+        "(payload changed in the row)"
     )
 
 
@@ -197,7 +198,8 @@ def test_a_decision_written_around_the_trail_and_an_entry_whose_decision_vanishe
     assert code == 1
     lines = err.splitlines()
     assert lines[0].startswith(f"BROKEN: entry {entry_of(gone).seq} records decision {gone.pk}, which no longer exists")
-    assert f"BROKEN: decision {bypass.pk} (int-quiet by carol) has no entry in the trail" in lines[1]
+    assert (f"BROKEN: decision {bypass.pk} (int-quiet in thread {bypass.interrupt.run.thread.thread_id}, by carol) "
+            "has no entry in the trail") in lines[1]
 
 
 def test_renaming_a_user_is_not_tampering(chain):
@@ -454,32 +456,48 @@ def test_a_group_permission_added_with_raw_sql_and_a_user_written_around_the_tra
 
 @pytest.fixture
 def asked(chain):
-    """An interrupt about a tool call, in a run alice requested, answered by bob."""
+    """An interrupt about a tool call, in a run alice requested, answered by bob under the policy "mail"."""
     run = make.run(status="interrupted", requested_by=get_user_model().objects.get(username="alice"))
-    interrupt = pending(run, "int-tool", tool_call_id="tc-1", tool_name="sendEmail",
-                        proposed_args={"to": "c@d.com"})
+    make.policy(name="mail", agent=run.agent, tool_name="sendEmail")
+    interrupt = pending(run, "int-tool", tool_call_id="tc-1", tool_name="sendEmail", message="Send the invoice?",
+                        proposed_args={"to": "c@d.com"}, metadata={"risk": "high"},
+                        expires_at=timezone.now() + timedelta(hours=1))
     return recorded(decisions.decide(interrupt, get_user_model().objects.get(username="bob"),
                                      "resolved", {"approved": True}))
 
 
 @pytest.mark.parametrize("statement, params, changed", [
     ("UPDATE interrupts_interrupt SET proposed_args = %s WHERE id = {interrupt}", ['{"to": "m@evil.com"}'],
-     "proposedArgsDigest"),
+     "the proposed args (proposedArgsDigest)"),
     ("UPDATE interrupts_interrupt SET raw = %s WHERE id = {interrupt}", ['{"id": "int-tool", "reason": "x"}'],
-     "rawDigest"),
+     "the interrupt as the agent sent it (rawDigest)"),
     ("UPDATE interrupts_interrupt SET reason = %s WHERE id = {interrupt}", ["harmless"], "reason"),
-    ("UPDATE interrupts_interrupt SET tool_name = %s WHERE id = {interrupt}", ["readEmail"], "toolName"),
-    ("UPDATE interrupts_run SET requested_by_id = NULL WHERE id = {run}", [], "requestedBy"),
+    ("UPDATE interrupts_interrupt SET tool_name = %s WHERE id = {interrupt}", ["readEmail"], "the tool name (toolName)"),
+    ("UPDATE interrupts_run SET requested_by_id = NULL WHERE id = {run}", [], "who requested the run (requestedBy)"),
+    # Issue 24 item 7: what the card showed the reviewer, besides the agent's raw form.
+    ("UPDATE interrupts_interrupt SET message = %s WHERE id = {interrupt}", ["Send a harmless test email"],
+     "the message (messageDigest)"),
+    ("UPDATE interrupts_interrupt SET response_schema = %s WHERE id = {interrupt}", ['{"type": "object"}'],
+     "the response schema (responseSchemaDigest)"),
+    ("UPDATE interrupts_interrupt SET metadata = %s WHERE id = {interrupt}", ['{"risk": "low"}'],
+     "the interrupt's metadata (metadataDigest)"),
+    ("UPDATE interrupts_interrupt SET expires_at = %s WHERE id = {interrupt}", ["2031-01-01 00:00:00+00:00"],
+     "the expiry (expiresAt)"),
+    ("UPDATE interrupts_decision SET policy = %s WHERE interrupt_id = {interrupt}", ["lenient"],
+     "the policy (policy)"),
+    ("UPDATE interrupts_decision SET required_approvals = 3 WHERE interrupt_id = {interrupt}", [],
+     "the approvals required (requiredApprovals)"),
 ])
 def test_an_interrupt_or_run_rewritten_under_its_decision_is_named(asked, statement, params, changed):
     interrupt = asked.interrupt
     assert verify()[0] == 0
     unguard("interrupts_interrupt")
+    unguard("interrupts_decision")
     raw(statement.format(interrupt=interrupt.pk, run=interrupt.run_id), params)
     code, _, err = verify()
     assert (code, problems(err)) == (1, [
-        f"BROKEN: entry {entry_of(asked).seq}: decision {asked.pk} (int-tool by bob) no longer matches what "
-        f"was recorded ({changed} changed in the row)"])
+        f"BROKEN: entry {entry_of(asked).seq}: decision {asked.pk} (int-tool in thread "
+        f"{interrupt.run.thread.thread_id}, by bob) no longer matches what was recorded ({changed} changed in the row)"])
 
 
 def test_an_entry_written_before_the_interrupt_was_recorded_in_it_is_held_to_what_it_says(asked):

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.django_db
 
 SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 # Token and user (one indexed lookup), the interrupt, the policies' check, the permissions (2); BEGIN, the
-# re-read, the approvals, the UPDATE, the decision, the trail's tail and entry, the
-# batch, the resume's answers, its key, the resume; COMMIT; the inbox's count.
-# PostgreSQL adds the batch's row lock and the trail's advisory lock.
-STATEMENTS = {"sqlite": 18, "postgresql": 20}
+# re-read, the approvals, the UPDATE, the decision, the trail's subagent events, policy
+# version, tail and entry, the batch, the resume's answers, its key, the resume; COMMIT;
+# the inbox's count. PostgreSQL adds the batch's row lock and the trail's advisory lock.
+STATEMENTS = {"sqlite": 20, "postgresql": 22}
 
 
 def raised(agent, user):
