@@ -35,8 +35,10 @@ RECOUNT_SECONDS = 1.0
 # Close codes in the 4000 range are the application's: 4401 is "log in first".
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
-# 1013, "try again later": the channel layer (Redis) could not be reached, as just after its restart.
-TRY_AGAIN_LATER = 1013
+# "Try again later": the channel layer (Redis) could not be reached, as just after its restart.
+# WebSocket's own 1013 says so, but daphne (autobahn) sends only 1000 or 3000-4999: 4013 mirrors it,
+# as 4401 mirrors HTTP's 401. Pages reconnect on any code but 4401.
+TRY_AGAIN_LATER = 4013
 try:
     from redis.exceptions import RedisError
 except ImportError:  # no Redis, the in-memory layer
@@ -45,7 +47,7 @@ LAYER_DOWN = (OSError, RedisError)
 
 
 async def _try_again_later(consumer) -> None:
-    """Accept, then close with 1013: a close before accept would reach the browser as a bare HTTP 403."""
+    """Accept, then close with TRY_AGAIN_LATER: a close before accept reaches the browser as a bare HTTP 403."""
     await consumer.accept()
     await consumer.close(code=TRY_AGAIN_LATER)
 
@@ -94,7 +96,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         try:
             await here.join(self)
         except LAYER_DOWN:
-            logger.warning("inbox socket closed with 1013: the channel layer is unreachable", exc_info=True)
+            logger.warning("inbox socket closed (try again later): the channel layer is unreachable", exc_info=True)
             await here.leave(self)
             await _try_again_later(self)
             return
@@ -358,7 +360,7 @@ class ThreadConsumer(_PokeConsumer):
         try:
             await self.channel_layer.group_add(group, self.channel_name)
         except LAYER_DOWN:
-            logger.warning("thread socket closed with 1013: the channel layer is unreachable", exc_info=True)
+            logger.warning("thread socket closed (try again later): the channel layer is unreachable", exc_info=True)
             await _try_again_later(self)
             return
         self.group = group

@@ -2,8 +2,9 @@
 
 import sys
 
+from django.conf import settings
 from django.core.signals import got_request_exception
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.dispatch import receiver
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
@@ -90,6 +91,20 @@ class DatabaseFaults:
             # Raised around the view (a session read or save): Django answered 500.
             return fault_response(request, fault)
         return response
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        # A browser's session and user are read before the view (LoginRequiredMiddleware),
+        # where a fault reaches Django's 500 handling, and its debug page reads them again,
+        # a pool timeout each: read them here first, and answer a fault at once.
+        if settings.SESSION_COOKIE_NAME not in request.COOKIES or not hasattr(request, "user"):
+            return None
+        try:
+            request.user.is_authenticated  # noqa: B018 (loads the session and the user)
+        except DatabaseError as problem:
+            if (answer := self.process_exception(request, problem)) is None:
+                raise
+            return answer
+        return None
 
     def process_exception(self, request, exception):
         fault = refusals.database_fault(exception)
