@@ -203,17 +203,34 @@ def test_a_full_sqlite_disk_refuses_writes_503_database_full_changes_nothing_and
                         codes=full)
         assert decided.status_code == 503 and decided.json()["code"] == "DATABASE_FULL", decided.text
         assert decided.headers["Retry-After"] == "60"
-        started = tally(api.post("/api/threads/", json={"agent": "janitor", "message": "tidy"}), codes=full)
-        assert started.status_code == 503 and started.json()["code"] == "DATABASE_FULL", started.text
-        streamed = tally(api.post("/agui/janitor/", json=new_input("full-gw", "full-gw-r1")), codes=full)
-        if streamed.status_code == 200:  # refused after the stream began: a RUN_ERROR with the code
-            assert [(e["type"], e.get("code")) for e in sse_events(streamed)] == [
-                ("RUN_STARTED", None), ("RUN_ERROR", "DATABASE_FULL")]
+        # A write that still fits in a page with room succeeds; the first that needs a new page is refused.
+        refused = {}
+        for n in range(30):
+            started = tally(api.post("/api/threads/", json={"agent": "janitor", "message": "tidy " * 200}),
+                            codes=full)
+            if started.status_code == 503:
+                refused["thread"] = started.json()["code"]
+                break
+            assert started.status_code == 201, started.text
+        for n in range(30):
+            streamed = tally(api.post("/agui/janitor/", json=new_input(f"full-gw-{n}", f"full-gw-{n}-r1",
+                                                                       state={"pad": "x" * 2000})), codes=full)
+            if streamed.status_code == 503:  # refused before the stream began
+                refused["gateway"] = streamed.json()["code"]
+                break
+            events = sse_events(streamed)
+            if events[-1]["type"] == "RUN_ERROR" and events[-1].get("code") == "DATABASE_FULL":
+                # Refused as the stream began: nothing was recorded, so no thread.
+                assert [e["type"] for e in events] == ["RUN_STARTED", "RUN_ERROR"], events
+                assert tally(api.get(f"/api/threads/full-gw-{n}/")).status_code == 404
+                refused["gateway"] = "DATABASE_FULL"
+                break
+        assert refused == {"thread": "DATABASE_FULL", "gateway": "DATABASE_FULL"}, refused
         # Reads still work; nothing was half-applied.
         assert tally(api.get(f"/api/interrupts/{interrupt['id']}/")).json()["status"] == "pending"
-        assert tally(api.get("/api/threads/full-gw/")).status_code == 404
         assert tally(browser.get("/inbox/"), machine=False, codes=full).status_code in (200, 503)
-        assert counts(full_app) == before
+        # The refused decision left no decision or audit entry (threads the loops above made are theirs).
+        assert counts(full_app)[1:3] == before[1:3]
         # Room again: the same requests go through, unaided.
         make_room(full_app.path)
         decided = tally(api.post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": "approve"}))
