@@ -100,6 +100,15 @@ def test_the_first_socket_after_a_redis_restart_works_or_is_told_to_try_again_an
         finally:
             ws.close()
         inbox = wait_for(lambda: opened(app, "/ws/inbox/", session, "pending"), timeout=20, interval=0.2)
-        inbox.close()
+        try:
+            # The inbox hears a change made after the restart: a new interrupt to decide.
+            second = start(api, "janitor", "tidy")["thread"]
+            wait_for(lambda: pending(api, second), timeout=30)
+            heard = []
+            while not any(m["type"] == "changed" and m.get("reason") == "raised" for m in heard):
+                heard.append(json.loads(inbox.recv(timeout=15)))  # a silent socket times out: fails
+                assert len(heard) < 20, heard
+        finally:
+            inbox.close()
     print(f"\nRedis restart: first connects {outcomes}; the thread socket worked after {attempts['count']} "
           "attempt(s); 0 x 500")

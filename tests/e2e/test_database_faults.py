@@ -90,7 +90,7 @@ def terminate_app_connections(postgres) -> int:
 
 def test_requests_after_pg_terminate_backend_are_served_or_refused_503_never_500(postgres, pg_app):
     tally = Tally()
-    rounds = 6
+    rounds = 4
     with pg_app.api() as api, closing(logged_in(pg_app)) as browser:
         asked = paused_threads(api, rounds)
         for n, interrupt in enumerate(asked):
