@@ -70,6 +70,9 @@ BUSY_RETRY_AFTER = 5
 # What every door says then (the API, pages, the gateway's RUN_ERROR).
 BUSY_MESSAGE = (f"The database is busy with other work and this request waited too long for it; nothing was "
                 f"changed. Try again in {BUSY_RETRY_AFTER} seconds.")
+# No pooled connection in time: many requests at once, or a server that is down (PostgreSQL).
+POOL_TIMEOUT_MESSAGE = (f"No database connection came free in time (the database is busy, or restarting); nothing "
+                        f"was changed. Try again in {BUSY_RETRY_AFTER} seconds.")
 # A restart takes seconds; a caller asked sooner would only meet it again.
 UNAVAILABLE_RETRY_AFTER = 5
 UNAVAILABLE_MESSAGE = (f"The database cannot be reached just now (it is restarting, or refusing connections). "
@@ -148,10 +151,6 @@ def database_busy(exc: BaseException) -> bool:
 def retry_on_fresh_connection(fault: Refusal | None) -> bool:
     """True when ``fault`` was a lost connection, which a new one may not meet: worth one retry of a safe request."""
     return fault is not None and fault.code == "DATABASE_UNAVAILABLE"
-
-
-POOL_TIMEOUT_MESSAGE = (f"No database connection came free in time (the database is busy, or restarting); nothing "
-                        f"was changed. Try again in {BUSY_RETRY_AFTER} seconds.")
 
 
 def busy() -> Refusal:
