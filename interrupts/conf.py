@@ -112,6 +112,9 @@ DEFAULTS: dict[str, Any] = {
     "COUNTERSIGN_DB_LOCK_TIMEOUT": 20.0,
     # PostgreSQL connections each process's pool may open.
     "COUNTERSIGN_DB_POOL_SIZE": 20,
+    # Seconds a request waits for a free pooled connection (PostgreSQL) before 503 BUSY;
+    # while the server is down, each request waits this long.
+    "COUNTERSIGN_DB_POOL_TIMEOUT": 20.0,
     # Several deployments (or test servers) may share one Redis.
     "COUNTERSIGN_CHANNEL_PREFIX": "asgi",
     # Failed logins per username and address before a cool-off (seconds): axes'

@@ -36,7 +36,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
-from django.db import OperationalError
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
@@ -172,6 +172,21 @@ class _ForClient:
         return frames + _frame(self.read(payload))
 
 
+async def _faults_end(stream, thread_id: str, run_id: str):
+    """``stream``, ended by a RUN_ERROR with the fault's code if the database fails while it reads."""
+    started = False
+    try:
+        async for frame in stream:
+            started = True
+            yield frame
+    except DatabaseError as problem:
+        if (fault := refusals.database_fault(problem)) is None:
+            raise
+        if not started:
+            yield _started(thread_id, run_id)
+        yield encode_event(RunErrorEvent(code=fault.code, message=fault.message, timestamp=int(time.time() * 1000)))
+
+
 async def _live(listener: asyncio.Queue, client: _ForClient):
     while True:
         item = await listener.get()
@@ -251,12 +266,12 @@ async def agui(request: HttpRequest, agent: str):
     except ProtocolError as problem:
         background.release(slot)
         return _sse(_refused(run_input.thread_id, run_input.run_id, problem))
-    except OperationalError as problem:
+    except DatabaseError as problem:
         background.release(slot)
-        if not refusals.database_busy(problem):
+        if (fault := refusals.database_fault(problem)) is None:
             raise
         # Nothing was recorded (the transaction rolled back): the client may send the same input again.
-        return _sse(_refused(run_input.thread_id, run_input.run_id, refusals.busy()))
+        return _sse(_refused(run_input.thread_id, run_input.run_id, fault))
     except BaseException:
         background.release(slot)
         raise
@@ -268,7 +283,8 @@ async def agui(request: HttpRequest, agent: str):
             "sends the resume to the agent when they approve in its inbox.")))
     if accepted.verdict.kind == "replay":
         background.release(slot)  # nothing is sent to the agent
-        return _sse(_replay(accepted.run, _ForClient(registered, run_input.thread_id, accepted.run.run_id)))
+        return _sse(_faults_end(_replay(accepted.run, _ForClient(registered, run_input.thread_id, accepted.run.run_id)),
+                                run_input.thread_id, accepted.run.run_id))
     listener: asyncio.Queue = asyncio.Queue()
     # Streamed by the supervisor, not this request: if the client goes away
     # the run is still recorded to its end. The slot is freed when it ends.

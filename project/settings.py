@@ -77,8 +77,8 @@ MIDDLEWARE = [
     # Sets the Content-Security-Policy header and each request's nonce.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "interrupts.web.middleware.RefuseNulCharacters",
-    # A view failing on a busy database gets 503 with Retry-After, not a 500.
-    "interrupts.web.middleware.BusyDatabase",
+    # A database that cannot serve now (busy, full, restarting) gets 503 with Retry-After, not a 500.
+    "interrupts.web.middleware.DatabaseFaults",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -131,8 +131,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections (CONN_MAX_AGE) are no answer under ASGI: each
     # request's thread keeps its own, and 50 concurrent requests used up the
     # server's connection slots.
+    from psycopg_pool import ConnectionPool
+
     DATABASES["default"]["OPTIONS"] = {
-        "pool": {"min_size": 1, "max_size": _countersign["COUNTERSIGN_DB_POOL_SIZE"], "timeout": 20},
+        # check: a connection is tried before it is handed out, so the dead ones a
+        # restart (or pg_terminate_backend) left in the pool are replaced, not used.
+        "pool": {"min_size": 1, "max_size": _countersign["COUNTERSIGN_DB_POOL_SIZE"],
+                 "timeout": _countersign["COUNTERSIGN_DB_POOL_TIMEOUT"], "check": ConnectionPool.check_connection},
         # PostgreSQL waits for a lock without end by default.
         "options": f"-c lock_timeout={int(DB_LOCK_TIMEOUT * 1000)}",
     }
@@ -145,6 +150,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": DB_LOCK_TIMEOUT,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    if os.environ.get("SQLITE_NO_GROWTH"):
+        # Tests only: the file may not grow past its size when a connection opens (SQLite
+        # raises max_page_count to that size), so a full disk is met without filling one.
+        DATABASES["default"]["OPTIONS"]["init_command"] += " PRAGMA max_page_count=1;"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -13,7 +13,7 @@ PROBE = (
     "print(json.dumps({'engine': s.DATABASES['default']['ENGINE'], "
     "'options': s.DATABASES['default'].get('OPTIONS', {}), "
     "'layer': s.CHANNEL_LAYERS['default']['BACKEND'], 'debug': s.DEBUG, "
-    "'hosts': s.ALLOWED_HOSTS}))"
+    "'hosts': s.ALLOWED_HOSTS}, default=repr))"
 )
 
 
@@ -46,6 +46,8 @@ def test_database_and_redis_urls_switch_backends():
     found = probe(DATABASE_URL="postgres://cs:pw@127.0.0.1:5432/cs", REDIS_URL="redis://127.0.0.1:6379/0")
     assert found["engine"] == "django.db.backends.postgresql"
     assert found["layer"] == "channels_redis.core.RedisChannelLayer"
+    # The pool tries a connection before handing it out: a restart's dead ones are replaced, not used.
+    assert "check_connection" in found["options"]["pool"]["check"]
 
 
 def test_production_refuses_to_start_without_a_secret_key():

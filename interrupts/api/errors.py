@@ -25,8 +25,14 @@ def exception_handler(exc, context):
 
 
 def _refusal(exc, context):
+    if (fault := refusals.database_fault(exc)) is not None:
+        # Noted on the request: the middleware serves a GET that lost its connection once more.
+        if (request := context.get("request")) is not None:
+            getattr(request, "_request", request).database_fault = fault
+        exc = fault
     if isinstance(exc, ProtocolError):
-        # BUSY (e.g. costly schema checks queued) carries Retry-After: the same request will do, shortly.
+        # BUSY (e.g. costly schema checks queued) and the database's faults carry Retry-After:
+        # the same request will do, later.
         rendered = refusals.render(exc)
         return Response(rendered.body, status=rendered.status, headers=rendered.headers)
     exc = _as_api_exception(exc)
@@ -38,8 +44,6 @@ def _refusal(exc, context):
     else:
         code = exc.get_codes()
         response.data = refusal_body((code if isinstance(code, str) else "error").upper(), str(exc.detail))
-    if isinstance(exc, Busy):
-        response["Retry-After"] = str(refusals.BUSY_RETRY_AFTER)
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         # Session auth alone would answer 403; say "log in" properly, with how.
         response.status_code = status.HTTP_401_UNAUTHORIZED
@@ -52,15 +56,8 @@ class TooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
-class Busy(exceptions.APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_code = "busy"
-
-
 def _as_api_exception(exc):
     """Django's own refusals, and the database's refusal of the client's text, as DRF exceptions."""
-    if refusals.database_busy(exc):
-        return Busy(refusals.BUSY_MESSAGE)
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, PermissionDenied):

@@ -61,7 +61,7 @@ def http_status(problem: ProtocolError) -> int:
     return 400
 
 
-# --- A busy database: "not now", never "no" -------------------------------------------
+# --- A database that cannot serve now: "not now", never "no" ------------------------
 
 # Seconds a caller is asked to wait after a busy database: locks are held for
 # milliseconds normally, so a request refused after the lock timeout has met
@@ -70,35 +70,102 @@ BUSY_RETRY_AFTER = 5
 # What every door says then (the API, pages, the gateway's RUN_ERROR).
 BUSY_MESSAGE = (f"The database is busy with other work and this request waited too long for it; nothing was "
                 f"changed. Try again in {BUSY_RETRY_AFTER} seconds.")
+# No pooled connection in time: many requests at once, or a server that is down (PostgreSQL).
+POOL_TIMEOUT_MESSAGE = (f"No database connection came free in time (the database is busy, or restarting); nothing "
+                        f"was changed. Try again in {BUSY_RETRY_AFTER} seconds.")
+# A restart takes seconds; a caller asked sooner would only meet it again.
+UNAVAILABLE_RETRY_AFTER = 5
+UNAVAILABLE_MESSAGE = (f"The database cannot be reached just now (it is restarting, or refusing connections). "
+                       f"Try again in {UNAVAILABLE_RETRY_AFTER} seconds; if you were changing something, reload "
+                       f"first to see whether it was saved.")
+# A full disk needs an operator to make room: asking again in seconds would not help.
+FULL_RETRY_AFTER = 60
+FULL_MESSAGE = ("The database's disk is full, so nothing can be saved and nothing was changed. Ask a Countersign "
+                f"administrator to free space, then try again (in {FULL_RETRY_AFTER} seconds or later).")
+
+# PostgreSQL's SQLSTATEs for a server that is going or gone: class 08 (connection
+# exceptions), admin shutdown, crash shutdown, "cannot connect now" (starting or
+# stopping), too many connections.
+_UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "53300"}
+# SQLite's words (it has no codes in the message): each means the file cannot be used now.
+_SQLITE_UNAVAILABLE = ("disk i/o error", "unable to open database file")
+_SQLITE_BUSY = ("database is locked", "database table is locked")
 
 
-def database_busy(exc: BaseException) -> bool:
-    """True when ``exc`` means another transaction held a lock too long, not that the request is wrong.
+def database_fault(exc: BaseException) -> Refusal | None:
+    """The refusal for ``exc`` when it means the database cannot serve now, not that the request is wrong; else None.
 
-    SQLite: "database is locked" after its busy timeout; PostgreSQL: lock_timeout
-    (SQLSTATE 55P03, lock_not_available); psycopg's pool: no free connection in time.
+    BUSY: a lock held too long (SQLite's busy timeout, PostgreSQL's lock_timeout
+    55P03) or no pooled connection free in time. DATABASE_FULL: SQLite's
+    "database or disk is full", PostgreSQL's disk_full (53100).
+    DATABASE_UNAVAILABLE: a connection refused, closed or terminated (psycopg's
+    errors without a SQLSTATE, class 08, 57P01-57P03, 53300; Django's
+    "connection already closed"), SQLite's I/O and open failures. Each is
+    answered 503 with Retry-After; only DATABASE_UNAVAILABLE means "a fresh
+    connection may do" (:func:`retry_on_fresh_connection`).
     """
-    from django.db import OperationalError
+    import sqlite3
+
+    from django.db import InterfaceError, OperationalError
 
     try:
         from psycopg_pool import PoolTimeout
     except ImportError:  # SQLite-only installs
         PoolTimeout = ()  # noqa: N806
+    try:
+        import psycopg
+        psycopg_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+    except ImportError:
+        psycopg_errors = ()
     for problem in (exc, exc.__cause__):
         if problem is None:
             continue
         if PoolTimeout and isinstance(problem, PoolTimeout):
-            return True
-        if getattr(problem, "sqlstate", None) == "55P03":
-            return True
-        if isinstance(problem, OperationalError) and "database is locked" in str(problem):
-            return True
-    return False
+            return Refusal("BUSY", POOL_TIMEOUT_MESSAGE, status=503)
+        sqlstate = getattr(problem, "sqlstate", None)
+        if sqlstate == "55P03":
+            return busy()
+        if sqlstate == "53100":
+            return Refusal("DATABASE_FULL", FULL_MESSAGE, status=503)
+        if sqlstate in _UNAVAILABLE_SQLSTATES or (sqlstate or "").startswith("08"):
+            return unavailable()
+        if psycopg_errors and isinstance(problem, psycopg_errors) and sqlstate is None:
+            # No SQLSTATE: the server never answered (refused, closed, terminated mid-query).
+            return unavailable()
+        if isinstance(problem, (OperationalError, InterfaceError, sqlite3.OperationalError)):
+            words = str(problem).lower()
+            if any(said in words for said in _SQLITE_BUSY):
+                return busy()
+            if "database or disk is full" in words:
+                return Refusal("DATABASE_FULL", FULL_MESSAGE, status=503)
+            if any(said in words for said in _SQLITE_UNAVAILABLE) or "connection already closed" in words:
+                return unavailable()
+    return None
+
+
+def database_busy(exc: BaseException) -> bool:
+    """True when ``exc`` means the database cannot serve now (busy, full, unreachable): see :func:`database_fault`."""
+    return database_fault(exc) is not None
+
+
+def retry_on_fresh_connection(fault: Refusal | None) -> bool:
+    """True when ``fault`` was a lost connection, which a new one may not meet: worth one retry of a safe request."""
+    return fault is not None and fault.code == "DATABASE_UNAVAILABLE"
 
 
 def busy() -> Refusal:
     """The refusal for a request that met a busy database: nothing was changed, the same request will do."""
     return Refusal("BUSY", BUSY_MESSAGE, status=503)
+
+
+def unavailable() -> Refusal:
+    """The refusal for a request that met a database it could not reach."""
+    return Refusal("DATABASE_UNAVAILABLE", UNAVAILABLE_MESSAGE, status=503)
+
+
+# Retry-After by code: each fault says how long is worth waiting.
+RETRY_AFTER = {"BUSY": BUSY_RETRY_AFTER, "DATABASE_UNAVAILABLE": UNAVAILABLE_RETRY_AFTER,
+               "DATABASE_FULL": FULL_RETRY_AFTER}
 
 
 # --- Rendering ----------------------------------------------------------------------
@@ -117,12 +184,13 @@ def render(problem: ProtocolError, *, status: int | None = None, retry_after: fl
            headers: dict[str, str] | None = None) -> Rendered:
     """``problem`` as an HTTP answer; ``status`` defaults to :func:`http_status`.
 
-    A BUSY refusal says when to try again (its own ``retry_after`` detail, or
-    :data:`BUSY_RETRY_AFTER`); any other refusal does when given ``retry_after``.
+    A database fault (BUSY, DATABASE_UNAVAILABLE, DATABASE_FULL) says when to try
+    again (its own ``retry_after`` detail, or :data:`RETRY_AFTER`); any other
+    refusal does when given ``retry_after``.
     """
     extra = dict(headers or {})
-    if retry_after is None and problem.code == "BUSY":
-        retry_after = problem.details.get("retry_after", BUSY_RETRY_AFTER)
+    if retry_after is None and problem.code in RETRY_AFTER:
+        retry_after = problem.details.get("retry_after", RETRY_AFTER[problem.code])
     if retry_after is not None:
         extra["Retry-After"] = str(int(retry_after))
     return Rendered(problem.body(), http_status(problem) if status is None else status, extra)

@@ -35,6 +35,21 @@ RECOUNT_SECONDS = 1.0
 # Close codes in the 4000 range are the application's: 4401 is "log in first".
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
+# "Try again later": the channel layer (Redis) could not be reached, as just after its restart.
+# WebSocket's own 1013 says so, but daphne (autobahn) sends only 1000 or 3000-4999: 4013 mirrors it,
+# as 4401 mirrors HTTP's 401. Pages reconnect on any code but 4401.
+TRY_AGAIN_LATER = 4013
+try:
+    from redis.exceptions import RedisError
+except ImportError:  # no Redis, the in-memory layer
+    RedisError = OSError  # noqa: N816
+LAYER_DOWN = (OSError, RedisError)
+
+
+async def _try_again_later(consumer) -> None:
+    """Accept, then close with TRY_AGAIN_LATER: a close before accept reaches the browser as a bare HTTP 403."""
+    await consumer.accept()
+    await consumer.close(code=TRY_AGAIN_LATER)
 
 
 class _PokeConsumer(AsyncJsonWebsocketConsumer):
@@ -78,7 +93,13 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         # socket once it ended (logged out, expired) or its user may not log in.
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         here = Inboxes.here()
-        await here.join(self)
+        try:
+            await here.join(self)
+        except LAYER_DOWN:
+            logger.warning("inbox socket closed (try again later): the channel layer is unreachable", exc_info=True)
+            await here.leave(self)
+            await _try_again_later(self)
+            return
         try:
             await self.accept()
             await self.send_json({"type": "pending", **await self._counts()})
@@ -335,8 +356,14 @@ class ThreadConsumer(_PokeConsumer):
         if self.thread_pk is None:
             await self.close(code=NOT_FOUND)
             return
-        self.group = relay.thread_group(self.thread_pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        group = relay.thread_group(self.thread_pk)
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except LAYER_DOWN:
+            logger.warning("thread socket closed (try again later): the channel layer is unreachable", exc_info=True)
+            await _try_again_later(self)
+            return
+        self.group = group
         await self.accept()
         # Where the log stands now: a page that is behind fetches the difference.
         await self.send_json({"type": "hello", "last_seq": await self._last_seq()})
