@@ -7,6 +7,8 @@ and, past ``failed_token`` in DEFAULT_THROTTLE_RATES, answers 429 THROTTLED
 with Retry-After without looking the token up at all.
 """
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import exceptions
 
 from ..hub.tokens import FailedTokenThrottle, TokenAuthentication, too_many_failures
@@ -26,3 +28,13 @@ class ThrottledTokenAuthentication(TokenAuthentication):
         except exceptions.AuthenticationFailed:
             throttle.record_failure()
             raise
+
+
+class ThrottledTokenScheme(OpenApiAuthenticationExtension):
+    """How the API schema describes these tokens (as DRF's own scheme did: ``Token <key>``)."""
+
+    target_class = ThrottledTokenAuthentication
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Token")
