@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
-from . import relay
+from . import relay, standing
 from ..hub import claims, policies
 from ..reads import selectors
 from ..models import Thread
@@ -35,6 +35,51 @@ RECOUNT_SECONDS = 1.0
 # Close codes in the 4000 range are the application's: 4401 is "log in first".
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
+
+
+class _Standing:
+    """A socket that closes with "log in first" once its user may no longer read (``standing``).
+
+    It checks again when told that its user's sessions or rights changed
+    (``recheck``), and when its session expires. Once ended it hears nothing
+    more, even what reaches it before its close does.
+    """
+
+    session_key: str | None = None
+    ended = False
+    _expiry: asyncio.TimerHandle | None = None
+    _checking: asyncio.Task | None = None
+
+    async def in_standing(self) -> bool:
+        """Whether this socket's user may still read; if so, check again when the session expires."""
+        found = await database_sync_to_async(standing.check)(self.scope["user"].pk, self.session_key)
+        if found is None:
+            return False
+        self.scope["user"], until = found
+        if self._expiry is not None:
+            self._expiry.cancel()
+        # A fresh context: the check outlives whatever message scheduled it.
+        self._expiry = asyncio.get_running_loop().call_later(
+            standing.expires_in(until), self._expired, context=contextvars.Context())
+        return True
+
+    def _expired(self) -> None:
+        self._checking = asyncio.get_running_loop().create_task(self.recheck())
+
+    async def recheck(self) -> None:
+        if not self.ended and not await self.in_standing():
+            await self.end()
+
+    async def end(self) -> None:
+        """Close for good: logged out, expired, deactivated or deleted."""
+        self.ended = True
+        self.stop_watching()
+        await self.close(code=UNAUTHENTICATED)
+
+    def stop_watching(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
 
 
 class _PokeConsumer(AsyncJsonWebsocketConsumer):
@@ -55,7 +100,7 @@ class _PokeConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
 
-class InboxConsumer(AsyncJsonWebsocketConsumer):
+class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
     """ws/inbox/: a poke whenever interrupts are raised, decided or expire, and the counts.
 
     ``pending`` is every pending interrupt (counted once per change, by
@@ -80,6 +125,10 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         here = Inboxes.here()
         await here.join(self)
         try:
+            # Checked once this socket hears every change to its user's standing: none is missed.
+            if not await self.in_standing():
+                await self.end()
+                return
             await self.accept()
             await self.send_json({"type": "pending", **await self._counts()})
             while self.held:
@@ -92,6 +141,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         self.held = None
 
     async def disconnect(self, code):
+        self.stop_watching()
         await Inboxes.here().leave(self)
         if self.said_viewing:
             await database_sync_to_async(claims.left)(self.socket_id)
@@ -130,20 +180,20 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             return
         # A socket outlives its session until a count round notices: one whose user logged
         # out or was deactivated must not go on showing them looking at cards.
-        if not await database_sync_to_async(self._still_in)():
-            await self.close(code=UNAUTHENTICATED)
+        if not await self.in_standing():
+            await self.end()
             return
         self.said_viewing = True
         await database_sync_to_async(claims.viewing)(self.scope["user"], self.socket_id, pks)
 
-    def _still_in(self) -> bool:
-        """Whether this socket's session is live and its user active (as the count rounds judge them)."""
-        return bool(self.session_key) and Session.objects.filter(
-            session_key=self.session_key, expire_date__gt=timezone.now()).exists() and get_user_model().objects.filter(
-            pk=self.scope["user"].pk, is_active=True).exists()
+    async def end(self) -> None:
+        await super().end()  # ended: nothing told to this process's sockets reaches it any more
+        await Inboxes.here().leave(self)
 
     async def tell(self, text: str) -> None:
         """Send one encoded message, or hold it until the connect has sent its counts."""
+        if self.ended:
+            return
         if self.held is not None:
             self.held.append(text)
         else:
@@ -220,11 +270,15 @@ class Inboxes:
             if self.sockets or self.channel is None:
                 return
             channel, self.channel = self.channel, None  # nobody left to tell
-            for task in self.listening:
-                task.cancel()
-            if self.round is not None:
-                self.round.cancel()
+            # The listener or the count round may be what closes the last socket: it stops
+            # last, once the group is left, or the cancel would cut the leaving short.
+            current = asyncio.current_task()
+            for task in (*self.listening, self.round):
+                if task is not None and task is not current:
+                    task.cancel()
             await consumer.channel_layer.group_discard(relay.INBOX_GROUP, channel)
+            if current in self.listening or current is self.round:
+                current.cancel()
 
     async def _listen(self, layer, channel: str) -> None:
         while True:
@@ -244,6 +298,13 @@ class Inboxes:
                 await self._tell(json.dumps({
                     "type": "attention", "interrupt": message["interrupt"], "claim": message["claim"],
                     "viewers": message["viewers"]}), [c for found in self.sockets.values() for c in found])
+            elif message.get("type") == "inbox.standing":
+                # Before any message after it: a socket that must close hears nothing that follows.
+                for consumer in list(self.sockets.get(message["user"], ())):
+                    try:
+                        await consumer.recheck()
+                    except Exception:
+                        logger.exception("checking an inbox socket's session failed")
             elif message.get("type") == "inbox.changed":
                 await self._tell(json.dumps({
                     "type": "changed", "reason": message["reason"], "thread": message["thread"],
@@ -295,8 +356,7 @@ class Inboxes:
                 # A deactivated user's own sockets hear their count fall to 0 before they close.
                 await self._tell(text, [c for c in self.sockets.get(user_pk, ()) if c.session_key in live])
             for consumer in ended:
-                await consumer.close(code=UNAUTHENTICATED)  # logged out, expired or deactivated: nothing more
-                await self.leave(consumer)
+                await consumer.end()  # logged out, expired or deactivated: nothing more
             if not self.again:
                 return
 
@@ -322,8 +382,12 @@ def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
     return counted, live, set(fresh)
 
 
-class ThreadConsumer(_PokeConsumer):
-    """ws/threads/<thread_id>/: each event recorded on the thread, by sequence number."""
+class ThreadConsumer(_Standing, _PokeConsumer):
+    """ws/threads/<thread_id>/: each event recorded on the thread, by sequence number.
+
+    Every logged-in user reads every thread, so a thread socket stays open
+    exactly as long as its user may read at all (``standing``).
+    """
 
     pokes = frozenset({"thread.event"})
 
@@ -337,15 +401,35 @@ class ThreadConsumer(_PokeConsumer):
             return
         self.group = relay.thread_group(self.thread_pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        if not await self._watch_standing():
+            return
         await self.accept()
         # Where the log stands now: a page that is behind fetches the difference.
         await self.send_json({"type": "hello", "last_seq": await self._last_seq()})
 
     async def disconnect(self, code):
+        self.stop_watching()
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def _watch_standing(self) -> bool:
+        """Hear every change to this user's standing, then check it; False (closed) if they may not read."""
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        self.user_group = relay.user_group(self.scope["user"].pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        if await self.in_standing():
+            return True
+        await self.end()
+        return False
+
+    async def user_standing(self, message):
+        await self.recheck()
 
     async def thread_event(self, message):
+        if self.ended:  # closed, the page gone: what was already on its way is not for it
+            return
         await self.send_json({"type": "event", "seq": message["seq"], "event_type": message["event_type"]})
 
     @database_sync_to_async
