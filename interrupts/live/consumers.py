@@ -70,8 +70,14 @@ class _Standing:
         if not self.ended and not await self.in_standing():
             await self.end()
 
+    async def log_in_first(self) -> None:
+        """Accept, then close with UNAUTHENTICATED: a close before accept reaches the page as a bare
+        refused handshake (HTTP 403), which it retries for ever instead of saying "log in"."""
+        await self.accept()
+        await self.close(code=UNAUTHENTICATED)
+
     async def end(self) -> None:
-        """Close for good: logged out, expired, deactivated or deleted."""
+        """Close for good (the socket was accepted): logged out, expired, deactivated or deleted."""
         self.ended = True
         self.stop_watching()
         await self.close(code=UNAUTHENTICATED)
@@ -115,7 +121,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
-            await self.close(code=UNAUTHENTICATED)
+            await self.log_in_first()
             return
         self.held = []
         self.socket_id = uuid.uuid4().hex
@@ -125,11 +131,12 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
         here = Inboxes.here()
         await here.join(self)
         try:
-            # Checked once this socket hears every change to its user's standing: none is missed.
+            await self.accept()
+            # Checked once this socket hears every change to its user's standing (none is missed),
+            # and accepted first so that the page reads "log in first" (see log_in_first).
             if not await self.in_standing():
                 await self.end()
                 return
-            await self.accept()
             await self.send_json({"type": "pending", **await self._counts()})
             while self.held:
                 await self.send(text_data=self.held.pop(0))
@@ -393,7 +400,7 @@ class ThreadConsumer(_Standing, _PokeConsumer):
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
-            await self.close(code=UNAUTHENTICATED)
+            await self.log_in_first()
             return
         self.thread_pk = await self._thread_pk(self.scope["url_route"]["kwargs"]["thread_id"])
         if self.thread_pk is None:
@@ -401,9 +408,9 @@ class ThreadConsumer(_Standing, _PokeConsumer):
             return
         self.group = relay.thread_group(self.thread_pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
         if not await self._watch_standing():
             return
-        await self.accept()
         # Where the log stands now: a page that is behind fetches the difference.
         await self.send_json({"type": "hello", "last_seq": await self._last_seq()})
 
