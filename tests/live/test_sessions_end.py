@@ -83,10 +83,10 @@ async def still_open(communicator: WebsocketCommunicator) -> None:
 
 
 @database_sync_to_async
-def log_out(session_key: str) -> None:
+def log_out(session_key: str, everywhere: bool = False) -> None:
     client = Client()
     client.cookies[settings.SESSION_COOKIE_NAME] = session_key
-    response = client.post(reverse("logout"))
+    response = client.post(reverse("logout"), {"everywhere": "1"} if everywhere else {})
     assert response.status_code == 302
     assert not Session.objects.filter(session_key=session_key).exists()
 
@@ -129,6 +129,22 @@ async def test_logging_out_one_browser_leaves_the_users_other_sessions_open():
     assert heard[0]["type"] == "changed" and heard[1] == {"type": "event", "seq": 99, "event_type": "TEXT_MESSAGE_CONTENT"}
     for socket in other:
         await socket.disconnect()
+
+
+async def test_logging_out_everywhere_closes_every_session_of_that_person_only():
+    user, [here, elsewhere] = await reviewer_with_sessions(2)
+    colleague, [theirs] = await reviewer_with_sessions()
+    run = await database_sync_to_async(make.run)()
+    path = f"/ws/threads/{run.thread.thread_id}/"
+    sockets = [await open_socket(p, key) for key in (here, elsewhere) for p in ("/ws/inbox/", path)]
+    kept = await open_socket(path, theirs)
+    await log_out(here, everywhere=True)
+    await broadcast_everything(run.thread_id)
+    for socket in sockets:
+        assert _content(await closed_within(socket)) == []
+    assert not await Session.objects.filter(session_key=elsewhere).aexists()
+    assert (await kept.receive_json_from(timeout=3))["type"] == "event"
+    await kept.disconnect()
 
 
 @pytest.mark.parametrize("change", ["deactivated", "deleted", "password changed", "sessions deleted"])
