@@ -222,3 +222,11 @@ async def test_a_socket_whose_session_ends_while_it_connects_is_told_to_log_in(p
     connected, _ = await communicator.connect()
     assert connected  # accepted, so that the page reads the code
     assert await communicator.receive_output(timeout=3) == LOG_IN_FIRST
+
+
+def test_the_notifications_page_offers_log_out_everywhere(client):
+    user = make.user()
+    client.force_login(user)
+    page = client.get(reverse("notification-settings")).content.decode()
+    form = page[page.index('data-testid="logout-everywhere"') - 60:]
+    assert f'action="{reverse("logout")}"' in form[:200] and 'name="everywhere" value="1"' in form
