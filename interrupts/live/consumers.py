@@ -67,7 +67,15 @@ class _Standing:
         self._checking = asyncio.get_running_loop().create_task(self.recheck())
 
     async def recheck(self) -> None:
-        if not self.ended and not await self.in_standing():
+        if self.ended:
+            return
+        try:
+            still = await self.in_standing()
+        except Exception:  # the database could not say: closed all the same, the page reconnects and is checked then
+            logger.exception("checking a socket's session failed")
+            await self.end(code=None)
+            return
+        if not still:
             await self.end()
 
     async def log_in_first(self) -> None:
@@ -76,11 +84,11 @@ class _Standing:
         await self.accept()
         await self.close(code=UNAUTHENTICATED)
 
-    async def end(self) -> None:
+    async def end(self, code: int | None = UNAUTHENTICATED) -> None:
         """Close for good (the socket was accepted): logged out, expired, deactivated or deleted."""
         self.ended = True
         self.stop_watching()
-        await self.close(code=UNAUTHENTICATED)
+        await self.close(code=code)
 
     def stop_watching(self) -> None:
         if self._expiry is not None:
@@ -193,8 +201,8 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
         self.said_viewing = True
         await database_sync_to_async(claims.viewing)(self.scope["user"], self.socket_id, pks)
 
-    async def end(self) -> None:
-        await super().end()  # ended: nothing told to this process's sockets reaches it any more
+    async def end(self, code: int | None = UNAUTHENTICATED) -> None:
+        await super().end(code)  # ended: nothing told to this process's sockets reaches it any more
         await Inboxes.here().leave(self)
 
     async def tell(self, text: str) -> None:
@@ -310,8 +318,8 @@ class Inboxes:
                 for consumer in list(self.sockets.get(message["user"], ())):
                     try:
                         await consumer.recheck()
-                    except Exception:
-                        logger.exception("checking an inbox socket's session failed")
+                    except Exception:  # one broken socket must not keep the others open
+                        logger.exception("closing an inbox socket failed")
             elif message.get("type") == "inbox.changed":
                 await self._tell(json.dumps({
                     "type": "changed", "reason": message["reason"], "thread": message["thread"],

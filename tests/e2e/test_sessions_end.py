@@ -71,8 +71,8 @@ class Browser:
     def __init__(self, app, username: str = "reviewer", password: str = "countersign") -> None:
         self.client = httpx.Client(base_url=app.url, timeout=30)
         csrf = self.client.get("/accounts/login/").cookies["csrftoken"]
-        response = self.client.post("/accounts/login/", data={
-            "username": username, "password": password, "csrfmiddlewaretoken": csrf}, headers={"Referer": f"{app.url}/"})
+        response = self.client.post("/accounts/login/", headers={"Referer": f"{app.url}/"}, data={
+            "username": username, "password": password, "csrfmiddlewaretoken": csrf})
         assert response.status_code == 302, response.text
         self.session = self.client.cookies["sessionid"]
 
@@ -141,7 +141,8 @@ def test_logging_out_closes_that_sessions_sockets_within_a_second_on_every_proce
         with watcher_app.api() as api:
             assert resumed(api, asked)["status"] == "succeeded"
         heard = []
-        wait_for(lambda: heard.append(json.loads(control.recv(timeout=10))) or heard[-1].get("event_type") == "RUN_FINISHED")
+        wait_for(lambda: heard.append(json.loads(control.recv(timeout=10)))
+                 or heard[-1].get("event_type") == "RUN_FINISHED")
         assert content(heard)
 
 

@@ -126,7 +126,8 @@ async def test_logging_out_one_browser_leaves_the_users_other_sessions_open():
         await closed_within(socket)
     await broadcast_everything(run.thread_id)
     heard = [await socket.receive_json_from(timeout=3) for socket in other]
-    assert heard[0]["type"] == "changed" and heard[1] == {"type": "event", "seq": 99, "event_type": "TEXT_MESSAGE_CONTENT"}
+    assert heard[0]["type"] == "changed"
+    assert heard[1] == {"type": "event", "seq": 99, "event_type": "TEXT_MESSAGE_CONTENT"}
     for socket in other:
         await socket.disconnect()
 
@@ -218,7 +219,8 @@ async def test_a_socket_whose_session_ends_while_it_connects_is_told_to_log_in(p
 
     monkeypatch.setattr(channels.auth, "get_user", logged_out_right_after)
     cookie = (b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())
-    communicator = WebsocketCommunicator(application, path.format(thread=run.thread.thread_id), headers=[ORIGIN, cookie])
+    path = path.format(thread=run.thread.thread_id)
+    communicator = WebsocketCommunicator(application, path, headers=[ORIGIN, cookie])
     connected, _ = await communicator.connect()
     assert connected  # accepted, so that the page reads the code
     assert await communicator.receive_output(timeout=3) == LOG_IN_FIRST
