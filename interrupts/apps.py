@@ -57,6 +57,15 @@ class InterruptsConfig(AppConfig):
             m2m_changed.connect(trail.access_members_changed, sender=members,
                                 dispatch_uid=f"countersign-trail-{members.__name__}")
         post_migrate.connect(_ensure_reviewers, sender=self, dispatch_uid="countersign-reviewers")
+        # Open sockets close once their user may no longer read: logged out (in any
+        # process), session deleted, deactivated, password changed or deleted.
+        from django.contrib.sessions.models import Session
+
+        from .live import standing
+
+        post_delete.connect(standing.session_deleted, sender=Session, dispatch_uid="countersign-standing-session")
+        post_save.connect(standing.user_saved, sender=user, dispatch_uid="countersign-standing-user-saved")
+        post_delete.connect(standing.user_deleted, sender=user, dispatch_uid="countersign-standing-user-deleted")
         # The inbox's "waiting for me" reads each pending interrupt's governing policy.
         from .hub import policies
 

@@ -19,10 +19,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from interrupts.live.routing import websocket_urlpatterns  # noqa: E402
+from interrupts.web import csp  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Even a response Django makes before its middleware runs carries the policy.
+        "http": csp.everywhere(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -74,8 +74,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Sets the Content-Security-Policy header and each request's nonce.
-    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Sets the Content-Security-Policy header and each request's nonce, on
+    # Django's debug pages too (interrupts/web/csp.py).
+    "interrupts.web.csp.ContentSecurityPolicy",
     "interrupts.web.middleware.RefuseNulCharacters",
     # A database that cannot serve now (busy, full, restarting) gets 503 with Retry-After, not a 500.
     "interrupts.web.middleware.DatabaseFaults",

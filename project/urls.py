@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from interrupts import gateway
+from interrupts.web import accounts
 from interrupts.api.errors import NoSuchEndpoint
 from interrupts.api.metrics import Metrics
 
@@ -12,7 +13,7 @@ urlpatterns = [
     # the server send mail, and there is no mail set-up. Staff reset passwords
     # in the admin.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", accounts.LogoutView.as_view(), name="logout"),
     path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password_change/done/", auth_views.PasswordChangeDoneView.as_view(),
          name="password_change_done"),

@@ -1,10 +1,16 @@
 """The Content-Security-Policy on every page, its nonce, and templates that need nothing inline."""
 
+import base64
+import hashlib
 import re
 from pathlib import Path
 
 import pytest
-from django.urls import reverse
+from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.http import Http404
+from django.test import Client
+from django.urls import include, path, reverse
 
 from . import factories as make
 
@@ -116,3 +122,122 @@ def test_no_template_has_an_inline_handler_or_script(path):
         assert "src=" in attributes or 'type="application/json"' in attributes, attributes
     assert "javascript:" not in text.lower()
     assert "<style" not in text and " style=" not in text  # style-src is 'self'
+
+
+# --- error pages: every status Django answers with a page of its own, DEBUG on (the default) and off ---------
+
+def _raises(exception):
+    @login_not_required
+    def view(request):
+        raise exception
+    return view
+
+
+urlpatterns = [
+    path("csp-test/400/", _raises(SuspiciousOperation("a request Django refuses"))),
+    path("csp-test/403/", _raises(PermissionDenied())),
+    path("csp-test/404/", _raises(Http404("nothing here"))),
+    path("csp-test/500/", _raises(RuntimeError("a view that fails"))),
+    path("", include("project.urls")),
+]
+
+STYLE_BLOCK = re.compile(r"<style[^>]*>(.*?)</style>", re.DOTALL)
+SCRIPT_BLOCK = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def assert_strict(response) -> dict[str, list[str]]:
+    """The site's policy: only our scripts (by origin or nonce), inline styles only Django's own, by hash."""
+    found = policy(response)
+    assert found["default-src"] == ["'self'"]
+    assert found["script-src"][0] == "'self'" and all(v.startswith("'nonce-") for v in found["script-src"][1:])
+    assert found["style-src"][0] == "'self'" and all(v.startswith("'sha256-") for v in found["style-src"][1:])
+    assert found["object-src"] == found["base-uri"] == found["frame-ancestors"] == ["'none'"]
+    assert found["form-action"] == found["connect-src"] == ["'self'"]
+    assert "unsafe" not in response["Content-Security-Policy"]
+    body = response.content.decode()
+    # What the page holds inline runs only if the policy names it: its styles are Django's (their hash
+    # is listed), and no inline script of a debug page (the 500's frame toggles) is let run.
+    for style in STYLE_BLOCK.findall(body):
+        assert _sha256(style) in found["style-src"] or "nonce" in body, style[:80]
+    for script in SCRIPT_BLOCK.findall(body):
+        assert _sha256(script) not in found["script-src"]
+    return found
+
+
+@pytest.fixture(params=[True, False], ids=["debug", "production"])
+def debug(request, settings):
+    settings.DEBUG = request.param
+    settings.ALLOWED_HOSTS = ["testserver"]
+    return request.param
+
+
+ERROR_CASES = {
+    "400 suspicious": ("/csp-test/400/", 400, {}),
+    "400 host": ("/", 400, {"HTTP_HOST": "evil.example"}),
+    "403": ("/csp-test/403/", 403, {}),
+    "404 no route": ("/no/such/page/", 404, {}),
+    "404 raised": ("/csp-test/404/", 404, {}),
+    "500": ("/csp-test/500/", 500, {}),
+}
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_error_pages_carry_the_policy(debug, case):
+    path, status, extra = ERROR_CASES[case]
+    response = Client(raise_request_exception=False).get(path, HTTP_ACCEPT="text/html", **extra)
+    assert response.status_code == status
+    found = assert_strict(response)
+    if debug and status != 403:  # Django's technical pages, which opt out of every policy, are styled by hash
+        assert STYLE_BLOCK.search(response.content.decode())
+        assert len(found["style-src"]) > 1
+
+
+@pytest.mark.urls(__name__)
+def test_a_csrf_failure_page_carries_the_policy(debug):
+    user = make.user(username="csrf")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    response = client.post(reverse("logout"))
+    assert response.status_code == 403 and b"CSRF" in response.content
+    assert_strict(response)
+
+
+@pytest.mark.urls(__name__)
+def test_the_debug_pages_allow_no_other_style(settings):
+    # The hashes come from Django's templates: an error that puts its own <style> into the page is not styled.
+    settings.DEBUG = True
+    response = Client(raise_request_exception=False).get("/<style>x{}</style>/", HTTP_ACCEPT="text/html")
+    assert response.status_code == 404
+    assert _sha256("x{}") not in policy(response)["style-src"]
+
+
+async def _asgi(path: str, *, method: str = "GET", headers=(), query: bytes = b"") -> tuple[int, dict]:
+    from channels.testing import HttpCommunicator
+
+    from project.asgi import application
+
+    communicator = HttpCommunicator(application, method, path, headers=[(b"host", b"127.0.0.1"), *headers])
+    communicator.scope["query_string"] = query
+    response = await communicator.get_response()
+    return response["status"], {k.decode().lower(): v.decode() for k, v in response["headers"]}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_responses_django_makes_before_its_middleware_carry_the_policy():
+    # A query string that is no UTF-8 is refused while the request is built, before any middleware.
+    status, headers = await _asgi("/accounts/login/", query=b"q=\xff")
+    assert status == 400
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert "unsafe" not in headers["content-security-policy"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_page_through_the_asgi_app_has_one_policy_with_its_nonce():
+    status, headers = await _asgi("/accounts/login/")
+    assert status == 200
+    assert "'nonce-" in headers["content-security-policy"]

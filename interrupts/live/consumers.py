@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
-from . import relay
+from . import relay, standing
 from ..hub import claims, policies
 from ..reads import selectors
 from ..models import Thread
@@ -52,6 +52,65 @@ async def _try_again_later(consumer) -> None:
     await consumer.close(code=TRY_AGAIN_LATER)
 
 
+class _Standing:
+    """A socket that closes with "log in first" once its user may no longer read (``standing``).
+
+    It checks again when told that its user's sessions or rights changed
+    (``recheck``), and when its session expires. Once ended it hears nothing
+    more, even what reaches it before its close does.
+    """
+
+    session_key: str | None = None
+    ended = False
+    _expiry: asyncio.TimerHandle | None = None
+    _checking: asyncio.Task | None = None
+
+    async def in_standing(self) -> bool:
+        """Whether this socket's user may still read; if so, check again when the session expires."""
+        found = await database_sync_to_async(standing.check)(self.scope["user"].pk, self.session_key)
+        if found is None:
+            return False
+        self.scope["user"], until = found
+        if self._expiry is not None:
+            self._expiry.cancel()
+        # A fresh context: the check outlives whatever message scheduled it.
+        self._expiry = asyncio.get_running_loop().call_later(
+            standing.expires_in(until), self._expired, context=contextvars.Context())
+        return True
+
+    def _expired(self) -> None:
+        self._checking = asyncio.get_running_loop().create_task(self.recheck())
+
+    async def recheck(self) -> None:
+        if self.ended:
+            return
+        try:
+            still = await self.in_standing()
+        except Exception:  # the database could not say: closed all the same, the page reconnects and is checked then
+            logger.exception("checking a socket's session failed")
+            await self.end(code=None)
+            return
+        if not still:
+            await self.end()
+
+    async def log_in_first(self) -> None:
+        """Accept, then close with UNAUTHENTICATED: a close before accept reaches the page as a bare
+        refused handshake (HTTP 403), which it retries for ever instead of saying "log in"."""
+        await self.accept()
+        await self.close(code=UNAUTHENTICATED)
+
+    async def end(self, code: int | None = UNAUTHENTICATED) -> None:
+        """Close for good (the socket was accepted): logged out, expired, deactivated or deleted."""
+        self.ended = True
+        self.stop_watching()
+        await self.close(code=code)
+
+    def stop_watching(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+
 class _PokeConsumer(AsyncJsonWebsocketConsumer):
     """A consumer whose broadcast handlers (``pokes``, by message type) touch no database.
 
@@ -70,7 +129,7 @@ class _PokeConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
 
-class InboxConsumer(AsyncJsonWebsocketConsumer):
+class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
     """ws/inbox/: a poke whenever interrupts are raised, decided or expire, and the counts.
 
     ``pending`` is every pending interrupt (counted once per change, by
@@ -85,7 +144,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
-            await self.close(code=UNAUTHENTICATED)
+            await self.log_in_first()
             return
         self.held = []
         self.socket_id = uuid.uuid4().hex
@@ -102,6 +161,11 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             await self.accept()
+            # Checked once this socket hears every change to its user's standing (none is missed),
+            # and accepted first so that the page reads "log in first" (see log_in_first).
+            if not await self.in_standing():
+                await self.end()
+                return
             await self.send_json({"type": "pending", **await self._counts()})
             while self.held:
                 await self.send(text_data=self.held.pop(0))
@@ -113,6 +177,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         self.held = None
 
     async def disconnect(self, code):
+        self.stop_watching()
         await Inboxes.here().leave(self)
         if self.said_viewing:
             await database_sync_to_async(claims.left)(self.socket_id)
@@ -151,20 +216,20 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             return
         # A socket outlives its session until a count round notices: one whose user logged
         # out or was deactivated must not go on showing them looking at cards.
-        if not await database_sync_to_async(self._still_in)():
-            await self.close(code=UNAUTHENTICATED)
+        if not await self.in_standing():
+            await self.end()
             return
         self.said_viewing = True
         await database_sync_to_async(claims.viewing)(self.scope["user"], self.socket_id, pks)
 
-    def _still_in(self) -> bool:
-        """Whether this socket's session is live and its user active (as the count rounds judge them)."""
-        return bool(self.session_key) and Session.objects.filter(
-            session_key=self.session_key, expire_date__gt=timezone.now()).exists() and get_user_model().objects.filter(
-            pk=self.scope["user"].pk, is_active=True).exists()
+    async def end(self, code: int | None = UNAUTHENTICATED) -> None:
+        await super().end(code)  # ended: nothing told to this process's sockets reaches it any more
+        await Inboxes.here().leave(self)
 
     async def tell(self, text: str) -> None:
         """Send one encoded message, or hold it until the connect has sent its counts."""
+        if self.ended:
+            return
         if self.held is not None:
             self.held.append(text)
         else:
@@ -241,11 +306,15 @@ class Inboxes:
             if self.sockets or self.channel is None:
                 return
             channel, self.channel = self.channel, None  # nobody left to tell
-            for task in self.listening:
-                task.cancel()
-            if self.round is not None:
-                self.round.cancel()
+            # The listener or the count round may be what closes the last socket: it stops
+            # last, once the group is left, or the cancel would cut the leaving short.
+            current = asyncio.current_task()
+            for task in (*self.listening, self.round):
+                if task is not None and task is not current:
+                    task.cancel()
             await consumer.channel_layer.group_discard(relay.INBOX_GROUP, channel)
+            if current in self.listening or current is self.round:
+                current.cancel()
 
     async def _listen(self, layer, channel: str) -> None:
         while True:
@@ -265,6 +334,13 @@ class Inboxes:
                 await self._tell(json.dumps({
                     "type": "attention", "interrupt": message["interrupt"], "claim": message["claim"],
                     "viewers": message["viewers"]}), [c for found in self.sockets.values() for c in found])
+            elif message.get("type") == "inbox.standing":
+                # Before any message after it: a socket that must close hears nothing that follows.
+                for consumer in list(self.sockets.get(message["user"], ())):
+                    try:
+                        await consumer.recheck()
+                    except Exception:  # one broken socket must not keep the others open
+                        logger.exception("closing an inbox socket failed")
             elif message.get("type") == "inbox.changed":
                 await self._tell(json.dumps({
                     "type": "changed", "reason": message["reason"], "thread": message["thread"],
@@ -316,8 +392,7 @@ class Inboxes:
                 # A deactivated user's own sockets hear their count fall to 0 before they close.
                 await self._tell(text, [c for c in self.sockets.get(user_pk, ()) if c.session_key in live])
             for consumer in ended:
-                await consumer.close(code=UNAUTHENTICATED)  # logged out, expired or deactivated: nothing more
-                await self.leave(consumer)
+                await consumer.end()  # logged out, expired or deactivated: nothing more
             if not self.again:
                 return
 
@@ -343,14 +418,18 @@ def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
     return counted, live, set(fresh)
 
 
-class ThreadConsumer(_PokeConsumer):
-    """ws/threads/<thread_id>/: each event recorded on the thread, by sequence number."""
+class ThreadConsumer(_Standing, _PokeConsumer):
+    """ws/threads/<thread_id>/: each event recorded on the thread, by sequence number.
+
+    Every logged-in user reads every thread, so a thread socket stays open
+    exactly as long as its user may read at all (``standing``).
+    """
 
     pokes = frozenset({"thread.event"})
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
-            await self.close(code=UNAUTHENTICATED)
+            await self.log_in_first()
             return
         self.thread_pk = await self._thread_pk(self.scope["url_route"]["kwargs"]["thread_id"])
         if self.thread_pk is None:
@@ -365,14 +444,34 @@ class ThreadConsumer(_PokeConsumer):
             return
         self.group = group
         await self.accept()
+        if not await self._watch_standing():
+            return
         # Where the log stands now: a page that is behind fetches the difference.
         await self.send_json({"type": "hello", "last_seq": await self._last_seq()})
 
     async def disconnect(self, code):
+        self.stop_watching()
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def _watch_standing(self) -> bool:
+        """Hear every change to this user's standing, then check it; False (closed) if they may not read."""
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        self.user_group = relay.user_group(self.scope["user"].pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        if await self.in_standing():
+            return True
+        await self.end()
+        return False
+
+    async def user_standing(self, message):
+        await self.recheck()
 
     async def thread_event(self, message):
+        if self.ended:  # closed, the page gone: what was already on its way is not for it
+            return
         await self.send_json({"type": "event", "seq": message["seq"], "event_type": message["event_type"]})
 
     @database_sync_to_async

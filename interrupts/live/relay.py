@@ -66,6 +66,11 @@ def thread_group(thread_pk: int) -> str:
     return f"thread.{thread_pk}"
 
 
+def user_group(user_pk) -> str:
+    """The group of one user's thread sockets, told when the user's sessions or rights change."""
+    return f"user.{user_pk}"
+
+
 def _send(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
@@ -75,6 +80,24 @@ def _send(group: str, message: dict) -> None:
     if wakeup.call_soon(_schedule, layer, group, message):
         return
     try:  # no serving loop in this process (a management command, a test): send it here
+        async_to_sync(layer.group_send)(group, message)
+    except Exception:  # a broadcast must never undo or fail a committed write
+        logger.exception("broadcast to %s failed", group)
+
+
+def _send_now(group: str, message: dict) -> None:
+    """Send before returning: once the caller goes on (a logout answers), the layer holds the message."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:  # committed on an event loop's own thread, which a blocking send would stall
+        _schedule(layer, group, message)
+        return
+    try:
         async_to_sync(layer.group_send)(group, message)
     except Exception:  # a broadcast must never undo or fail a committed write
         logger.exception("broadcast to %s failed", group)
@@ -145,3 +168,19 @@ def attention(interrupt_pk: int, describe: Callable[[int], dict]) -> None:
 def deliveries_changed() -> None:
     """After commit, tell staff watching the Deliveries page that a webhook delivery was tried or queued again."""
     transaction.on_commit(lambda: _send(INBOX_GROUP, {"type": "inbox.deliveries"}))
+
+
+def standing_changed(user_pk) -> None:
+    """After commit, tell every process that a user's sessions or rights changed: their sockets check again.
+
+    Sent before the committing caller goes on, not handed to the serving
+    loop: once a logout has answered, the layer holds this message ahead of
+    any broadcast made after it. An inbox socket hears it on its process's
+    channel, a thread socket on its own, so each checks again before it can
+    hear anything that follows.
+    """
+    def send() -> None:
+        _send_now(INBOX_GROUP, {"type": "inbox.standing", "user": user_pk})
+        _send_now(user_group(user_pk), {"type": "user.standing", "user": user_pk})
+
+    transaction.on_commit(send)
