@@ -435,14 +435,17 @@ class ThreadConsumer(_Standing, _PokeConsumer):
         if self.thread_pk is None:
             await self.close(code=NOT_FOUND)
             return
-        group = relay.thread_group(self.thread_pk)
+        group, user_group = relay.thread_group(self.thread_pk), relay.user_group(self.scope["user"].pk)
         try:
             await self.channel_layer.group_add(group, self.channel_name)
+            self.group = group
+            # Every change to this user's standing, heard from here on (``_watch_standing`` checks it).
+            await self.channel_layer.group_add(user_group, self.channel_name)
+            self.user_group = user_group
         except LAYER_DOWN:
             logger.warning("thread socket closed (try again later): the channel layer is unreachable", exc_info=True)
             await _try_again_later(self)
             return
-        self.group = group
         await self.accept()
         if not await self._watch_standing():
             return
@@ -457,10 +460,8 @@ class ThreadConsumer(_Standing, _PokeConsumer):
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def _watch_standing(self) -> bool:
-        """Hear every change to this user's standing, then check it; False (closed) if they may not read."""
+        """Check this user's standing, now that its changes are heard; False (closed) if they may not read."""
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
-        self.user_group = relay.user_group(self.scope["user"].pk)
-        await self.channel_layer.group_add(self.user_group, self.channel_name)
         if await self.in_standing():
             return True
         await self.end()
