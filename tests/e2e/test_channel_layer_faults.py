@@ -1,8 +1,8 @@
 """A Redis restart under open pages: the next WebSocket connect works or says "try again later" (4013), never 500.
 
 A served app on a redis-server of the test's own (tests/e2e/private_servers.py),
-restarted while the app runs; the app's database is the pass's (SQLite or
-PostgreSQL), so the test runs in both of CI's passes.
+restarted while the app runs; Redis is the scale-out's channel layer, so the
+test runs in CI's PostgreSQL + Redis pass (``in_pass``), on that pass's database.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from ..servers import ServedApp
-from .conftest import pending, start, wait_for
+from .conftest import in_pass, pending, start, wait_for
 from .private_servers import PrivateRedis
 
 # WebSocket's 1013 ("try again later") in the application's range: daphne cannot send 1013 itself.
@@ -63,6 +63,7 @@ def opened(app, path: str, session: str, first: str):
     return ws
 
 
+@in_pass("postgresql")
 def test_the_first_socket_after_a_redis_restart_works_or_is_told_to_try_again_and_later_ones_work(app, redis):
     session = session_cookie(app)
     with app.api() as api:

@@ -3,8 +3,8 @@
 Real faults on real servers: a served app (`manage.py serve`) on a PostgreSQL of
 the test's own, whose connections are terminated and which is stopped and
 started again; and a served app on SQLite whose file may not grow, filled
-from outside. Both back ends are the test's own, so every test runs in both of
-CI's passes (SQLite, then PostgreSQL + Redis), whatever DATABASE_URL says.
+from outside. Both back ends are the test's own, so each test runs once, in the CI pass of
+its back end (``in_pass``), whatever that pass's DATABASE_URL says.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from ..servers import ServedApp, _setup
-from .conftest import logged_in, new_input, pending, start, wait_for
+from .conftest import in_pass, logged_in, new_input, pending, start, wait_for
 from .private_servers import PrivatePostgres
 
 FAULT_CODES = {"BUSY", "DATABASE_UNAVAILABLE", "DATABASE_FULL"}
@@ -88,6 +88,7 @@ def terminate_app_connections(postgres) -> int:
         "AND pid <> pg_backend_pid()"))
 
 
+@in_pass("postgresql")
 def test_requests_after_pg_terminate_backend_are_served_or_refused_503_never_500(postgres, pg_app):
     tally = Tally()
     rounds = 4
@@ -117,6 +118,7 @@ def test_requests_after_pg_terminate_backend_are_served_or_refused_503_never_500
     print(f"\npg_terminate_backend x {rounds * 4}: {tally}")
 
 
+@in_pass("postgresql")
 def test_a_postgresql_restart_is_answered_503_while_down_and_recovered_unaided(postgres, pg_app):
     tally = Tally()
     with pg_app.api() as api, closing(logged_in(pg_app)) as browser:
@@ -190,6 +192,7 @@ def counts(app) -> tuple:
                  for table in ("interrupts_thread", "interrupts_decision", "interrupts_auditentry", "interrupts_run"))
 
 
+@in_pass("sqlite")
 def test_a_full_sqlite_disk_refuses_writes_503_database_full_changes_nothing_and_recovers(full_app):
     tally = Tally()
     full = {"DATABASE_FULL"}
