@@ -10,8 +10,10 @@ contract must hold, rather than hoping a timed ``kill -9`` lands there.
 - ``events:<n>``: at least n of the agent's events are recorded, the terminal one not;
 - ``recorded``: the terminal event is recorded, the run not yet ended as it said.
 
-Only resumes (runs with a ``resume_key``) crash: the run that raised the
-interrupts must get through first. Unset, ``reached`` is one comparison.
+Only a resume's first try crashes (a run with a ``resume_key`` that no
+process has died holding yet, ``Run.losses``): the run that raised the
+interrupts gets through, and so does the resume sent again after recovery.
+Unset, ``reached`` is one comparison.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _read() -> tuple[str, int] | None:
     return point, int(count or 0)
 
 
-def reached(point: str, is_resume: bool, count: int = 0) -> None:
+def reached(point: str, run, count: int = 0) -> None:
     """Kill this process now if ``COUNTERSIGN_CRASH_AT`` names ``point`` (for ``events``: ``count`` reached it)."""
     global _armed
     if _armed is None:
@@ -46,5 +48,5 @@ def reached(point: str, is_resume: bool, count: int = 0) -> None:
         if _armed is None:
             return
     armed, at_least = _armed
-    if is_resume and armed == point and count >= at_least:
+    if armed == point and count >= at_least and run.resume_key is not None and not run.losses:
         os.kill(os.getpid(), signal.SIGKILL)

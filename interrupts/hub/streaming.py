@@ -471,7 +471,6 @@ class RunStreamer:
         # after a lost connection, the agent's events of this run past it are the batch, if it committed.
         self.recorded_up_to = run.thread.last_seq
         self.events_recorded = 0
-        self.is_resume = run.resume_key is not None
 
     async def _persist(self, function: Callable, *args, again: Callable | None = None, **kwargs):
         """``function(*args, **kwargs)`` on a database thread, tried again on a fresh connection if it was lost.
@@ -521,7 +520,7 @@ class RunStreamer:
                 self.recorded_up_to = seqs[-1]
             self.events_recorded += len(seqs)
             if batch[-1].type not in ("RUN_FINISHED", "RUN_ERROR"):  # the terminal event is the last one
-                crashpoints.reached("events", self.is_resume, self.events_recorded)
+                crashpoints.reached("events", self.run, self.events_recorded)
             self._tell_batch(seqs, batch)
 
     def _tell_batch(self, seqs: list[int], batch: list[log.Received]) -> None:
@@ -638,6 +637,7 @@ class RunStreamer:
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
         # Only what AG-UI defines (C17), with Countersign's protocolVersion (C64, ``versioning``).
+        crashpoints.reached("claimed", self.run)
         sent, self.left_out = known_input(self.dialect.outgoing(self.run.input))
         body = json.dumps(versioning.declare(sent), separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False).encode()
@@ -648,12 +648,12 @@ class RunStreamer:
         if not await self._persist(outbox.mark_sent, self.run.pk, self.worker):
             self.settled_elsewhere = True
             raise Stopped()
-        crashpoints.reached("sent", self.is_resume)
+        crashpoints.reached("sent", self.run)
         # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
         # and follows no redirect: the agent cannot send Countersign anywhere else.
         async with egress.agent_client(timeout) as client:
             async with client.stream("POST", agent.endpoint, content=body, headers=headers) as response:
-                crashpoints.reached("answered", self.is_resume)
+                crashpoints.reached("answered", self.run)
                 content_type = response.headers.get("content-type", "")
                 if response.status_code >= 400:
                     body = b""
@@ -671,7 +671,7 @@ class RunStreamer:
                         "not text/event-stream.",
                     )
                 await self._receive(response)
-        crashpoints.reached("recorded", self.is_resume)
+        crashpoints.reached("recorded", self.run)
         try:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:

@@ -31,7 +31,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from ..conf import settings
-from . import claims, crashpoints, decisions, escalation, notify, outbox, streaming, wakeup
+from . import claims, decisions, escalation, notify, outbox, streaming, wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,6 @@ class Supervisor:
             self.claiming = (0, 0)
             self.claimed.set()
         for run_pk, is_resume in claimed:
-            crashpoints.reached("claimed", is_resume)
             slot = Slot(resume=is_resume)
             self.slots.add(slot)
             self.stream(run_pk, slot=slot)
