@@ -1,9 +1,9 @@
 """A real AG-UI agent over HTTP that logs every request it receives, and every time it acts.
 
 An SDK agent (``interrupts.sdk``) under uvicorn, on a thread of the test
-process, at two paths: ``/dedupes/`` remembers the runs it handled (the SDK's
+process, at three paths: ``/dedupes/`` remembers the runs it handled (the SDK's
 default, which declares ``custom.dedupesRunId``), ``/plain/`` does not
-(``remember_runs = 0``). Its first run asks to approve deleting a
+(``remember_runs = 0``), ``/slow/`` neither, and reports for two seconds. Its first run asks to approve deleting a
 repository; the resume acts at once (``acted`` gets the runId and the
 answers), then reports in a few events sent ``pace`` seconds apart, so a
 test can kill Countersign mid-stream.
@@ -29,9 +29,9 @@ REPORTS = 4
 
 
 class Deleter(Agent):
-    def __init__(self, acted: list, pace: float, remember: bool) -> None:
+    def __init__(self, acted: list, pace: float, remember: bool, reports: int = REPORTS) -> None:
         super().__init__()
-        self.acted, self.pace = acted, pace
+        self.acted, self.pace, self.reports = acted, pace, reports
         self.remember_runs = Agent.remember_runs if remember else 0
 
     async def run(self, ctx):
@@ -41,7 +41,7 @@ class Deleter(Agent):
                                                    message="Delete acme/web?", response_schema=APPROVAL)])
         self.acted.append((ctx.run_id, [entry.model_dump(mode="json", by_alias=True, exclude_none=True)
                                         for entry in ctx.resume()]))
-        for n in range(REPORTS):
+        for n in range(self.reports):
             await asyncio.sleep(self.pace)
             ctx.say(f"report {n}")
         return RunOutcome.success({"deleted": ctx.resume()[0].payload})
@@ -55,6 +55,8 @@ class CountingAgent:
         self.acted: list[tuple[str, list]] = []
         self.apps = {path: agent_app(Deleter(self.acted, pace, remember=path == "dedupes"))
                      for path in ("dedupes", "plain")}
+        # A longer resume, for a test that breaks the database connection mid-stream.
+        self.apps["slow"] = agent_app(Deleter(self.acted, 0.25, remember=False, reports=8))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, lifespan="off", interface="asgi3",

@@ -6,8 +6,10 @@ shutdown, at a point COUNTERSIGN_CRASH_AT names) and starts new ones.
 """
 
 import json
+import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -232,3 +234,49 @@ def test_an_acknowledged_resume_reaches_its_agent_once_wherever_the_process_dies
     finally:
         for app in apps:
             app.stop()
+
+
+ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="pg_terminate_backend is PostgreSQL's: the suite's PostgreSQL pass runs it")
+def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_whole(tmp_path, counting):
+    app = ServedApp(tmp_path, self_approving=True, **QUICK).start()
+    try:
+        with app.api() as api:
+            response = api.post("/api/agents/", json={"name": "count-slow", "url": f"{counting.url}/slow/"})
+            assert response.status_code == 201, response.text
+            run = start(api, "count-slow")
+            [asked] = wait_for(lambda: pending(api, run["thread"]))
+            response = api.post(f"/api/interrupts/{asked['id']}/decide/",
+                                json={"action": "respond", "payload": {"approved": True}})
+            assert response.status_code == 201, response.text
+        # From here on, the database is read directly: only the stream's own writes meet the fault.
+        resume = wait_for(lambda: app.query("SELECT id, run_id FROM interrupts_run WHERE parent_id = "
+                                            "(SELECT id FROM interrupts_run WHERE run_id = %s)", run["run_id"]))
+        [(pk, run_id)] = resume
+        reports = "SELECT payload FROM interrupts_event WHERE run_id = %s AND type = 'TEXT_MESSAGE_CONTENT' ORDER BY seq"
+        database = app.env["DATABASE_URL"].rsplit("/", 1)[1]
+        seen = 0
+        # After each report recorded, every connection of the server is killed: its next
+        # write meets one killed (the pool's idle ones die too) and must go on with a fresh one.
+        while (now := len(app.query(reports, pk))) < 7:
+            if now > seen:
+                seen = now
+                killed = app.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                   "WHERE datname = %s AND pid <> pg_backend_pid()", database)
+                assert killed and all(ok for (ok,) in killed)
+            time.sleep(0.02)
+        status = wait_for(lambda: (s := app.query("SELECT status FROM interrupts_run WHERE id = %s", pk)[0][0])
+                          not in ("queued", "streaming") and s)
+        assert status == "succeeded"
+        # Every event once, in order: a batch whose commit outlived its connection is not written twice.
+        deltas = [json.loads(p)["delta"] if isinstance(p, str) else p["delta"] for (p,) in app.query(reports, pk)]
+        assert deltas == [f"report {n}" for n in range(8)]
+        assert app.query("SELECT count(*) FROM interrupts_event WHERE run_id = %s AND type = 'RUN_FINISHED'",
+                         pk) == [(1,)]
+        assert len(counting.received(run_id)) == 1
+        assert "trying again on a fresh connection" in app.log.read_text()
+        no_500(app)
+    finally:
+        app.stop()
