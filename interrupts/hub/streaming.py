@@ -311,13 +311,15 @@ def recover(run: Run, worker: str | None = None) -> None:
     dialect = dialects.for_agent(run.agent.dialect, run.agent.paused_as)
     terminal = None
     customs = []
-    broken = False
+    broken = answered = False
     for from_agent, payload in run.events.order_by("seq").values_list("from_agent", "payload"):
         if not from_agent:
             if isinstance(payload, dict) and payload.get("name") == relay.Note.SENT_AGAIN:
                 # Sent again after a crash: only what the agent answered since counts.
-                lifecycle, terminal, customs, broken = RunLifecycle(run.thread.thread_id, run.run_id), None, [], False
+                lifecycle, terminal, customs = RunLifecycle(run.thread.thread_id, run.run_id), None, []
+                broken = answered = False
             continue
+        answered = True
         if broken or lifecycle.finished:
             continue
         try:
@@ -342,7 +344,8 @@ def recover(run: Run, worker: str | None = None) -> None:
         return
     who = run.claimed_by or "unknown"
     kind = "resume" if run.resume_key else "run"
-    sent = run.sent_at is not None
+    # An answer recorded proves it left, whatever the mark says (a run claimed before the mark existed).
+    sent = run.sent_at is not None or answered
     may_resend = run.origin == Run.Origin.HUB and run.losses + 1 < settings.COUNTERSIGN_RETRY_ATTEMPTS
     if may_resend and not sent:
         outbox.requeue_lost(run, worker, f"The process that was to send this {kind} stopped before the request "

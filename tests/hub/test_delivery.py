@@ -134,3 +134,12 @@ def test_only_an_explicit_true_in_custom_declares_dedupe():
     assert capabilities.dedupes_run_id({"custom": {"dedupesRunId": True}})
     for declared in (None, [], {"custom": None}, {"custom": {"dedupesRunId": 1}}, {"custom": {}}):
         assert not capabilities.dedupes_run_id(declared)
+
+
+def test_a_recorded_answer_proves_the_run_left_even_without_the_mark():
+    # A run claimed before the delivery record existed: its events say it reached the agent.
+    run = lapsed_run()
+    log.append_many(run, [started(run)])
+    streaming.recover(run, WORKER)
+    lost = Run.objects.get(pk=run.pk)
+    assert (lost.status, lost.error_code) == ("failed", "WORKER_LOST")
