@@ -143,3 +143,15 @@ def test_a_recorded_answer_proves_the_run_left_even_without_the_mark():
     streaming.recover(run, WORKER)
     lost = Run.objects.get(pk=run.pk)
     assert (lost.status, lost.error_code) == ("failed", "WORKER_LOST")
+
+
+def test_an_operator_declares_dedupe_with_the_agent_form_s_delivery_box():
+    from interrupts.web.forms import AgentForm
+
+    form = AgentForm(data={"name": "deduper", "url": "http://127.0.0.1:9/agent/", "cap_custom": ["dedupesRunId"],
+                           "capabilities": '{"custom": {"region": "eu"}}'})
+    assert form.is_valid(), form.errors
+    agent = form.save()
+    assert agent.capabilities["custom"] == {"region": "eu", "dedupesRunId": True}
+    assert capabilities.dedupes_run_id(agent.capabilities)
+    assert AgentForm(instance=agent).initial["cap_custom"] == ["dedupesRunId"]
