@@ -177,6 +177,10 @@ async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIte
             return
         except TimeoutError:
             return  # finished and quiet: the agent just kept the connection open
+        except httpx.HTTPError:
+            if lifecycle.finished:
+                return  # answered to the end, then the connection broke: the answer stands
+            raise
         yield chunk
 
 

@@ -65,6 +65,18 @@ class Agent(ScriptedAgent):
                     *body["messages"], {"id": "m-2", "role": "assistant", "content": "Hello, world"}]}),
                 frame(finished(body, {"type": "success"})),
             ])
+        if name == "broken-after-end":
+            # Answered to the end, then the connection breaks: fewer bytes than promised.
+            self.calls[(name, body.get("threadId"))] += 1
+            data = frame(started(body)) + frame(finished(body, {"type": "success"}))
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Content-Length", str(len(data) + 1000))
+            handler.end_headers()
+            handler.wfile.write(data)
+            handler.wfile.flush()
+            handler.close_connection = True
+            return
         if name == "exact":
             self.calls[(name, body.get("threadId"))] += 1
             return stream(handler, [
@@ -168,6 +180,14 @@ async def test_a_run_ending_with_an_interrupt_records_every_event_in_order_and_r
                                                                             {"repo": "acme/web"})
     assert raised.response_schema["required"] == ["approved"]
     assert agent.calls[("approve", run.thread.thread_id)] == 1
+
+
+async def test_a_run_answered_to_the_end_stands_when_the_connection_breaks_after(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/broken-after-end/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("succeeded", "")
+    assert ended.sent_at is not None  # the delivery record, committed before the request left
 
 
 async def test_a_run_that_succeeds_keeps_the_agent_s_state_and_conversation(agent):
