@@ -42,7 +42,7 @@ _KEPT = ("STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED", "RUN_ERROR")
 class _Record:
     """One run's frames as produced, and whether it has ended."""
 
-    __slots__ = ("frames", "size", "cut", "kept", "ended", "listeners")
+    __slots__ = ("frames", "size", "cut", "kept", "ended", "listeners", "start")
 
     def __init__(self) -> None:
         self.frames: list[tuple[str, bytes]] = []
@@ -51,6 +51,7 @@ class _Record:
         self.kept: dict[str, bytes] = {}
         self.ended = asyncio.Event()
         self.listeners: list[asyncio.Queue] = []
+        self.start: Callable[[], None] = lambda: None  # runs it, once
 
     def add(self, kind: str, frame: bytes) -> None:
         if not self.cut and self.size + len(frame) <= MAX_REPLAY_BYTES:
@@ -90,9 +91,14 @@ class HandledRuns:
         self._forget_oldest()
         listener: asyncio.Queue = asyncio.Queue()
         record.listeners.append(listener)
-        task = asyncio.ensure_future(_produce(record, produce()))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+
+        def start() -> None:
+            record.start = lambda: None
+            task = asyncio.ensure_future(_produce(record, produce()))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+        record.start = start
         return _follow(record, listener)
 
     def _forget_oldest(self) -> None:
@@ -119,6 +125,9 @@ async def _produce(record: _Record, events: AsyncIterator[BaseEvent]) -> None:
 
 
 async def _follow(record: _Record, listener: asyncio.Queue) -> AsyncIterator[bytes]:
+    # Started by its first reader, on the loop that reads it: a server that reads
+    # the stream on another loop than the view's (Django under WSGI) keeps the run.
+    record.start()
     try:
         while (frame := await listener.get()) is not None:
             yield frame
@@ -129,6 +138,7 @@ async def _follow(record: _Record, listener: asyncio.Queue) -> AsyncIterator[byt
 
 
 async def _replay(record: _Record) -> AsyncIterator[bytes]:
+    record.start()  # its first caller went away before reading a byte: the repeat runs it
     await record.ended.wait()
     for frame in record.replay():
         yield frame

@@ -112,3 +112,22 @@ def test_the_sdk_declares_that_it_dedupes_and_countersign_reads_it():
     quiet = Counter()
     quiet.remember_runs = 0
     assert not capabilities.dedupes_run_id(quiet.capabilities())
+
+
+async def test_a_run_whose_first_caller_never_read_is_run_by_the_repeat():
+    agent = Counter()
+    unread = dedupe.handled_runs(agent).answer(("t", "r1", "body", False), lambda: _events(agent))
+    await unread.aclose()  # closed before its first frame: the run never started
+    again = dedupe.handled_runs(agent).answer(("t", "r1", "body", False), lambda: _events(agent))
+    frames = [frame async for frame in again]
+    assert agent.acted == 1 and b"RUN_FINISHED" in frames[-1]
+
+
+def _events(agent):
+    from ag_ui.core import RunAgentInput
+
+    from interrupts.sdk import driver
+
+    return driver.run(agent, RunAgentInput.model_validate({"threadId": "t", "runId": "r1", "messages": [],
+                                                            "state": None, "tools": [], "context": [],
+                                                            "forwardedProps": None}))
