@@ -297,7 +297,7 @@ def unrecordable(interrupts: Sequence[WireInterrupt]) -> tuple[str, str] | None:
     return None
 
 
-def recover(run: Run, worker: str | None = None) -> None:
+def recover(run: Run, worker: str) -> None:
     """Settle a run whose streaming process died (its claim lapsed, ``worker`` took it over).
 
     The outbox's contract (README, "The outbox's contract"):
