@@ -122,6 +122,7 @@ def _discard_dead_connections() -> None:
 class WritesFailed(Exception):
     """The run's record could not be written, on fresh connections either: it is left for recovery."""
 
+
 # Events (and their bytes) read but not yet written, at most: past either the
 # reader waits for the writer, so a database slower than the agent cannot make
 # the hub hold a run's whole stream in memory. Large: each batch costs the
@@ -641,10 +642,10 @@ class RunStreamer:
             write=settings.COUNTERSIGN_CONNECT_TIMEOUT,
             pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
         )
+        crashpoints.reached("claimed", self.run)
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
         # Only what AG-UI defines (C17), with Countersign's protocolVersion (C64, ``versioning``).
-        crashpoints.reached("claimed", self.run)
         sent, self.left_out = known_input(self.dialect.outgoing(self.run.input))
         body = json.dumps(versioning.declare(sent), separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False).encode()
@@ -692,9 +693,9 @@ class RunStreamer:
         notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out),
                                         _unknown_outcome_notice(self.unknown_outcome)]))
         await self._persist(log.finish, self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
-                                   notice=notice,
-                                   pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
-                                   version=self.lifecycle.declared_version)
+                            notice=notice,
+                            pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
+                            version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
         """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""

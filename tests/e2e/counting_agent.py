@@ -59,8 +59,8 @@ class CountingAgent:
         self.apps["slow"] = agent_app(Deleter(self.acted, 0.25, remember=False, reports=8))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, lifespan="off", interface="asgi3",
-                                                    log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, lifespan="off",
+                                                    interface="asgi3", log_level="warning"))
 
     async def app(self, scope, receive, send):
         if scope["type"] != "http":

@@ -144,7 +144,8 @@ def no_500(*apps):
         assert '" 500 ' not in text and "Internal Server Error" not in text, text[-3000:]
 
 
-QUICK = {"COUNTERSIGN_POLL_INTERVAL": "0.2", "COUNTERSIGN_LEASE_SECONDS": "1", "COUNTERSIGN_AFTER_TERMINAL_GRACE": "0.2"}
+QUICK = {"COUNTERSIGN_POLL_INTERVAL": "0.2", "COUNTERSIGN_LEASE_SECONDS": "1",
+         "COUNTERSIGN_AFTER_TERMINAL_GRACE": "0.2"}
 
 
 class Case:
@@ -255,7 +256,8 @@ def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_w
         resume = wait_for(lambda: app.query("SELECT id, run_id FROM interrupts_run WHERE parent_id = "
                                             "(SELECT id FROM interrupts_run WHERE run_id = %s)", run["run_id"]))
         [(pk, run_id)] = resume
-        reports = "SELECT payload FROM interrupts_event WHERE run_id = %s AND type = 'TEXT_MESSAGE_CONTENT' ORDER BY seq"
+        reports = ("SELECT payload FROM interrupts_event WHERE run_id = %s AND type = 'TEXT_MESSAGE_CONTENT' "
+                   "ORDER BY seq")
         database = app.env["DATABASE_URL"].rsplit("/", 1)[1]
         seen = 0
         # After each report recorded, every connection of the server is killed: its next
