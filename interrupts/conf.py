@@ -148,6 +148,10 @@ DEFAULTS: dict[str, Any] = {
     # A process sending a webhook or an email holds it this long; past it
     # (the process died) another process sends it again.
     "COUNTERSIGN_NOTIFY_LEASE_SECONDS": 120.0,
+    # TEST-ONLY fault injection (hub/crashpoints.py): "<point>" or "events:<n>" makes
+    # this process SIGKILL itself at that point of a resume's delivery. Never set it in
+    # production; unset (the default) it costs nothing.
+    "COUNTERSIGN_CRASH_AT": "",
 }
 
 

@@ -283,6 +283,13 @@ class Run(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     retry_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # The outbox's delivery record (``hub.outbox``): set, and committed, just before
+    # the request to the agent leaves; null while nothing of this try can have left.
+    # After a crash it says whether the run may be sent again without asking anyone.
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # How often a process died holding this run: a run that keeps taking its
+    # process down is given up on (COUNTERSIGN_RETRY_ATTEMPTS) instead of re-sent for ever.
+    losses = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -347,7 +354,7 @@ class Run(models.Model):
         message = self.error_message.strip()
         # Countersign's own endings say what happened; any other code is the agent's.
         said = {"CANCELLED_BY_OPERATOR": "An operator stopped the resume",
-                "WORKER_LOST": "The resume was lost mid-run (the agent may have taken the answer)",
+                "WORKER_LOST": "The resume was lost mid-run (the agent may have acted on it)",
                 "AGENT_UNREACHABLE": "The agent could not be reached with the answer"}.get(
             self.error_code, "The agent refused the answer")
         return f"{said}: {self.error_code}" + (f" {message}" if message else "")

@@ -13,7 +13,16 @@ The idempotency contract: a run is streamed by exactly one process at a time
 (conditional UPDATEs on ``claimed_by``), and it is retried only when the agent
 never accepted the request (nothing of it reached the agent); every resume
 carries a ``resume_key``, so a resume sent twice is the same run, and the
-agent sees the same ``runId`` (harmless to receive twice).
+agent sees the same ``runId``.
+
+The delivery record: ``mark_sent`` commits ``Run.sent_at`` just before the
+request leaves; the agent's answer is its recorded events. When a process dies
+holding a run, ``streaming.recover`` reads them: a run whose terminal event is
+recorded ends as it said; one never sent (no mark) is queued again
+(``requeue_lost``, same runId, same input); one sent whose answer was lost is
+queued again only for an agent that declares it dedupes by runId
+(``protocol.capabilities.dedupes_run_id``), else it fails WORKER_LOST for a
+person: the agent may have acted. README, "The outbox's contract".
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from ..conf import settings
@@ -158,7 +167,7 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
     last_error = f"{code}: {message}"[:2000]
     with transaction.atomic():
         taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
-            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None,
+            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None, sent_at=None,
             attempts=attempt, retry_at=retry_at, last_error=last_error,
         )
         if not taken:
@@ -171,6 +180,41 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
         relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
     run.status, run.attempts, run.retry_at, run.last_error = Run.Status.QUEUED, attempt, retry_at, last_error
     return attempt
+
+
+def mark_sent(run_pk: int, worker: str) -> bool:
+    """Record that ``worker`` is sending the run now, committed before the request leaves; False if it lost the claim.
+
+    One conditional UPDATE, which renews the lease too: from here on a crash
+    cannot tell whether the agent got the request, so recovery treats it as sent.
+    """
+    now = timezone.now()
+    return bool(
+        Run.objects.filter(pk=run_pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+            sent_at=now, lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS))
+    )
+
+
+def requeue_lost(run: Run, worker: str, message: str) -> bool:
+    """Queue again, due at once, a lapsed run ``worker`` took over (``take_over``) that may be sent again.
+
+    For a run never sent (no ``sent_at``), or sent to an agent that dedupes by
+    runId: the same row, so the same runId and input go out. ``message`` says
+    why in the thread's log, in plain words. False if ``worker`` lost the run.
+    """
+    with transaction.atomic():
+        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None, sent_at=None,
+            retry_at=None, losses=F("losses") + 1,
+        )
+        if not taken:
+            return False
+        event = log.note(run, relay.Note.SENT_AGAIN, {
+            "runId": run.run_id, "sent": run.sent_at is not None, "message": message})
+        relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
+        transaction.on_commit(wakeup.wake)
+    run.status, run.claimed_by, run.sent_at = Run.Status.QUEUED, "", None
+    return True
 
 
 def retry_now(run: Run, user=None) -> bool:

@@ -28,12 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from ag_ui.core import Interrupt as WireInterrupt
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
-from . import egress, log, outbox
+from . import crashpoints, egress, log, outbox
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
+from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
-from ..protocol import dialects, signing, storable, versioning
+from ..protocol import capabilities, dialects, signing, storable, versioning
 from ..protocol.contract import duplicate_ids
 from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
@@ -83,6 +84,44 @@ def _released(function: Callable) -> Callable:
 def database(function: Callable) -> Callable:
     """``function`` as a coroutine function that runs on streaming's database threads."""
     return sync_to_async(_released(function), thread_sensitive=False, executor=_threads())
+
+
+# A write that fails because the database connection is gone (a restart,
+# pg_terminate_backend, a pool handing out a connection either killed) is tried
+# again on a fresh connection: this many times at most, waiting from
+# WRITE_RETRY_FIRST seconds, doubling up to WRITE_RETRY_MAX_DELAY, and never
+# past WRITE_RETRY_SECONDS in all. Then the run is left to lapse (``WritesFailed``).
+WRITE_RETRIES = 12
+WRITE_RETRY_FIRST = 0.05
+WRITE_RETRY_MAX_DELAY = 2.0
+WRITE_RETRY_SECONDS = 20.0
+
+
+def connection_lost(problem: BaseException) -> bool:
+    """Whether a database error may pass on a fresh connection: the one predicate streaming retries on.
+
+    Django raises OperationalError and InterfaceError for a connection that
+    broke or could not be had (and for a lock or disk that may free up), never
+    for a write the database refused as wrong (IntegrityError, DataError).
+    """
+    return isinstance(problem, (OperationalError, InterfaceError))
+
+
+def _discard_dead_connections() -> None:
+    # The broken connection was closed on its way out (``_released``); the pool's
+    # idle ones died with it if the server restarted: check them all now, so the
+    # retry is not handed the next dead one.
+    pool = getattr(connection, "pool", None)
+    if pool is not None:
+        try:
+            pool.check()
+        except Exception:  # the database may still be down: the retry itself will tell
+            logger.debug("could not check the connection pool", exc_info=True)
+
+
+class WritesFailed(Exception):
+    """The run's record could not be written, on fresh connections either: it is left for recovery."""
+
 
 # Events (and their bytes) read but not yet written, at most: past either the
 # reader waits for the writer, so a database slower than the agent cannot make
@@ -139,6 +178,10 @@ async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIte
             return
         except TimeoutError:
             return  # finished and quiet: the agent just kept the connection open
+        except httpx.HTTPError:
+            if lifecycle.finished:
+                return  # answered to the end, then the connection broke: the answer stands
+            raise
         yield chunk
 
 
@@ -255,23 +298,40 @@ def unrecordable(interrupts: Sequence[WireInterrupt]) -> tuple[str, str] | None:
     return None
 
 
-def recover(run: Run) -> None:
-    """Settle a run whose streaming process died (its claim lapsed).
+def recover(run: Run, worker: str) -> None:
+    """Settle a run whose streaming process died (its claim lapsed, ``worker`` took it over).
 
-    If the agent's terminal event was already recorded, the run ends as that
-    event says, with its proposals rebuilt from the recorded events. Otherwise
-    it fails with WORKER_LOST; it is not sent again, since the agent may
-    already have acted on it.
+    The outbox's contract (README, "The outbox's contract"):
+    - its terminal event is recorded: the run ends as that event says, with its
+      proposals rebuilt from the recorded events;
+    - it was never sent (no ``sent_at``): queued again, same runId and input;
+    - it was sent and its answer was lost: queued again if its agent declares it
+      dedupes by runId (``capabilities.dedupes_run_id``), else it fails with
+      WORKER_LOST, for a person: the agent may have acted on it.
+    A gateway run is never queued again (its client was on the lost
+    connection, and decides itself), nor a run that has taken its process
+    down COUNTERSIGN_RETRY_ATTEMPTS times.
     """
     lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
     dialect = dialects.for_agent(run.agent.dialect, run.agent.paused_as)
     terminal = None
     customs = []
-    for payload in run.events.filter(from_agent=True).order_by("seq").values_list("payload", flat=True):
+    broken = answered = False
+    for from_agent, payload in run.events.order_by("seq").values_list("from_agent", "payload"):
+        if not from_agent:
+            if isinstance(payload, dict) and payload.get("name") == relay.Note.SENT_AGAIN:
+                # Sent again after a crash: only what the agent answered since counts.
+                lifecycle, terminal, customs = RunLifecycle(run.thread.thread_id, run.run_id), None, []
+                broken = answered = False
+            continue
+        answered = True
+        if broken or lifecycle.finished:
+            continue
         try:
             lifecycle.accept(parse_event(payload))
         except ProtocolError:
-            break
+            broken = True
+            continue
         if dialect.keeps(payload):
             customs.append(payload)
         if lifecycle.finished:
@@ -286,12 +346,31 @@ def recover(run: Run) -> None:
                        notice=" ".join(filter(None, [ending.notice, _unknown_outcome_notice(unknown)])),
                        pending=left_to_client(lifecycle, run.input, ending.terminal, asked_before(run)),
                        version=lifecycle.declared_version)
+        return
+    who = run.claimed_by or "unknown"
+    kind = "resume" if run.resume_key else "run"
+    # An answer recorded proves it left, whatever the mark says (a run claimed before the mark existed).
+    sent = run.sent_at is not None or answered
+    may_resend = run.origin == Run.Origin.HUB and run.losses + 1 < settings.COUNTERSIGN_RETRY_ATTEMPTS
+    if may_resend and not sent:
+        outbox.requeue_lost(run, worker, f"The process that was to send this {kind} stopped before the request "
+                                         "left; it is sent again automatically, with the same run id.")
+    elif may_resend and capabilities.dedupes_run_id(run.agent.capabilities):
+        outbox.requeue_lost(run, worker, f"The process sending this {kind} stopped before the agent's answer was "
+                                         "recorded; it is sent again with the same run id, which the agent "
+                                         "declares it acts on only once.")
+    elif sent:
+        log.fail(run, "WORKER_LOST",
+                 f"The process streaming this {kind} ({who}) stopped after the request went to the agent, before "
+                 "its answer was recorded. It was not sent again: the agent may have acted on it.")
+    elif run.origin == Run.Origin.GATEWAY:
+        log.fail(run, "WORKER_LOST",
+                 f"The process streaming this {kind} ({who}) stopped before the request left; the client that "
+                 "sent it may send it again.")
     else:
-        log.fail(
-            run, "WORKER_LOST",
-            f"The process streaming this run ({run.claimed_by or 'unknown'}) stopped before the run ended; "
-            "it was not sent again, since the agent may already have acted on it.",
-        )
+        log.fail(run, "WORKER_LOST",
+                 f"The process that was to send this {kind} stopped {run.losses + 1} times holding it, before the "
+                 "request left; it is not sent again automatically.")
 
 
 class Ending:
@@ -334,6 +413,22 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
                 raise _DuplicateKey(key[:100])
             seen.add(key)
     return found
+
+
+def _append(run: Run, batch: list[log.Received], worker: str, after_seq: int,
+            retrying: bool = False) -> list[int] | None:
+    """``log.append_many``; after a lost connection, first whether the batch committed before it broke."""
+    if retrying:
+        seqs = list(Event.objects.filter(run_id=run.pk, from_agent=True, seq__gt=after_seq)
+                    .order_by("seq").values_list("seq", flat=True))
+        if len(seqs) == len(batch):
+            # It did. The thread's conversation is read again for the next batch: the
+            # one carried (``log._Carry``) predates this batch.
+            run.__dict__.pop("_conversation_carry", None)
+            return seqs
+        if seqs:
+            raise RuntimeError(f"run {run.run_id}: {len(seqs)} of a batch of {len(batch)} events recorded")
+    return log.append_many(run, batch, worker)
 
 
 class RunStreamer:
@@ -380,6 +475,35 @@ class RunStreamer:
         # What this run's stream has brought so far, against COUNTERSIGN_MAX_RUN_EVENTS / _BYTES.
         self.events_read = 0
         self.bytes_read = 0
+        # The last sequence number of the thread before this stream's latest recorded batch:
+        # after a lost connection, the agent's events of this run past it are the batch, if it committed.
+        self.recorded_up_to = run.thread.last_seq
+        self.events_recorded = 0
+
+    async def _persist(self, function: Callable, *args, again: Callable | None = None, **kwargs):
+        """``function(*args, **kwargs)`` on a database thread, tried again on a fresh connection if it was lost.
+
+        Bounded (WRITE_RETRIES, WRITE_RETRY_SECONDS); past the bound ``WritesFailed``.
+        ``again``, when given, is called instead on the retries: a commit whose
+        answer was lost with the connection may have gone through.
+        """
+        loop = asyncio.get_running_loop()
+        started, delay = loop.time(), WRITE_RETRY_FIRST
+        for attempt in range(1, WRITE_RETRIES + 1):
+            try:
+                return await database(function)(*args, **kwargs)
+            except Exception as problem:
+                if not connection_lost(problem):
+                    raise
+                if attempt == WRITE_RETRIES or loop.time() - started + delay > WRITE_RETRY_SECONDS:
+                    raise WritesFailed(f"{type(problem).__name__}: {problem}") from problem
+                logger.warning("run %s: database write failed (%s), trying again on a fresh connection",
+                               self.run.run_id, problem)
+            await database(_discard_dead_connections)()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, WRITE_RETRY_MAX_DELAY)
+            function = again or function
+        raise AssertionError("unreachable")
 
     async def _write(self) -> None:
         """The writer: record pending events in order, a transaction per batch, until reading is over."""
@@ -393,11 +517,18 @@ class RunStreamer:
             batch, self.pending, self.pending_bytes = self.pending, [], 0
             self.room.set()
             self.in_flight_batch = batch
-            self.in_flight = asyncio.ensure_future(database(log.append_many)(self.run, batch, self.worker))
+            self.in_flight = asyncio.ensure_future(
+                self._persist(_append, self.run, batch, self.worker, self.recorded_up_to,
+                              again=functools.partial(_append, retrying=True)))
             seqs = await asyncio.shield(self.in_flight)
             if seqs is None:
                 self.settled_elsewhere = True
                 raise Stopped()
+            if seqs:
+                self.recorded_up_to = seqs[-1]
+            self.events_recorded += len(seqs)
+            if batch[-1].type not in ("RUN_FINISHED", "RUN_ERROR"):  # the terminal event is the last one
+                crashpoints.reached("events", self.run, self.events_recorded)
             self._tell_batch(seqs, batch)
 
     def _tell_batch(self, seqs: list[int], batch: list[log.Received]) -> None:
@@ -447,7 +578,7 @@ class RunStreamer:
 
     async def _fail(self, code: str, message: str, raw=None) -> None:
         await self._writes_settled()
-        event = await database(log.fail)(self.run, code, message, raw)
+        event = await self._persist(log.fail, self.run, code, message, raw)
         if event is not None:
             self._tell(event.seq, event.payload)
         else:  # ended elsewhere first (an operator, another process): theirs is the ending
@@ -511,6 +642,7 @@ class RunStreamer:
             write=settings.COUNTERSIGN_CONNECT_TIMEOUT,
             pool=settings.COUNTERSIGN_CONNECT_TIMEOUT,
         )
+        crashpoints.reached("claimed", self.run)
         # Serialized once: the signature covers these exact bytes, and an agent
         # verifies against the raw body it reads, before parsing it.
         # Only what AG-UI defines (C17), with Countersign's protocolVersion (C64, ``versioning``).
@@ -519,10 +651,17 @@ class RunStreamer:
                           allow_nan=False).encode()
         headers["Content-Type"] = "application/json"
         headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
+        # The delivery record, committed before anything leaves: after a crash from
+        # here on, the agent may have the request (``recover``).
+        if not await self._persist(outbox.mark_sent, self.run.pk, self.worker):
+            self.settled_elsewhere = True
+            raise Stopped()
+        crashpoints.reached("sent", self.run)
         # Connects only to addresses COUNTERSIGN_AGENT_NETWORKS allows, checked at connect time,
         # and follows no redirect: the agent cannot send Countersign anywhere else.
         async with egress.agent_client(timeout) as client:
             async with client.stream("POST", agent.endpoint, content=body, headers=headers) as response:
+                crashpoints.reached("answered", self.run)
                 content_type = response.headers.get("content-type", "")
                 if response.status_code >= 400:
                     body = b""
@@ -540,6 +679,7 @@ class RunStreamer:
                         "not text/event-stream.",
                     )
                 await self._receive(response)
+        crashpoints.reached("recorded", self.run)
         try:
             self.lifecycle.end_of_stream()
         except StreamFault as fault:
@@ -552,10 +692,10 @@ class RunStreamer:
         asked = await database(asked_before)(self.run) if self.lifecycle.pending_tool_calls() else set()
         notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out),
                                         _unknown_outcome_notice(self.unknown_outcome)]))
-        await database(log.finish)(self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
-                                   notice=notice,
-                                   pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
-                                   version=self.lifecycle.declared_version)
+        await self._persist(log.finish, self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
+                            notice=notice,
+                            pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
+                            version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
         """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""
@@ -664,6 +804,8 @@ class RunStreamer:
                         await self._read()
                 except Stopped:
                     logger.warning("run %s: ended elsewhere, its stream stopped", self.run.run_id)
+                except WritesFailed:
+                    raise  # not the run's fault: recovery settles it (below)
                 except TimeoutError as problem:
                     if clock.expired():
                         await self._fail("RUN_TOO_LONG", f"The run went on for more than "
@@ -709,6 +851,10 @@ class RunStreamer:
                 # Cancelled by our own heartbeat because the run was ended elsewhere:
                 # not a shutdown, so this task goes on to tell its listener.
                 asyncio.current_task().uncancel()
+            except WritesFailed as problem:
+                # The database stayed out of reach: the heartbeat stops with this task, so
+                # the claim lapses and recovery settles the run from what was recorded.
+                logger.error("run %s: could not record its stream (%s); left for recovery", self.run.run_id, problem)
             finally:
                 heartbeat.cancel()
             if self.settled_elsewhere:

@@ -3,7 +3,8 @@
 ``manage.py serve`` starts one ``Supervisor`` on daphne's event loop. It
 claims queued runs that are due (row locks: with several processes each run
 goes to exactly one) and streams them, closes interrupts whose expiry passed, and
-fails runs whose streaming process died (their claim lapsed). Requests never
+settles runs whose streaming process died (their claim lapsed: ``streaming.recover``
+ends, re-sends or fails each, as the outbox's contract says). Requests never
 do this work: they commit a row and call ``wakeup.wake()``, which this
 supervisor registered with when it started; other processes find the row on
 their next poll.
@@ -119,7 +120,7 @@ class Supervisor:
             await sync_to_async(claims.lapse_due)()
         for run in await sync_to_async(outbox.lapsed)(timezone.now()):
             if await sync_to_async(outbox.take_over)(run, self.worker):
-                await sync_to_async(streaming.recover)(run)
+                await sync_to_async(streaming.recover)(run, self.worker)
                 self.wakeup.set()
 
     async def _claim(self) -> None:

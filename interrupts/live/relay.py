@@ -59,6 +59,7 @@ class Note(enum.StrEnum):
     RETRY_REQUESTED = "countersign.retry_requested"
     INTERRUPTS_EXPIRED = "countersign.interrupts_expired"
     REFUSED_ANSWER_SETTLED = "countersign.refused_answer_settled"
+    SENT_AGAIN = "countersign.sent_again"
 
 
 def thread_group(thread_pk: int) -> str:

@@ -89,3 +89,17 @@ def _kind(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     return "empty"
+
+
+#: Where an agent declares it dedupes by runId: AgentCapabilities' ``custom`` group, this key, ``true``.
+DEDUPES_RUN_ID = "dedupesRunId"
+
+
+def dedupes_run_id(capabilities: object) -> bool:
+    """Whether an agent declares it acts on a runId once: a request it has handled is answered, not acted on again.
+
+    Only an explicit ``true`` counts (C70: anything else is "not declared").
+    The outbox then re-sends a resume whose answer was lost (``streaming.recover``).
+    """
+    group = capabilities.get("custom") if isinstance(capabilities, dict) else None
+    return isinstance(group, dict) and group.get(DEDUPES_RUN_ID) is True

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ag_ui.core import Interrupt, ResumeEntry
 
+from ..protocol.capabilities import DEDUPES_RUN_ID
 from ..protocol.errors import ContractViolation
 from ..protocol.schema import check_schema, payload_errors
 from .errors import AgentError
@@ -52,6 +53,9 @@ class Agent:
     signature_tolerance: int = 300
     #: With a secret, whether an unsigned request is refused (True) or answered unverified.
     require_signature: bool = True
+    #: Runs whose answers are kept, so a request repeating a runId is answered with the
+    #: recorded events instead of running again (``dedupe``); 0: every request runs.
+    remember_runs: int = 1000
 
     def __init__(self, *, signing_secret: str | None = None, signature_tolerance: int = 300,
                  require_signature: bool = True) -> None:
@@ -59,6 +63,17 @@ class Agent:
         self.signing_secret = signing_secret
         self.signature_tolerance = signature_tolerance
         self.require_signature = require_signature
+
+    def capabilities(self) -> dict:
+        """What this agent declares (AG-UI AgentCapabilities, wire form): register it as the agent's capabilities.
+
+        With ``remember_runs`` it declares ``custom.dedupesRunId``: Countersign
+        then re-sends a resume whose answer it lost, trusting the repeat to be answered, not acted on.
+        """
+        declared: dict = {"humanInTheLoop": {"interrupts": True}}
+        if self.remember_runs > 0:
+            declared["custom"] = {DEDUPES_RUN_ID: True}
+        return declared
 
     def tool_call_ids_for(self, run_input, interrupt_id: str):
         """The tool call ids the interrupt ``interrupt_id`` may have been about (``None``: none).

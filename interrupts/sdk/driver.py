@@ -14,6 +14,7 @@ that order, and their refusals. The servers are thin adapters around it:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import logging
 import time
@@ -37,6 +38,7 @@ from ..protocol.sse import CONTENT_TYPE, encode_event
 from ..protocol.wire import parse_run_input
 from .agent import Agent, AgentError, InvalidOutcome, RunOutcome
 from .context import RunContext
+from .dedupe import handled_runs
 from .verify import BadSignature, attested_approvals, check_signature
 
 logger = logging.getLogger(__name__)
@@ -273,4 +275,9 @@ async def respond(agent: Agent, *, method: str, content_type: str | None, signat
     if unstorable is not None:
         return refusal(400, unstorable.code, unstorable.message, **unstorable.details)
     attested = bool(secret) and signature is not None
+    if agent.remember_runs > 0:
+        # A runId it has handled is answered with what it produced, not run again.
+        # The same request, byte for byte (Countersign re-sends the very bytes), and as verified.
+        key = (run_input.thread_id, run_input.run_id, hashlib.sha256(body).hexdigest(), attested)
+        return handled_runs(agent).answer(key, lambda: run(agent, run_input, attested=attested))
     return sse(run(agent, run_input, attested=attested))

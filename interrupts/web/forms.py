@@ -83,6 +83,9 @@ CAPABILITY_CHOICES = (
         ("persistentState", "Keeps state across runs"))),
     ("transport", "Transport", (
         ("streaming", "Streams its events"), ("resumable", "Resumes a dropped stream"))),
+    # protocol.capabilities.dedupes_run_id: the outbox re-sends a resume whose answer was lost.
+    ("custom", "Delivery", (
+        ("dedupesRunId", "Acts on a run once: a run it already handled (same runId) is answered, not done again"),)),
 )
 
 
@@ -116,6 +119,7 @@ class AgentForm(forms.ModelForm):
     cap_tools = _capability_field("tools")
     cap_state = _capability_field("state")
     cap_transport = _capability_field("transport")
+    cap_custom = _capability_field("custom")
 
     class Meta:
         model = Agent

@@ -1,16 +1,23 @@
 """What is committed is never lost: queued resumes and half-streamed runs survive a crash.
 
-Each test runs `manage.py serve` processes on one SQLite database, kills them
-(SIGKILL: no clean shutdown) and starts new ones.
+Each test runs `manage.py serve` processes on one database (SQLite, or
+PostgreSQL when DATABASE_URL names it), kills them (SIGKILL: no clean
+shutdown, at a point COUNTERSIGN_CRASH_AT names) and starts new ones.
 """
 
+import json
+import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
-from ..servers import ROOT, ServedApp
+from ..servers import ROOT, ServedApp, stop_process
 from .conftest import events, finished_run, pending, start, wait_for
+from .counting_agent import CountingAgent
 
 
 @pytest.fixture
@@ -104,3 +111,174 @@ def test_a_run_that_had_finished_when_its_process_died_ends_as_it_said(workdir, 
             assert finished_run(api, run["run_id"])["status"] == "succeeded"
     finally:
         second.stop()
+
+
+# --- The outbox's contract, at each point a process can die (README, "The outbox's contract") ---------------
+
+@pytest.fixture(scope="module")
+def counting():
+    agent = CountingAgent().start()
+    yield agent
+    agent.stop()
+
+
+#: (where the first process dies, which agent, how the resume ends):
+#: "resent": never left, sent again and received once; "deduped": left, sent again,
+#: the SDK answered without acting again; "person": left to an agent that does not
+#: dedupe, WORKER_LOST for a person, received at most once; "ended": answered to the end.
+CASES = [
+    ("claimed", "plain", "resent"),
+    ("sent", "dedupes", "resent"),
+    ("sent", "plain", "person"),
+    ("answered", "plain", "person"),
+    ("answered", "dedupes", "deduped"),
+    ("events:2", "dedupes", "deduped"),
+    ("events:2", "plain", "person"),
+    ("recorded", "plain", "ended"),
+]
+
+
+def no_500(*apps):
+    for app in apps:
+        text = app.log.read_text()
+        assert '" 500 ' not in text and "Internal Server Error" not in text, text[-3000:]
+
+
+QUICK = {"COUNTERSIGN_POLL_INTERVAL": "0.2", "COUNTERSIGN_LEASE_SECONDS": "1",
+         "COUNTERSIGN_AFTER_TERMINAL_GRACE": "0.2"}
+
+
+class Case:
+    """A thread whose resume, sent to the agent at ``path``, was being sent when its process died at ``point``."""
+
+    def __init__(self, n: int, counting, point: str, path: str, ending: str) -> None:
+        self.n, self.counting, self.point, self.path, self.ending = n, counting, point, path, ending
+
+    def __str__(self) -> str:
+        return f"{self.point} with the {self.path} agent"
+
+    def crash(self, app: ServedApp) -> None:
+        """Raise an interrupt and answer it on ``app``, which dies sending the resume."""
+        with app.api() as api:
+            name = f"count-{self.n}-{self.path}"
+            declared = self.counting.apps[self.path].agent.capabilities() if self.path == "dedupes" else {}
+            response = api.post("/api/agents/", json={"name": name, "url": f"{self.counting.url}/{self.path}/",
+                                                      "capabilities": declared})
+            assert response.status_code == 201, response.text
+            self.run = start(api, name)
+            [self.asked] = wait_for(lambda: pending(api, self.run["thread"]))
+            try:
+                response = api.post(f"/api/interrupts/{self.asked['id']}/decide/",
+                                    json={"action": "respond", "payload": {"approved": True}})
+            except httpx.TransportError:
+                # Committed, and the resume claimed and the process dead before the answer
+                # went out: ``check`` finds the decision's resume, which is what counts.
+                pass
+            else:
+                assert response.status_code == 201, response.text
+        assert app.process.wait(timeout=20) == -9, f"{self}: the process did not die at the point"
+
+    def check(self, app: ServedApp) -> None:
+        """Once ``app``, a later process of the deployment, settled the resume: how, against what the agent got."""
+        with app.api() as api:
+            detail = api.get(f"/api/interrupts/{self.asked['id']}/").json()
+            resume = finished_run(api, detail["resumed_by"])
+            log = events(api, self.run["thread"])
+        run_id = resume["run_id"]
+        received = self.counting.received(run_id)
+        acted = [answers for acted_run, answers in self.counting.acted if acted_run == run_id]
+        # What reached the agent is what was acknowledged, under one runId.
+        stored = app.query("SELECT input FROM interrupts_run WHERE run_id = %s", run_id)[0][0]
+        stored = json.loads(stored) if isinstance(stored, str) else stored
+        for body in received:
+            assert body["runId"] == run_id
+            assert [(e["interruptId"], e["status"], e.get("payload")) for e in body["resume"]] == [
+                (self.asked["interrupt_id"], "resolved", {"approved": True})], self
+            assert body["resume"] == stored["resume"], self
+        notes = [e for e in log if e["payload"].get("name") == "countersign.sent_again"]
+        if self.ending in ("resent", "deduped", "ended"):
+            assert resume["status"] == "succeeded", (str(self), resume)
+            assert len(acted) == 1, (str(self), acted)
+            assert len(received) == (2 if self.ending == "deduped" else 1), (str(self), received)
+            assert len(notes) == (0 if self.ending == "ended" else 1), (str(self), notes)
+        else:
+            assert (resume["status"], resume["error_code"]) == ("failed", "WORKER_LOST"), (str(self), resume)
+            assert "may have acted" in resume["error_message"]
+            assert len(received) <= 1 and len(acted) <= 1 and notes == [], (str(self), received, notes)
+
+
+def test_an_acknowledged_resume_reaches_its_agent_once_wherever_the_process_dies(tmp_path, counting):
+    """One deployment, one process per case: each dies at its point, and the next settles its resume.
+
+    The crash hook spares a resume sent again (``crashpoints``), so the next
+    process re-sends the last one's resume unharmed, and is checked before its
+    own case starts: one start-up per case, not two.
+    """
+    apps: list[ServedApp] = []
+    try:
+        previous = None
+        for n, (point, path, ending) in enumerate(CASES + [(None, None, None)]):
+            app = ServedApp(tmp_path, f"serve-{n}", self_approving=True,
+                            **({"COUNTERSIGN_CRASH_AT": point} if point else {}), **QUICK)
+            if apps:
+                app.token = apps[0].token
+                app.launch().ready()
+            else:
+                app.start()
+            apps.append(app)
+            if previous is not None:
+                previous.check(app)
+            if point is not None:
+                previous = Case(n, counting, point, path, ending)
+                previous.crash(app)
+        no_500(*apps)
+    finally:
+        for app in apps:
+            app.stop()
+
+
+ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="pg_terminate_backend is PostgreSQL's: the suite's PostgreSQL pass runs it")
+def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_whole(tmp_path, counting):
+    app = ServedApp(tmp_path, self_approving=True, **QUICK).start()
+    try:
+        with app.api() as api:
+            response = api.post("/api/agents/", json={"name": "count-slow", "url": f"{counting.url}/slow/"})
+            assert response.status_code == 201, response.text
+            run = start(api, "count-slow")
+            [asked] = wait_for(lambda: pending(api, run["thread"]))
+            response = api.post(f"/api/interrupts/{asked['id']}/decide/",
+                                json={"action": "respond", "payload": {"approved": True}})
+            assert response.status_code == 201, response.text
+        # From here on, the database is read directly: only the stream's own writes meet the fault.
+        resume = wait_for(lambda: app.query("SELECT id, run_id FROM interrupts_run WHERE parent_id = "
+                                            "(SELECT id FROM interrupts_run WHERE run_id = %s)", run["run_id"]))
+        [(pk, run_id)] = resume
+        reports = ("SELECT payload FROM interrupts_event WHERE run_id = %s AND type = 'TEXT_MESSAGE_CONTENT' "
+                   "ORDER BY seq")
+        database = app.env["DATABASE_URL"].rsplit("/", 1)[1]
+        seen = 0
+        # After each report recorded, every connection of the server is killed: its next
+        # write meets one killed (the pool's idle ones die too) and must go on with a fresh one.
+        while (now := len(app.query(reports, pk))) < 7:
+            if now > seen:
+                seen = now
+                killed = app.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                   "WHERE datname = %s AND pid <> pg_backend_pid()", database)
+                assert killed and all(ok for (ok,) in killed)
+            time.sleep(0.02)
+        status = wait_for(lambda: (s := app.query("SELECT status FROM interrupts_run WHERE id = %s", pk)[0][0])
+                          not in ("queued", "streaming") and s)
+        assert status == "succeeded"
+        # Every event once, in order: a batch whose commit outlived its connection is not written twice.
+        deltas = [json.loads(p)["delta"] if isinstance(p, str) else p["delta"] for (p,) in app.query(reports, pk)]
+        assert deltas == [f"report {n}" for n in range(8)]
+        assert app.query("SELECT count(*) FROM interrupts_event WHERE run_id = %s AND type = 'RUN_FINISHED'",
+                         pk) == [(1,)]
+        assert len(counting.received(run_id)) == 1
+        assert "trying again on a fresh connection" in app.log.read_text()
+        no_500(app)
+    finally:
+        app.stop()

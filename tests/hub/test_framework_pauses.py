@@ -31,7 +31,7 @@ def recorded(agent: Agent, events: list[dict]) -> Run:
     ids = {"threadId": run.thread.thread_id, "runId": run.run_id}
     sent = [{**event, **{k: v for k, v in ids.items() if k in event}} for event in events]
     assert log.append_many(run, sent, "w")
-    streaming.recover(run)
+    streaming.recover(run, "w")
     return Run.objects.select_related("thread", "agent").get(pk=run.pk)
 
 

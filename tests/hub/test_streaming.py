@@ -65,6 +65,18 @@ class Agent(ScriptedAgent):
                     *body["messages"], {"id": "m-2", "role": "assistant", "content": "Hello, world"}]}),
                 frame(finished(body, {"type": "success"})),
             ])
+        if name == "broken-after-end":
+            # Answered to the end, then the connection breaks: fewer bytes than promised.
+            self.calls[(name, body.get("threadId"))] += 1
+            data = frame(started(body)) + frame(finished(body, {"type": "success"}))
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Content-Length", str(len(data) + 1000))
+            handler.end_headers()
+            handler.wfile.write(data)
+            handler.wfile.flush()
+            handler.close_connection = True
+            return
         if name == "exact":
             self.calls[(name, body.get("threadId"))] += 1
             return stream(handler, [
@@ -168,6 +180,14 @@ async def test_a_run_ending_with_an_interrupt_records_every_event_in_order_and_r
                                                                             {"repo": "acme/web"})
     assert raised.response_schema["required"] == ["approved"]
     assert agent.calls[("approve", run.thread.thread_id)] == 1
+
+
+async def test_a_run_answered_to_the_end_stands_when_the_connection_breaks_after(agent):
+    run = await sync_to_async(claimed_run)(f"{agent.url}/broken-after-end/")
+    await streamed(run.pk)
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("succeeded", "")
+    assert ended.sent_at is not None  # the delivery record, committed before the request left
 
 
 async def test_a_run_that_succeeds_keeps_the_agent_s_state_and_conversation(agent):
@@ -469,3 +489,45 @@ def test_a_token_event_read_off_its_parsed_form_folds_as_its_text_does(text):
     decoded = json.loads(text)
     light = streaming._delta_payload(decoded["type"], parse_event(text))
     assert fold([start[decoded["type"]], light]) == fold([start[decoded["type"]], decoded])
+
+
+# --- the database lost mid-stream ------------------------------------------------------------------
+
+
+async def test_writes_that_keep_failing_leave_the_run_to_recovery_not_to_a_dead_task(agent, monkeypatch, settings):
+    """The database stays out of reach: bounded retries, then the claim lapses and recovery settles it.
+
+    The fault is injected (a real one is tests/e2e/test_crash.py's pg_terminate_backend):
+    every append raises the OperationalError a lost connection raises.
+    """
+    from django.db import OperationalError
+    from django.utils import timezone
+
+    from interrupts.hub import log
+
+    settings.COUNTERSIGN_LEASE_SECONDS = 0.3
+    monkeypatch.setattr(streaming, "WRITE_RETRY_SECONDS", 0.5)
+    tries = []
+
+    def lost(*args, **kwargs):
+        tries.append(1)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(log, "append_many", lost)
+    run = await sync_to_async(claimed_run)(f"{agent.url}/chat/")
+    told = await streamed(run.pk)  # returns: the task does not die with the error
+    assert told == [None] and len(tries) > 1
+    monkeypatch.undo()
+    left = await stored(run.pk)
+    assert left.status == "streaming" and left.sent_at is not None  # nothing recorded as its ending
+    # The lease (0.3 s) runs out: nothing renews it any more.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while not (found := await sync_to_async(outbox.lapsed)(timezone.now())):
+        assert loop.time() < deadline, "the claim never lapsed"
+        await asyncio.sleep(0.05)
+    [lapsed] = found
+    assert lapsed.pk == run.pk and await sync_to_async(outbox.take_over)(lapsed, "another")
+    await sync_to_async(streaming.recover)(lapsed, "another")
+    ended = await stored(run.pk)
+    assert (ended.status, ended.error_code) == ("failed", "WORKER_LOST")

@@ -103,12 +103,13 @@ async def test_a_tick_leaves_the_resume_slots_to_resumes(agent, boss, settings):
 
 
 async def test_a_tick_settles_a_run_whose_process_died(boss):
-    run = await sync_to_async(make.run)(status="streaming", claimed_by="dead-process",
+    # Sent (the delivery record says so) to an agent that does not dedupe: a person decides.
+    run = await sync_to_async(make.run)(status="streaming", claimed_by="dead-process", sent_at=timezone.now(),
                                         lease_until=timezone.now() - timedelta(seconds=1))
     await boss.tick()
     ended = await sync_to_async(Run.objects.get)(pk=run.pk)
     assert (ended.status, ended.error_code) == ("failed", "WORKER_LOST")
-    assert "dead-process" in ended.error_message
+    assert "dead-process" in ended.error_message and "may have acted" in ended.error_message
 
 
 async def test_a_tick_expires_interrupts_whose_time_passed(boss):

@@ -221,6 +221,8 @@ async def test_lifespan_is_accepted():
 class Waiter(Agent):
     """Says one thing, then waits for ever: only the client going away ends its run."""
 
+    remember_runs = 0  # a deduping agent runs to its end whoever listens (tests/sdk/test_dedupe.py)
+
     def __init__(self):
         super().__init__()
         self.started, self.cancelled = asyncio.Event(), asyncio.Event()
@@ -235,7 +237,7 @@ class Waiter(Agent):
             raise
 
 
-async def test_a_client_that_disconnects_mid_stream_stops_the_agent():
+async def test_a_client_that_disconnects_mid_stream_stops_an_agent_that_does_not_dedupe():
     agent = Waiter()
     incoming: asyncio.Queue = asyncio.Queue()
     incoming.put_nowait({"type": "http.request", "body": FIRST, "more_body": False})
