@@ -50,7 +50,7 @@ def hash_plaintext_tokens(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("interrupts", "0023_agent_paused_as"),
+        ("interrupts", "0024_run_delivery_record"),
         ("knox", "0009_extend_authtoken_field"),
     ]
 
