@@ -144,7 +144,7 @@ def test_both_exports_gain_outcome_and_comment_and_keep_their_columns(client, st
     reader = csv.DictReader(io.StringIO(text))
     [record] = list(reader)
     assert reader.fieldnames[:3] == ["thread", "agent", "interruptedRun"]
-    assert reader.fieldnames[-2:] == ["outcome", "comment"]
+    assert reader.fieldnames[-3:] == ["outcome", "comment", "auditHead"]
     assert record["outcome"] == "Rejected"
     # A spreadsheet must not run a reviewer's comment as a formula either.
     assert record["comment"].startswith("'=")

@@ -207,7 +207,7 @@ def test_a_run_recovered_from_its_recorded_events_raises_the_same_interrupts():
                "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", ids)),
             {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}]
     assert log.append_many(run, sent, "w")
-    streaming.recover(run)
+    streaming.recover(run, "test-worker")
     raised = list(Interrupt.objects.filter(run=run).order_by("pk").values_list("interrupt_id", "message", "raw"))
     assert [(i, m) for i, m, _ in raised] == [(interrupt_id(run.run_id, 0), "a"), (interrupt_id(run.run_id, 1), "b")]
     assert [r["metadata"][METADATA_KEY]["langgraphId"] for _, _, r in raised] == ids
