@@ -11,10 +11,13 @@ the caller's own return value, and the decision counts at once.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import logging
 
 from asgiref.sync import sync_to_async
+from django.db import connection
 
 from . import decisions
 
@@ -51,12 +54,30 @@ class AfterReply:
 
         async def sending(message):
             await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                while callbacks:
-                    callback = callbacks.pop(0)
-                    try:
-                        await sync_to_async(callback)()
-                    except Exception:  # the reply is out; a failed acknowledgement is settled by the sweep
-                        logger.exception("work after the reply failed")
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and callbacks:
+                work = list(callbacks)
+                callbacks.clear()
+                # A task of its own, in a fresh context: the server tells the request it is over
+                # once its reply is out, and Django then cancels what the request still awaits.
+                task = asyncio.get_running_loop().create_task(
+                    sync_to_async(_run, thread_sensitive=False)(work), context=contextvars.Context())
+                _running.add(task)
+                task.add_done_callback(_running.discard)
 
         await self.app({**scope, SCOPE_KEY: callbacks}, receive, sending)
+
+
+#: Callbacks under way (the event loop keeps only weak references to tasks).
+_running: set = set()
+
+
+def _run(work: list) -> None:
+    try:
+        for callback in work:
+            try:
+                callback()
+            except Exception:  # the reply is out; an acknowledgement that failed is settled by the sweep
+                logger.exception("work after the reply failed")
+    finally:
+        # A pool thread, not a request's: nothing else closes its connection (PostgreSQL: back to the pool).
+        connection.close()
