@@ -67,7 +67,8 @@ def users(app, count):
 def main(threads=30, reviewers=10, kills=2):
     workdir = Path(tempfile.mkdtemp(prefix="stress-"))
     agent = Counting().start()
-    env = dict(COUNTERSIGN_POLL_INTERVAL="0.2", COUNTERSIGN_LEASE_SECONDS="2")
+    env = dict(COUNTERSIGN_POLL_INTERVAL="0.2", COUNTERSIGN_LEASE_SECONDS="2", COUNTERSIGN_ACK_GRACE_SECONDS="10",
+               COUNTERSIGN_SWEEP_INTERVAL="1")
     app = ServedApp(workdir, **env).start()
     tokens = users(app, reviewers)
     base = {"url": app.url}

@@ -9,10 +9,15 @@ decision taken for a reply still to be sent (``unsent``) travels only once
 ``drop_unacknowledged``. In process, on SQLite and PostgreSQL alike.
 """
 
+import asyncio
+import json
+import time
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from interrupts.hub import decisions, outbox
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
@@ -107,3 +112,85 @@ def test_a_decision_made_where_the_caller_itself_is_the_reply_is_not_held():
     decisions.decide(interrupt, make.user(), "resolved", APPROVE)  # a command, the test client: no reply to wait for
     [resume] = resumes(interrupt)
     assert outbox.claim_due(10, "w") == [(resume.pk, True)]
+
+
+# Through the real HTTP stack (project.asgi: AfterReply around Django), as daphne calls it.
+
+committed = pytest.mark.django_db(transaction=True)
+
+
+async def post_decision(interrupt_pk: int, token: str, *, reply_leaves: bool) -> list[dict]:
+    """POST a rejection to the decide endpoint; ``reply_leaves`` False: the process dies before its body goes out."""
+    from project.asgi import application
+
+    body = json.dumps({"action": "reject"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": f"/api/interrupts/{interrupt_pk}/decide/", "raw_path": b"", "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 50000), "server": ("localhost", 80),
+             "headers": [(b"host", b"localhost"), (b"authorization", f"Token {token}".encode()),
+                         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    requested, sent = False, []
+
+    async def receive():
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client stays
+
+    async def send(message):
+        if message["type"] == "http.response.body" and not reply_leaves:
+            raise ConnectionResetError("killed before the answer left")
+        sent.append(message)
+
+    try:
+        await application(scope, receive, send)
+    except (ConnectionResetError, ExceptionGroup):
+        assert not reply_leaves
+    return sent
+
+
+def wait_until(check, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {check}"
+        time.sleep(0.02)
+    return value
+
+
+def reviewer_token() -> str:
+    return Token.objects.create(user=make.user()).key
+
+
+@committed
+async def test_a_decision_whose_answer_never_left_the_server_never_reaches_the_agent():
+    [interrupt] = await sync_to_async(batch)(1)
+    token = await sync_to_async(reviewer_token)()
+    sent = await post_decision(interrupt.pk, token, reply_leaves=False)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [201]  # committed, then lost
+
+    def held():
+        [resume] = resumes(interrupt)
+        return outbox.claim_due(10, "w") == [] and resume
+
+    assert await sync_to_async(held)()  # before: claimed at once, and sent with an answer nobody was told of
+    assert await sync_to_async(decisions.drop_unacknowledged)(later()) == 1
+    assert await sync_to_async(resumes)(interrupt) == []
+    assert (await Interrupt.objects.aget(pk=interrupt.pk)).status == "pending"
+
+
+@committed
+async def test_a_decision_whose_answer_left_goes_to_the_agent():
+    [interrupt] = await sync_to_async(batch)(1)
+    token = await sync_to_async(reviewer_token)()
+    sent = await post_decision(interrupt.pk, token, reply_leaves=True)
+    assert json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))[
+        "payload"] == REJECT
+
+    def acknowledged():
+        return not Interrupt.objects.filter(pk=interrupt.pk, unacknowledged__isnull=False).exists()
+
+    await sync_to_async(wait_until)(acknowledged)  # on a thread of its own, once the body was handed over
+    [resume] = await sync_to_async(resumes)(interrupt)
+    assert await sync_to_async(outbox.claim_due)(10, "w") == [(resume.pk, True)]
+    assert [e["payload"] for e in resume.input["resume"]] == [REJECT]
