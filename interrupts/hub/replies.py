@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+import time
 
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -71,13 +72,22 @@ class AfterReply:
 _running: set = set()
 
 
+#: Seconds between tries of work after a reply (a database restarting): it is already told, so it must not be lost.
+RETRY_DELAYS = (0.5, 2.0, 5.0)
+
+
 def _run(work: list) -> None:
-    try:
-        for callback in work:
+    for callback in work:
+        for delay in (*RETRY_DELAYS, None):
             try:
                 callback()
-            except Exception:  # the reply is out; an acknowledgement that failed is settled by the sweep
-                logger.exception("work after the reply failed")
-    finally:
-        # A pool thread, not a request's: nothing else closes its connection (PostgreSQL: back to the pool).
-        connection.close()
+                break
+            except Exception:
+                logger.exception("work after the reply failed%s", "" if delay is None else f"; again in {delay} s")
+                if delay is None:
+                    break  # left to the sweep (decisions.drop_unacknowledged)
+                time.sleep(delay)
+            finally:
+                # A pool thread, not a request's: nothing else closes its connection (PostgreSQL: back
+                # to the pool), and one a fault broke must not be used again.
+                connection.close()
