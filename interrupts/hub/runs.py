@@ -477,6 +477,13 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expi
 UNTIL_ACKNOWLEDGED = 10 * 365 * 24 * 3600.0
 
 
+def undo_until(resume: Run):
+    """When ``resume``'s undo hold ends, or None when it is due: a hold for an acknowledgement is not shown as one."""
+    if resume.retry_at is None:
+        return None
+    return min(resume.retry_at, resume.created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS))
+
+
 def unacknowledged(interrupted: Run) -> bool:
     """Whether a standing decision of this batch has not reached its reviewer yet (``decisions.acknowledge``)."""
     return Interrupt.objects.filter(run=interrupted, unacknowledged__isnull=False,

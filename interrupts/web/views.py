@@ -146,8 +146,9 @@ def _sending(batch: selectors.Batch, resume: Run | None, now) -> _Sending:
         return _Sending(None, "open")
     if not runs.withdrawable(resume):
         return _Sending(resume, "sent")
-    if resume.retry_at is not None and resume.retry_at > now:
-        return _Sending(resume, "held", resume.retry_at, math.ceil((resume.retry_at - now).total_seconds()))
+    until = runs.undo_until(resume)
+    if until is not None and until > now:
+        return _Sending(resume, "held", until, math.ceil((until - now).total_seconds()))
     return _Sending(resume, "sending")
 
 
