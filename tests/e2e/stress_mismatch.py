@@ -12,8 +12,6 @@ differing (3 taken back). What may still differ is a resume killed mid-send (WOR
 again, issue 24 item 1), whose acknowledged answers show as "received: []".
 """
 
-import json
-import os
 import random
 import sys
 import threading
