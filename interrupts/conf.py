@@ -58,6 +58,10 @@ DEFAULTS: dict[str, Any] = {
     # the outbox may send it, so the decision can still be undone
     # (``decisions.undo``); 0 sends it at once.
     "COUNTERSIGN_UNDO_SECONDS": 5.0,
+    # A decision counts once its answer has been sent to the reviewer; one still
+    # unanswered this long after it was recorded was made by a process that died
+    # before replying: it is dropped, never sent to the agent (``decisions.drop_unacknowledged``).
+    "COUNTERSIGN_ACK_GRACE_SECONDS": 60.0,
     # How often each process escalates requests past their target and lapses
     # idle claims: minutes-long deadlines, so not every poll.
     "COUNTERSIGN_SWEEP_INTERVAL": 5.0,

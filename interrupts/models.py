@@ -475,6 +475,10 @@ class Interrupt(models.Model):
     # backup group, as it was then, may decide it too and was told.
     escalated_at = models.DateTimeField(null=True, blank=True)
     escalated_to = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The standing decision whose answer has not reached its reviewer yet (``decisions.acknowledge``):
+    # the batch's resume waits for it, and a process that died before replying leaves it to be dropped.
+    unacknowledged = models.ForeignKey("Decision", null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+")
 
     class Meta:
         ordering = ["created_at", "pk"]

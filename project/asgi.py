@@ -18,13 +18,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from interrupts.hub.replies import AfterReply  # noqa: E402
 from interrupts.live.routing import websocket_urlpatterns  # noqa: E402
 from interrupts.web import csp  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # Even a response Django makes before its middleware runs carries the policy.
-        "http": csp.everywhere(django_asgi_app),
+        # Even a response Django makes before its middleware runs carries the policy;
+        # a decision counts once its answer has left (hub/replies.py).
+        "http": csp.everywhere(AfterReply(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

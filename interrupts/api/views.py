@@ -13,7 +13,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthentic
 from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
-from ..hub import claims, decisions, outbox, policies, refused, runs
+from ..hub import claims, decisions, outbox, policies, refused, replies, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
@@ -281,7 +281,8 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             user=request.user, in_force=selectors.policies_in_force(request))
         chosen, missing, more = targets.chosen, targets.missing, targets.more
         done = decisions.decide_many(chosen, request.user, data["action"], data.get("comment", ""),
-                                     claim_confirmed=data["confirm_claim"])
+                                     claim_confirmed=data["confirm_claim"], unsent=replies.deferrable(request))
+        replies.acknowledge_after(request, done.decided)
         skipped = [{"id": interrupt.pk, "interrupt_id": interrupt.interrupt_id, "code": problem.code,
                     "detail": problem.message} for interrupt, problem in done.skipped]
         skipped += [{"id": pk, "interrupt_id": None, "code": "NOT_FOUND", "detail": f"No interrupt {pk}."}
@@ -308,7 +309,10 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         decision = decisions.decide(
             interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", ""),
             seen=data.get("seen"), fresh=True, claim_confirmed=data["confirm_claim"],
+            unsent=replies.deferrable(request),
         )
+        # It travels once this answer has left: a process dying first never told anyone it was taken.
+        replies.acknowledge_after(request, [decision])
         return Response(s.DecisionSerializer(decision).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: s.InterruptDetailSerializer})

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
 from django.db import IntegrityError, connection, transaction
@@ -42,7 +43,7 @@ from ..protocol import dialects, signing
 from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
-from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS
+from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
 from .refusals import Refusal
 
 
@@ -218,6 +219,8 @@ class _Checked:
     # The standing answer the reviewer saw (``answer_digest``), or None: a plain
     # approval joins another person's answer only if it is the one they saw.
     seen: str | None = None
+    # Its reply is sent after commit (``replies``): until ``acknowledge``, it travels nowhere.
+    unsent: bool = False
 
     def record(self, interrupt: Interrupt, user) -> Decision:
         return Decision.objects.create(
@@ -226,6 +229,13 @@ class _Checked:
             edited_args=self.edited_args, metadata=self.metadata, comment=self.comment,
             action=self.action, policy=self.rule.name[:100], required_approvals=self.rule.required_approvals,
         )
+
+    def recorded(self, interrupt: Interrupt, user) -> Decision:
+        """``record``, and marked unacknowledged when its reply is still to be sent."""
+        decision = self.record(interrupt, user)
+        if self.unsent:
+            Interrupt.objects.filter(pk=interrupt.pk).update(unacknowledged=decision)
+        return decision
 
     def joining(self, approved: Decision) -> _Checked:
         """This plain approval, applied to the answer ``approved`` already carries (edited args included)."""
@@ -275,7 +285,8 @@ def _refuse_if_expired(interrupt: Interrupt, status: str) -> None:
 
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
-           seen: str | None = None, *, fresh: bool = False, claim_confirmed: bool = True) -> Decision:
+           seen: str | None = None, *, fresh: bool = False, claim_confirmed: bool = True,
+           unsent: bool = False) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
     Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
@@ -308,6 +319,12 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     (409) unless ``claim_confirmed``: the inbox and the API ask their
     reader first; callers with nobody to ask (the gateway) leave it true.
 
+    ``unsent``: the caller replies after commit (``replies``), and calls
+    ``acknowledge`` once that reply has left. Until then the decision is
+    recorded but travels nowhere: a resume it completes is held, and if the
+    process dies first, ``drop_unacknowledged`` takes it back. What reaches
+    the agent is what its reviewers were told was taken.
+
     The race: policy and answer are checked first, with no lock held (see
     the module docstring); then the batch is locked, the interrupt re-read,
     and it changes only by an UPDATE conditional on the version read, so of
@@ -324,7 +341,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     claims.refuse_if_claimed(current, user, claim_confirmed, now)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
-    checked = _check(current, status, payload, metadata, comment, now, rule, seen)
+    checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen), unsent=unsent)
     with transaction.atomic():
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
@@ -375,7 +392,7 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     # one else did. Should the database still refuse it, nothing is kept: the
     # transaction rolls back whole, and the refusal does not query it again.
     try:
-        decision = checked.record(interrupt, user)
+        decision = checked.recorded(interrupt, user)
     except IntegrityError:
         raise Refusal("ALREADY_DECIDED", f"Interrupt {interrupt.interrupt_id} was decided by someone else at the "
                       "same moment: look at it again.", interrupt_id=interrupt.interrupt_id) from None
@@ -409,7 +426,7 @@ def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     if not Decision.objects.filter(pk=live.pk, superseded_at__isnull=True).update(superseded_at=now):
         raise _already_decided(interrupt)
     Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
-    decision = checked.record(interrupt, user)
+    decision = checked.recorded(interrupt, user)
     trail.record_decision(decision, superseded=True)
     _after_decision(interrupt, user, relay.Reason.REVISED)
     return decision
@@ -570,7 +587,7 @@ class Bulk:
 
 
 def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str = "",
-                claim_confirmed: bool = False) -> Bulk:
+                claim_confirmed: bool = False, unsent: bool = False) -> Bulk:
     """Take one action (``BULK_ACTIONS``) on each interrupt, each as if decided alone; report what was skipped.
 
     Each goes through ``decide``: its policy and state are checked afresh, under
@@ -599,7 +616,7 @@ def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str
                               interrupt_id=interrupt.interrupt_id)
             status, payload = answer_for(interrupt, action)
             decided.append(decide(interrupt, user, status, payload, comment=comment, fresh=True,
-                                  claim_confirmed=claim_confirmed))
+                                  claim_confirmed=claim_confirmed, unsent=unsent))
         except ProtocolError as problem:
             skipped.append((interrupt, problem))
     return Bulk(action, decided, skipped)
@@ -720,3 +737,69 @@ def expire_due(now=None) -> int:
                 runs.queue_resume(run, hold=0)
             relay.inbox_changed(run.thread_id, event.seq, relay.Reason.EXPIRED)
     return closed
+
+
+#: The trail's entry for a decision dropped because its reviewer was never told it was taken.
+UNACKNOWLEDGED = "decision.unacknowledged"
+
+
+def acknowledge(decisions: Iterable[Decision]) -> None:
+    """These decisions' answers have reached their reviewers: they count, and a resume they held may go.
+
+    Called once the reply that says so has been sent (``replies.after_reply``).
+    A decision taken back meanwhile (undone, superseded) is simply no longer
+    unacknowledged. Under the batch's lock, as every change to a batch.
+    """
+    for decision in decisions:
+        with transaction.atomic():
+            run_pk = Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id)
+            lock_batch(run_pk)
+            if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
+                    unacknowledged=None):
+                continue
+            if not Interrupt.objects.filter(run_id=run_pk, unacknowledged__superseded_at__isnull=True,
+                                            unacknowledged__isnull=False).exists():
+                runs.release_resume(Run.objects.get(pk=run_pk))
+
+
+def drop_unacknowledged(now=None) -> int:
+    """Take back every decision whose reply was never sent (its process died); how many.
+
+    A decision still unacknowledged COUNTERSIGN_ACK_GRACE_SECONDS after it was
+    recorded was answered by nobody: its reviewer saw an error or nothing,
+    never "taken". It is superseded, its interrupt waits again, and the resume
+    it held is withdrawn (``runs.withdraw_resume``; a resume is held until
+    every decision it carries is acknowledged, so no process has taken it).
+    Each gets a ``decision.unacknowledged`` trail entry.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.COUNTERSIGN_ACK_GRACE_SECONDS)
+    lapsed = Interrupt.objects.filter(unacknowledged__created_at__lt=cutoff)
+    dropped = 0
+    for run_pk in set(lapsed.values_list("run_id", flat=True)):
+        with transaction.atomic():
+            lock_batch(run_pk)
+            for interrupt in (lapsed.filter(run_id=run_pk).select_related("unacknowledged__user", "run__thread")
+                              .order_by("pk")):
+                decision = interrupt.unacknowledged
+                Interrupt.objects.filter(pk=interrupt.pk).update(unacknowledged=None)
+                if decision.superseded_at is not None:
+                    continue  # taken back already (undone, revised, reopened)
+                resume = interrupt.run.resumed_by()
+                if resume is not None and not runs.withdraw_resume(resume):
+                    continue  # it left before this rule held it: what was sent stands
+                Decision.objects.filter(pk=decision.pk, superseded_at__isnull=True).update(superseded_at=now)
+                Interrupt.objects.filter(pk=interrupt.pk).update(
+                    status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+                trail.record_supersessions(interrupt)
+                trail.record(UNACKNOWLEDGED, {
+                    "decision": decision.pk, "interrupt": interrupt.pk,
+                    "interruptId": trail.signable(interrupt.interrupt_id),
+                    "threadId": interrupt.run.thread.thread_id, "runId": interrupt.run.run_id,
+                    "user": {"id": decision.user_id, "username": decision.user.get_username()},
+                    "action": decision.action, "droppedAt": now.isoformat(),
+                    "withdrawnRunId": resume.run_id if resume is not None else None,
+                }, subject=f"decision:{decision.pk}", decision=decision, interrupt=interrupt)
+                relay.inbox_changed(interrupt.run.thread_id, interrupt.run.thread.last_seq, relay.Reason.REVISED)
+                dropped += 1
+    return dropped

@@ -464,8 +464,45 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expi
         "resume": entries,
     }
     run_input = dialect_input(interrupted, run_input)
-    return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key,
-                   hold=settings.COUNTERSIGN_UNDO_SECONDS if hold is None else hold)
+    hold = settings.COUNTERSIGN_UNDO_SECONDS if hold is None else hold
+    if unacknowledged(interrupted):
+        # Some answer it carries has not reached its reviewer yet: held until it
+        # has (``release_resume``), or taken back if it never does.
+        hold = UNTIL_ACKNOWLEDGED
+    return enqueue(thread, interrupted.agent, run_input, user=user, parent=interrupted, resume_key=key, hold=hold)
+
+
+#: A resume held for an answer not yet acknowledged: longer than any grace, so only
+#: ``release_resume`` or ``decisions.drop_unacknowledged`` ends the hold.
+UNTIL_ACKNOWLEDGED = 10 * 365 * 24 * 3600.0
+
+
+def undo_until(resume: Run):
+    """When ``resume``'s undo hold ends, or None when it is due: a hold for an acknowledgement is not shown as one."""
+    if resume.retry_at is None:
+        return None
+    return min(resume.retry_at, resume.created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS))
+
+
+def unacknowledged(interrupted: Run) -> bool:
+    """Whether a standing decision of this batch has not reached its reviewer yet (``decisions.acknowledge``)."""
+    return Interrupt.objects.filter(run=interrupted, unacknowledged__isnull=False,
+                                    unacknowledged__superseded_at__isnull=True).exists()
+
+
+def release_resume(interrupted: Run) -> None:
+    """Let the held resume of ``interrupted`` go, now that every answer it carries was acknowledged.
+
+    It keeps what is left of its undo hold (COUNTERSIGN_UNDO_SECONDS from when
+    it was queued). Call under the batch's lock (``decisions.lock_batch``).
+    """
+    now = timezone.now()
+    for resume in Run.objects.filter(parent=interrupted, resume_key__isnull=False, status=Run.Status.QUEUED,
+                                     claimed_by="", attempts=0):
+        due = resume.created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS)
+        Run.objects.filter(pk=resume.pk).update(retry_at=due if due > now else None)
+        left = (due - now).total_seconds()
+        transaction.on_commit(functools.partial(_wake_after, left) if left > 0 else wakeup.wake)
 
 
 def withdrawable(resume: Run) -> bool:

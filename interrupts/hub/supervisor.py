@@ -118,6 +118,8 @@ class Supervisor:
             self.swept_at = self.loop.time()
             await sync_to_async(escalation.escalate_due)()
             await sync_to_async(claims.lapse_due)()
+            # Decisions whose process died before telling their reviewer: taken back, never sent.
+            await sync_to_async(decisions.drop_unacknowledged)()
         for run in await sync_to_async(outbox.lapsed)(timezone.now()):
             if await sync_to_async(outbox.take_over)(run, self.worker):
                 await sync_to_async(streaming.recover)(run, self.worker)

@@ -570,6 +570,8 @@ class AuditRow:
                 "decision.undone": lambda: f"{who} undid their decision ({data.get('outcome')})"
                                            + (f"; its resume {data['withdrawnRunId']} was withdrawn before it was sent"
                                               if data.get("withdrawnRunId") else ""),
+                "decision.unacknowledged": lambda: f"{who}'s decision was taken back: the server stopped "
+                                                   "before telling them it was recorded, so it was not sent",
             }.get(kind)
             if text is not None:
                 said.append((at, text()))

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from ..conf import BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS
-from ..hub import decisions
+from ..hub import decisions, replies
 from ..protocol.errors import ProtocolError
 from ..reads import selectors
 
@@ -89,7 +89,8 @@ def bulk_decide(request):
         user=request.user, in_force=selectors.policies_in_force(request))
     try:
         done = decisions.decide_many(targets.chosen, request.user, data["action"], data["comment"],
-                                     claim_confirmed=data["confirm_claim"])
+                                     claim_confirmed=data["confirm_claim"], unsent=replies.deferrable(request))
+        replies.acknowledge_after(request, done.decided)
     except ProtocolError as refused:  # what the service refuses whole (INVALID_ACTION, TOO_LARGE)
         return _answer(request, {"error": refused.message}, status=400)
     skipped = [{"interrupt_id": interrupt.interrupt_id, "agent": interrupt.run.agent.name, "code": problem.code,

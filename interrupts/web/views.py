@@ -25,7 +25,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS, THREAD_EVENTS_LIMIT
-from ..hub import claims, decisions, outbox, policies, refusals, refused, runs, trail
+from ..hub import claims, decisions, outbox, policies, refusals, refused, replies, runs, trail
 from ..reads import history, selectors
 from .exports import csv_safe
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
@@ -146,8 +146,9 @@ def _sending(batch: selectors.Batch, resume: Run | None, now) -> _Sending:
         return _Sending(None, "open")
     if not runs.withdrawable(resume):
         return _Sending(resume, "sent")
-    if resume.retry_at is not None and resume.retry_at > now:
-        return _Sending(resume, "held", resume.retry_at, math.ceil((resume.retry_at - now).total_seconds()))
+    until = runs.undo_until(resume)
+    if until is not None and until > now:
+        return _Sending(resume, "held", until, math.ceil((until - now).total_seconds()))
     return _Sending(resume, "sending")
 
 
@@ -220,9 +221,10 @@ def decide(request, pk: int):
             status, payload = decisions.answer_for(
                 interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
             )
-            decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
-                             seen=data["seen"] if "seen" in request.POST else None, fresh=True,
-                             claim_confirmed=data["confirm_claim"])
+            decision = decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
+                                        seen=data["seen"] if "seen" in request.POST else None, fresh=True,
+                                        claim_confirmed=data["confirm_claim"], unsent=replies.deferrable(request))
+            replies.acknowledge_after(request, [decision])
         except ProtocolError as refused:
             # With its details: who decided first, and what (the batch says so in words).
             problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"),
