@@ -757,8 +757,7 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
             if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
                     unacknowledged=None):
                 continue
-            if not Interrupt.objects.filter(run_id=run_pk, unacknowledged__superseded_at__isnull=True,
-                                            unacknowledged__isnull=False).exists():
+            if not runs.unacknowledged(run_pk):
                 runs.release_resume(Run.objects.get(pk=run_pk))
 
 

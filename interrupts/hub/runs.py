@@ -373,6 +373,14 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
 def resume_entries(interrupted: Run, *, expired: bool | None = None) -> list[dict]:
     """One resume entry per interrupt of ``interrupted``, from its live decisions or its expiry (wire form).
 
+    See ``_answers``, which also says whether any of them is unacknowledged.
+    """
+    return _answers(interrupted, expired=expired)[0]
+
+
+def _answers(interrupted: Run, *, expired: bool | None = None) -> tuple[list[dict], bool]:
+    """``resume_entries``, and whether a live decision among them has not reached its reviewer yet.
+
     The answer is the one that closed the interrupt (its last live
     decision: under a quorum every live approval carries the same answer);
     its metadata is the reviewer's, plus Countersign's ``attestation``. An
@@ -407,7 +415,10 @@ def resume_entries(interrupted: Run, *, expired: bool | None = None) -> list[dic
                     signing.METADATA_KEY: attested}
         entry = ResumeEntry(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
         entries.append(dump(entry))
-    return entries
+    # As ``unacknowledged`` asks, read off the decisions loaded already: no query on the deciding path.
+    standing = {decision.pk for batch in live.values() for decision in batch}
+    waiting = any(decision.interrupt.unacknowledged_id in standing for batch in live.values() for decision in batch)
+    return entries, waiting
 
 
 def expiry_attestation(interrupt: Interrupt, thread_id: str) -> dict:
@@ -441,7 +452,7 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expi
     counted them.
     """
     thread = interrupted.thread
-    entries = resume_entries(interrupted, expired=expired)
+    entries, waiting = _answers(interrupted, expired=expired)
     # C14, C15: every interrupt of the batch answered exactly once, or nothing is sent. Entries
     # come from this run's interrupts only, so as many distinct ones as the batch has (``size``,
     # counted by the caller under the batch's lock) cover it: no query on the deciding path.
@@ -465,7 +476,7 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expi
     }
     run_input = dialect_input(interrupted, run_input)
     hold = settings.COUNTERSIGN_UNDO_SECONDS if hold is None else hold
-    if unacknowledged(interrupted):
+    if waiting:
         # Some answer it carries has not reached its reviewer yet: held until it
         # has (``release_resume``), or taken back if it never does.
         hold = UNTIL_ACKNOWLEDGED
@@ -484,9 +495,9 @@ def undo_until(resume: Run):
     return min(resume.retry_at, resume.created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS))
 
 
-def unacknowledged(interrupted: Run) -> bool:
+def unacknowledged(interrupted_pk: int) -> bool:
     """Whether a standing decision of this batch has not reached its reviewer yet (``decisions.acknowledge``)."""
-    return Interrupt.objects.filter(run=interrupted, unacknowledged__isnull=False,
+    return Interrupt.objects.filter(run_id=interrupted_pk, unacknowledged__isnull=False,
                                     unacknowledged__superseded_at__isnull=True).exists()
 
 

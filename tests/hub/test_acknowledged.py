@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
+
 
 from interrupts.hub import decisions, outbox
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
@@ -159,7 +159,7 @@ def wait_until(check, timeout=10.0):
 
 
 def reviewer_token() -> str:
-    return Token.objects.create(user=make.user()).key
+    return make.token(make.user())
 
 
 @committed
