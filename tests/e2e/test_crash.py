@@ -242,7 +242,9 @@ ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 
 @pytest.mark.skipif(not ON_POSTGRES, reason="pg_terminate_backend is PostgreSQL's: the suite's PostgreSQL pass runs it")
 def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_whole(tmp_path, counting):
-    app = ServedApp(tmp_path, self_approving=True, **QUICK).start()
+    # A lease of the default's order: this is about writes on killed connections, and every kill
+    # also fails a heartbeat; with QUICK's 1 s lease the run lapsed to recovery mid-retry.
+    app = ServedApp(tmp_path, self_approving=True, **{**QUICK, "COUNTERSIGN_LEASE_SECONDS": "15"}).start()
     try:
         with app.api() as api:
             response = api.post("/api/agents/", json={"name": "count-slow", "url": f"{counting.url}/slow/"})
@@ -260,9 +262,12 @@ def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_w
                    "ORDER BY seq")
         database = app.env["DATABASE_URL"].rsplit("/", 1)[1]
         seen = 0
+        deadline = time.monotonic() + 60
         # After each report recorded, every connection of the server is killed: its next
         # write meets one killed (the pool's idle ones die too) and must go on with a fresh one.
         while (now := len(app.query(reports, pk))) < 7:
+            assert time.monotonic() < deadline, f"{now} reports recorded; the run: " + repr(
+                app.query("SELECT status, error_code FROM interrupts_run WHERE id = %s", pk))
             if now > seen:
                 seen = now
                 killed = app.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -278,7 +283,8 @@ def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_w
         assert app.query("SELECT count(*) FROM interrupts_event WHERE run_id = %s AND type = 'RUN_FINISHED'",
                          pk) == [(1,)]
         assert len(counting.received(run_id)) == 1
-        assert "trying again on a fresh connection" in app.log.read_text()
+        # Whether a write met a killed connection (and logged its retry) depends on timing: the
+        # pool checks a connection before lending it (settings), so most never do.
         no_500(app)
     finally:
         app.stop()
