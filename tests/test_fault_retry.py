@@ -1,4 +1,4 @@
-"""A GET that meets a connection PostgreSQL killed is served again on a fresh one (interrupts.web.middleware).
+"""Work on a connection PostgreSQL killed is done again on a fresh one: a GET (web.middleware), a stream write.
 
 PostgreSQL only, selected explicitly: the fault is pg_terminate_backend of this
 test's own connection, which SQLite has no counterpart of. CI runs this in its
@@ -49,3 +49,28 @@ def test_a_write_on_a_killed_connection_is_refused_503_with_retry_after_not_retr
     # What a server does as the request ends (the test client leaves it out): the dead connection goes.
     connection.close_if_unusable_or_obsolete()
     assert Client().get("/accounts/login/").status_code == 200
+
+
+def test_a_stream_write_on_a_killed_connection_is_made_again_on_a_fresh_one(caplog):
+    """The streamer's writes (``RunStreamer._persist``) outlive a connection PostgreSQL terminated under them."""
+    import asyncio
+
+    from interrupts.hub import streaming
+    from interrupts.models import Run
+
+    run = Run.objects.select_related("thread", "agent").get(pk=factories.run().pk)
+    tries, wrote = [], []
+
+    def write() -> int:
+        connection.ensure_connection()
+        tries.append(connection.connection.info.backend_pid)
+        if len(tries) == 1:
+            kill_this_connection()  # the first try's connection is terminated just before it writes
+        updated = Run.objects.filter(pk=run.pk).update(last_error="written")
+        wrote.append(tries[-1])
+        return updated
+
+    assert asyncio.run(streaming.RunStreamer(run, "worker")._persist(write)) == 1
+    assert Run.objects.get(pk=run.pk).last_error == "written"
+    assert len(tries) == 2 and wrote == [tries[1]] and tries[1] != tries[0]
+    assert "trying again on a fresh connection" in caplog.text
