@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+import threading
 import time
 
 from asgiref.sync import sync_to_async
@@ -27,15 +28,44 @@ logger = logging.getLogger(__name__)
 SCOPE_KEY = "countersign.after_reply"
 
 
+class _Reply:
+    """A request's work for after its reply, and whether that reply is over: sent, or its client gone.
+
+    A client that leaves mid-request is not a process that died: the decision
+    it made stands, so what is left runs when the request ends, and work asked
+    for after that (a view's thread outliving a cancelled request) runs at once.
+    """
+
+    def __init__(self) -> None:
+        self.callbacks: list = []
+        self.over = False
+        self.lock = threading.Lock()
+
+    def add(self, callback) -> bool:
+        """Keep ``callback`` for later; False (the caller runs it now) once the reply is over."""
+        with self.lock:
+            if not self.over:
+                self.callbacks.append(callback)
+            return not self.over
+
+    def end(self) -> list:
+        """The reply is over: the work still waiting, taken."""
+        with self.lock:
+            self.over = True
+            work, self.callbacks = self.callbacks, []
+        return work
+
+
 def deferrable(request) -> bool:
     """Whether ``request`` is served through ``AfterReply``, so work can wait for its reply to be sent."""
     scope = getattr(request, "scope", None)
-    return isinstance(scope, dict) and isinstance(scope.get(SCOPE_KEY), list)
+    return isinstance(scope, dict) and isinstance(scope.get(SCOPE_KEY), _Reply)
 
 
 def after_reply(request, callback) -> None:
     """Call ``callback()`` (synchronous, it may use the database) once ``request``'s reply has been sent."""
-    request.scope[SCOPE_KEY].append(callback)
+    if not request.scope[SCOPE_KEY].add(callback):
+        _run([callback])  # the request is over already (its client left): nothing to wait for
 
 
 def acknowledge_after(request, decided) -> None:
@@ -51,21 +81,28 @@ class AfterReply:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        callbacks: list = []
+        reply = _Reply()
 
         async def sending(message):
             await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body", False) and callbacks:
-                work = list(callbacks)
-                callbacks.clear()
-                # A task of its own, in a fresh context: the server tells the request it is over
-                # once its reply is out, and Django then cancels what the request still awaits.
-                task = asyncio.get_running_loop().create_task(
-                    sync_to_async(_run, thread_sensitive=False)(work), context=contextvars.Context())
-                _running.add(task)
-                task.add_done_callback(_running.discard)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                _start(reply.end())
 
-        await self.app({**scope, SCOPE_KEY: callbacks}, receive, sending)
+        try:
+            await self.app({**scope, SCOPE_KEY: reply}, receive, sending)
+        finally:
+            _start(reply.end())  # the client left before its reply: this process lives, so the work stands
+
+
+def _start(work: list) -> None:
+    if not work:
+        return
+    # A task of its own, in a fresh context: the server tells the request it is over
+    # once its reply is out, and Django then cancels what the request still awaits.
+    task = asyncio.get_running_loop().create_task(
+        sync_to_async(_run, thread_sensitive=False)(work), context=contextvars.Context())
+    _running.add(task)
+    task.add_done_callback(_running.discard)
 
 
 #: Callbacks under way (the event loop keeps only weak references to tasks).

@@ -120,7 +120,7 @@ committed = pytest.mark.django_db(transaction=True)
 
 
 async def post_decision(interrupt_pk: int, token: str, *, reply_leaves: bool) -> list[dict]:
-    """POST a rejection to the decide endpoint; ``reply_leaves`` False: the process dies before its body goes out."""
+    """POST a rejection to the decide endpoint; ``reply_leaves`` False: the client is gone before its body goes out."""
     from project.asgi import application
 
     body = json.dumps({"action": "reject"}).encode()
@@ -164,10 +164,31 @@ def reviewer_token() -> str:
 
 @committed
 async def test_a_decision_whose_answer_never_left_the_server_never_reaches_the_agent():
+    """The process stops for good between commit and answer: its body is never handed over, nothing after runs."""
+    from project.asgi import application
+
     [interrupt] = await sync_to_async(batch)(1)
     token = await sync_to_async(reviewer_token)()
-    sent = await post_decision(interrupt.pk, token, reply_leaves=False)
-    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [201]  # committed, then lost
+    body = json.dumps({"action": "reject"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": f"/api/interrupts/{interrupt.pk}/decide/", "raw_path": b"", "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 50000), "server": ("localhost", 80),
+             "headers": [(b"host", b"localhost"), (b"authorization", f"Token {token}".encode()),
+                         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    frozen, started = asyncio.Event(), asyncio.Event()
+    messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+
+    async def receive():
+        return next(messages, None) or await frozen.wait()
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            started.set()
+        else:
+            await frozen.wait()  # as a killed process: the answer never goes, and nothing runs after
+
+    serving = asyncio.ensure_future(application(scope, receive, send))
+    await asyncio.wait_for(started.wait(), 10)  # committed, and about to answer
 
     def held():
         [resume] = resumes(interrupt)
@@ -177,6 +198,23 @@ async def test_a_decision_whose_answer_never_left_the_server_never_reaches_the_a
     assert await sync_to_async(decisions.drop_unacknowledged)(later()) == 1
     assert await sync_to_async(resumes)(interrupt) == []
     assert (await Interrupt.objects.aget(pk=interrupt.pk)).status == "pending"
+    serving.cancel()
+
+
+@committed
+async def test_a_decision_whose_client_left_before_the_answer_stands():
+    """A reviewer who navigated away decided all the same: the process lives, so the decision travels."""
+    [interrupt] = await sync_to_async(batch)(1)
+    token = await sync_to_async(reviewer_token)()
+    sent = await post_decision(interrupt.pk, token, reply_leaves=False)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [201]
+
+    def acknowledged():
+        return not Interrupt.objects.filter(pk=interrupt.pk, unacknowledged__isnull=False).exists()
+
+    await sync_to_async(wait_until)(acknowledged)
+    [resume] = await sync_to_async(resumes)(interrupt)
+    assert await sync_to_async(outbox.claim_due)(10, "w") == [(resume.pk, True)]
 
 
 @committed
