@@ -231,3 +231,14 @@ def in_pass(back_end: str):
     scale = os.environ.get("DATABASE_URL", "").startswith("postgres")
     wanted = back_end == "postgresql"
     return pytest.mark.skipif(scale != wanted, reason=f"a private server's fault: runs in CI's {back_end} pass")
+
+
+def session_cookie(app) -> str:
+    """Log in as the demo reviewer through ``app``'s login page; the session cookie's value."""
+    with httpx.Client(base_url=app.url) as browser:
+        csrf = browser.get("/accounts/login/").cookies["csrftoken"]
+        response = browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
+                                                          "csrfmiddlewaretoken": csrf},
+                                headers={"Referer": f"{app.url}/"})
+        assert response.status_code == 302, response.text
+        return browser.cookies["sessionid"]

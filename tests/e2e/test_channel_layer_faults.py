@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from ..servers import ServedApp
-from .conftest import in_pass, pending, start, wait_for
+from .conftest import in_pass, pending, session_cookie, start, wait_for
 from .private_servers import PrivateRedis
 
 # WebSocket's 1013 ("try again later") in the application's range: daphne cannot send 1013 itself.
@@ -34,16 +34,6 @@ def app(tmp_path, redis):
     served = ServedApp(tmp_path, self_approving=True, REDIS_URL=redis.url, COUNTERSIGN_POLL_INTERVAL="0.2").start()
     yield served
     served.stop()
-
-
-def session_cookie(app) -> str:
-    with httpx.Client(base_url=app.url) as browser:
-        csrf = browser.get("/accounts/login/").cookies["csrftoken"]
-        response = browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
-                                                          "csrfmiddlewaretoken": csrf},
-                                headers={"Referer": f"{app.url}/"})
-        assert response.status_code == 302, response.text
-        return browser.cookies["sessionid"]
 
 
 def opened(app, path: str, session: str, first: str):

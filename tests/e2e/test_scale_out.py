@@ -24,7 +24,7 @@ from websockets.sync.client import connect
 
 from ..agui import answers as attested
 from ..servers import ROOT, cluster, stop_all
-from .conftest import events, finished_run, pending, start, wait_for
+from .conftest import events, finished_run, pending, session_cookie, start, wait_for
 from .scripted_agent import Gate
 
 PROCESSES = 3
@@ -196,17 +196,6 @@ def test_resumes_decided_through_different_processes_are_each_sent_exactly_once(
     assert all(attested(body["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
                for body in sent)
     assert Counter(process_of(apps, r["claimed_by"]) for r in resumes) == {n: MAX_STREAMS for n in range(PROCESSES)}
-
-
-def session_cookie(app) -> str:
-    """Log in as the demo reviewer through ``app``'s login page; the session cookie's value."""
-    with httpx.Client(base_url=app.url) as browser:
-        csrf = browser.get("/accounts/login/").cookies["csrftoken"]
-        response = browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
-                                                          "csrfmiddlewaretoken": csrf},
-                                headers={"Referer": f"{app.url}/"})
-        assert response.status_code == 302, response.text
-        return browser.cookies["sessionid"]
 
 
 def socket(app, path: str, session: str):

@@ -119,16 +119,22 @@ def test_a_decision_made_where_the_caller_itself_is_the_reply_is_not_held():
 committed = pytest.mark.django_db(transaction=True)
 
 
-async def post_decision(interrupt_pk: int, token: str, *, reply_leaves: bool) -> list[dict]:
-    """POST a rejection to the decide endpoint; ``reply_leaves`` False: the client is gone before its body goes out."""
-    from project.asgi import application
-
+def rejection(interrupt_pk: int, token: str) -> tuple[bytes, dict]:
+    """The body and ASGI scope of a POST rejecting ``interrupt_pk`` at the decide endpoint, as daphne calls it."""
     body = json.dumps({"action": "reject"}).encode()
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": f"/api/interrupts/{interrupt_pk}/decide/", "raw_path": b"", "query_string": b"",
              "root_path": "", "client": ("127.0.0.1", 50000), "server": ("localhost", 80),
              "headers": [(b"host", b"localhost"), (b"authorization", f"Token {token}".encode()),
                          (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    return body, scope
+
+
+async def post_decision(interrupt_pk: int, token: str, *, reply_leaves: bool) -> list[dict]:
+    """POST a rejection to the decide endpoint; ``reply_leaves`` False: the client is gone before its body goes out."""
+    from project.asgi import application
+
+    body, scope = rejection(interrupt_pk, token)
     requested, sent = False, []
 
     async def receive():
@@ -169,12 +175,7 @@ async def test_a_decision_whose_answer_never_left_the_server_never_reaches_the_a
 
     [interrupt] = await sync_to_async(batch)(1)
     token = await sync_to_async(reviewer_token)()
-    body = json.dumps({"action": "reject"}).encode()
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": f"/api/interrupts/{interrupt.pk}/decide/", "raw_path": b"", "query_string": b"",
-             "root_path": "", "client": ("127.0.0.1", 50000), "server": ("localhost", 80),
-             "headers": [(b"host", b"localhost"), (b"authorization", f"Token {token}".encode()),
-                         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    body, scope = rejection(interrupt.pk, token)
     frozen, started = asyncio.Event(), asyncio.Event()
     messages = iter([{"type": "http.request", "body": body, "more_body": False}])
 
