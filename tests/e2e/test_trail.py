@@ -178,12 +178,7 @@ def test_a_chain_rewritten_whole_after_it_was_verified_is_named(chain):
     assert verify()[0] == 0
     verified = AuditCheckpoint.objects.get().seq
     unguard("interrupts_auditentry")
-    prev = trail.GENESIS
-    for entry in AuditEntry.objects.order_by("seq"):
-        content = entry.content.replace('"approved":true', '"approved":false')
-        raw("UPDATE interrupts_auditentry SET content = %s, prev_hash = %s, hash = %s WHERE seq = %s",
-            [content, prev, trail.entry_hash(prev, content), entry.seq])
-        prev = trail.entry_hash(prev, content)
+    rewrite_whole_chain()
     code, _, err = verify()
     assert code == 1
     assert first_problem(err).startswith(f"BROKEN: entry {verified} changed since it was verified at")
@@ -573,3 +568,15 @@ def test_the_stand_ins_are_total_and_tell_values_apart():
     assert trail.signable({"n": 2**60}) != trail.signable({"n": 2**60 + 1})
     assert trail.signable({"a": 2**60, "b": 1}) == trail.signable({"b": 1, "a": 2**60})  # as jsonb reorders keys
     assert trail._digest("p\ud800ss") != trail._digest("p\udfffss")
+
+
+def rewrite_whole_chain() -> str:
+    """Turn every approval in the trail into a rejection and hash the chain anew, as a database writer could;
+    the new head's hash."""
+    prev = trail.GENESIS
+    for entry in AuditEntry.objects.order_by("seq"):
+        content = entry.content.replace('"approved":true', '"approved":false')
+        raw("UPDATE interrupts_auditentry SET content = %s, prev_hash = %s, hash = %s WHERE seq = %s",
+            [content, prev, trail.entry_hash(prev, content), entry.seq])
+        prev = trail.entry_hash(prev, content)
+    return prev

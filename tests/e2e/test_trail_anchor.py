@@ -16,7 +16,8 @@ from interrupts.hub import decisions, trail
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Delivery, Policy, Webhook
 
 from .. import factories as make
-from .test_trail import chain, entry_of, pending, problems, raw, recorded, unguard, verify  # noqa: F401 (fixture)
+from .test_trail import (  # noqa: F401 (chain: a fixture)
+    chain, entry_of, pending, problems, raw, recorded, rewrite_whole_chain, unguard, verify)
 
 pytestmark = pytest.mark.django_db
 
@@ -126,12 +127,7 @@ def test_a_chain_rewritten_whole_fails_against_a_head_seen_before(chain):
     seen = newest()
     unguard("interrupts_auditentry")
     raw("DELETE FROM interrupts_auditcheckpoint")  # the checkpoint lives in the same database: rewritten too
-    prev = trail.GENESIS
-    for entry in AuditEntry.objects.order_by("seq"):
-        content = entry.content.replace('"approved":true', '"approved":false')
-        raw("UPDATE interrupts_auditentry SET content = %s, prev_hash = %s, hash = %s WHERE seq = %s",
-            [content, prev, trail.entry_hash(prev, content), entry.seq])
-        prev = trail.entry_hash(prev, content)
+    prev = rewrite_whole_chain()
     code, _, err = verify_expecting(seen)
     assert code == 1
     assert problems(err)[0] == (f"BROKEN: entry {seen.seq} is not the head expected ({seen}): its hash is now "
