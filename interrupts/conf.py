@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .protocol.schema import (  # noqa: F401  (named here: every limit in one place)
+from .protocol.schema.limits import (  # noqa: F401  (named here: every limit in one place)
     MAX_PATTERN_CHARS,
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,

@@ -11,7 +11,7 @@ from ..hub import claims, decisions, policies
 from ..conf import (ACTIONS, BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS,
                     MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
-from ..protocol.schema import supports_edits
+from ..protocol.schema.edits import supports_edits
 from ..reads import selectors
 
 

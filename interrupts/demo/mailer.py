@@ -8,7 +8,8 @@ import re
 
 from ..sdk import Agent, InvalidResume, RunOutcome, interrupt
 from ..protocol.errors import ContractViolation
-from ..protocol.schema import apply_edits, payload_errors
+from ..protocol.schema.edits import apply_edits
+from ..protocol.schema.payloads import payload_errors
 
 # The approve-with-edits pattern of interrupts.mdx: editedArgs is a full replacement.
 SEND_EMAIL_SCHEMA = {

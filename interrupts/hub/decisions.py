@@ -42,7 +42,7 @@ from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
 from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation, ProtocolError
-from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
+from ..protocol.schema.edits import EDITED_ARGS, apply_edits, approval_payload, supports_edits
 from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
 from .refusals import Refusal
 

@@ -15,7 +15,8 @@ from ag_ui.core import Interrupt, ResumeEntry
 
 from ..protocol.capabilities import DEDUPES_RUN_ID
 from ..protocol.errors import ContractViolation
-from ..protocol.schema import check_schema, payload_errors
+from ..protocol.schema.checks import check_schema
+from ..protocol.schema.payloads import payload_errors
 from .errors import AgentError
 from .verify import conversation_tool_call_ids
 

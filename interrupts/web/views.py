@@ -32,12 +32,8 @@ from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
 from ..protocol.errors import ProtocolError, refusal_body
 from ..protocol.inert import args_form
-from ..protocol.schema import (
-    EDITED_ARGS,
-    approval_payload,
-    payload_errors,
-    supports_edits,
-)
+from ..protocol.schema.edits import EDITED_ARGS, approval_payload, supports_edits
+from ..protocol.schema.payloads import payload_errors
 
 
 def _without(params, *names: str) -> str:

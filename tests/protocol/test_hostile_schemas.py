@@ -13,17 +13,13 @@ from datetime import datetime, timezone
 import pytest
 from ag_ui.core import Interrupt, ResumeEntry
 
-from interrupts.protocol import schema as schema_module
 from interrupts.protocol.contract import check_entry, interrupt_problems
 from interrupts.protocol.errors import ContractViolation
-from interrupts.protocol.schema import (
-    MAX_SCHEMA_BYTES,
-    MAX_SCHEMA_DEPTH,
-    check_schema,
-    payload_errors,
-    schema_problems,
-    validate_payload,
-)
+from interrupts.protocol.schema import checks, payloads
+from interrupts.protocol.schema.checks import check_schema
+from interrupts.protocol.schema.limits import FAST_VALIDATION_STEPS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from interrupts.protocol.schema.payloads import payload_errors, validate_payload
+from interrupts.protocol.schema.scan import schema_problems
 
 NOW = datetime(2026, 4, 20, 12, 0, tzinfo=timezone.utc)
 # A bomb the budget cuts off ends in well under a second; one it did not would run for
@@ -117,7 +113,7 @@ def test_remote_refs_are_flagged_refused_and_never_fetched(recording_server, nam
 def test_the_validator_itself_never_fetches_even_past_the_scan(recording_server, monkeypatch):
     # With the static scan out of the way, the registry is what refuses.
     base, seen = recording_server
-    monkeypatch.setattr(schema_module, "schema_problems", lambda *a, **k: [])
+    monkeypatch.setattr(checks, "schema_problems", lambda *a, **k: [])
     for schema in _remote_schemas(base).values():
         assert refusal(schema, {"a": "x", "to": "x"}).code == "INVALID_SCHEMA"
     # Through an unknown keyword, where the scan treats it as a schema anyway.
@@ -369,35 +365,35 @@ def test_costly_checks_run_in_the_worker_process_with_the_same_verdict(monkeypat
     # a CPU-bound check never holds the server's interpreter. The in-process
     # function is wrapped here: the worker runs its own copy, unwrapped.
     in_process = []
-    real = schema_module._errors_within
+    real = payloads.errors_within
 
     def noted(schema, payload, steps):
         in_process.append(steps)
         return real(schema, payload, steps)
 
-    monkeypatch.setattr(schema_module, "_errors_within", noted)
+    monkeypatch.setattr(payloads, "errors_within", noted)
     schema = {"type": "array", "items": {"type": "integer", "minimum": 0}}
     payload = list(range(3000)) + [-1, "x"]
     errors = payload_errors(schema, payload)
-    assert in_process == [schema_module.FAST_VALIDATION_STEPS]
+    assert in_process == [FAST_VALIDATION_STEPS]
     assert errors == [{"path": "/3000", "message": "-1 is less than the minimum of 0"},
                       {"path": "/3001", "message": "'x' is not of type 'integer'"}]
-    assert payload_errors(schema, list(range(10))) == [] and in_process[-1] == schema_module.FAST_VALIDATION_STEPS
+    assert payload_errors(schema, list(range(10))) == [] and in_process[-1] == FAST_VALIDATION_STEPS
     assert refusal(_bomb(40), "x").code == "SCHEMA_TOO_COSTLY"  # refused in the worker, reported here
     assert refusal({"$ref": "#"}, list(range(6000))).code == "INVALID_SCHEMA"
 
 
 def test_a_costly_check_that_cannot_get_its_turn_is_busy(monkeypatch):
-    monkeypatch.setattr(schema_module, "COSTLY_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(payloads, "COSTLY_WAIT_SECONDS", 0.2)
     payload_errors({"type": "array"}, list(range(6000)))  # the worker is up
-    occupied = schema_module._costly_pool().submit(time.sleep, 2)
+    occupied = payloads._costly_pool().submit(time.sleep, 2)
     started = time.perf_counter()
     err = refusal(_bomb(40), "x", interrupt_id="int-b")
     assert err.code == "BUSY" and err.details["interrupt_id"] == "int-b"
     assert time.perf_counter() - started < 1.5
     occupied.result()
     # Its turn comes (a refused check already handed to the worker still runs first: budget-bound).
-    monkeypatch.setattr(schema_module, "COSTLY_WAIT_SECONDS", 10.0)
+    monkeypatch.setattr(payloads, "COSTLY_WAIT_SECONDS", 10.0)
     assert refusal(_bomb(40), "x").code == "SCHEMA_TOO_COSTLY"
 
 

@@ -10,14 +10,9 @@ import copy
 import pytest
 
 from interrupts.protocol.errors import ContractViolation
-from interrupts.protocol.schema import (
-    apply_edits,
-    check_schema,
-    edited_args_schema,
-    payload_errors,
-    supports_edits,
-    validate_payload,
-)
+from interrupts.protocol.schema.checks import check_schema
+from interrupts.protocol.schema.edits import apply_edits, edited_args_schema, supports_edits
+from interrupts.protocol.schema.payloads import payload_errors, validate_payload
 
 # The schemas of the spec's examples (int-abc123, int-email-edit, int-form).
 from ..spec_examples import APPROVAL_SCHEMA, EDIT_SCHEMA, FORM_SCHEMA
@@ -239,7 +234,7 @@ def test_apply_edits_refuses_non_object_edits(edited):
 
 # --- approval_payload ----------------------------------------------------------
 
-from interrupts.protocol.schema import approval_payload  # noqa: E402
+from interrupts.protocol.schema.edits import approval_payload  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,10 @@ from typing import Any, Iterable
 from ag_ui.core import Interrupt, ResumeEntry
 
 from ..errors import ContractViolation
-from ..schema import apply_edits, check_schema, check_usable_schema, schema_problems, validate_payload
+from ..schema.checks import check_schema, check_usable_schema
+from ..schema.edits import apply_edits
+from ..schema.payloads import validate_payload
+from ..schema.scan import schema_problems
 
 #: Metadata key the spec reserves for AG-UI's own use.
 RESERVED_METADATA_KEY = "ag-ui"
