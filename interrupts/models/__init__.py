@@ -1,0 +1,38 @@
+"""What Countersign stores, one module per family; every model is imported here for Django's registry.
+
+Invariants the audit trail needs are held by the database, not only by
+Python: an event's per-thread sequence number is unique and an event row
+never changes; an interrupt id is unique within its run; a decision row never
+changes (beyond being superseded once), and each reviewer has at most one live
+decision per interrupt (``one_live_decision_per_reviewer``: under a policy
+requiring N approvals an interrupt gathers up to N, one per person). The
+triggers that forbid changing history are in migration 0002 (events,
+decisions) and 0011 (the audit chain). More in docs/internals/models.md.
+"""
+
+from .agents import DIALECT_CHOICES, Agent, masked, new_signing_secret
+from .audit import AUDIT_GENESIS, AuditCheckpoint, AuditEntry
+from .fields import ExactJSONField
+from .interrupts import Decision, DecisionStatus, Interrupt, InterruptStatus, Presence
+from .notifications import (
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+    EmailChoice,
+    EmailNotice,
+    NotificationPreference,
+    NotifyEvent,
+    Webhook,
+    every_notify_event,
+)
+from .policies import Policy
+from .threads import Event, Run, RunStatus, Settlement, Thread
+from .tokens import APIToken
+
+__all__ = [
+    "AUDIT_GENESIS", "APIToken", "Agent", "AuditCheckpoint", "AuditEntry", "DIALECT_CHOICES", "Decision",
+    "DecisionStatus", "Delivery", "DeliveryAttempt", "DeliveryStatus", "EmailChoice", "EmailNotice", "Event",
+    "ExactJSONField", "Interrupt", "InterruptStatus", "NotificationPreference", "NotifyEvent", "Policy",
+    "Presence", "Run", "RunStatus", "Settlement", "Thread", "Webhook", "every_notify_event", "masked",
+    "new_signing_secret",
+]
