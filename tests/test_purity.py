@@ -154,7 +154,7 @@ def test_the_layer_map_knows_the_rooms_of_the_design():
     graph = app_imports()
     for module in ("interrupts.hub.outbox", "interrupts.hub.accept", "interrupts.hub.wakeup", "interrupts.hub.log",
                    "interrupts.hub.refusals", "interrupts.reads.selectors", "interrupts.live.relay",
-                   "interrupts.live.consumers", "interrupts.web.views", "interrupts.conf"):
+                   "interrupts.live.consumers", "interrupts.web.inbox", "interrupts.conf"):
         assert module in graph, module
     assert layer_of("interrupts.hub.wakeup") < layer_of("interrupts.hub.runs") < layer_of("interrupts.reads.selectors")
     assert layer_of("interrupts.sdk.views") > layer_of("interrupts.sdk.driver")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -24,6 +24,7 @@ from ..conf import BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS
 from ..hub import decisions, replies
 from ..protocol.errors import ProtocolError
 from ..reads import selectors
+from .navigation import htmx_or_redirect
 
 # Ids are 64-bit: a larger number is no interrupt, and the database refuses to compare with it.
 _LARGEST_ID = 2**63 - 1
@@ -103,19 +104,17 @@ def bulk_decide(request):
 
 
 def _answer(request, result: dict, status: int = 200):
-    if request.htmx:
-        return render(request, "interrupts/_bulk_result.html", result, status=status)
     if "error" in result:
-        messages.error(request, result["error"])
+        notes = [(messages.error, result["error"])]
     else:
-        messages.success(request, result["summary"])
-        for item in result["skipped"]:
-            messages.warning(request, f"Skipped {item['interrupt_id']}: {item['detail']}")
+        notes = [(messages.success, result["summary"])]
+        notes += [(messages.warning, f"Skipped {item['interrupt_id']}: {item['detail']}") for item in result["skipped"]]
         if result["more"]:
-            messages.info(request, result["more"])
+            notes.append((messages.info, result["more"]))
     # Back to the inbox as it was filtered: the form's query string is the page's.
     query = request.GET.urlencode()
-    return redirect(reverse("inbox") + (f"?{query}" if query else ""))
+    return htmx_or_redirect(request, lambda: render(request, "interrupts/_bulk_result.html", result, status=status),
+                            reverse("inbox") + (f"?{query}" if query else ""), *notes)
 
 
 def _more_left(count: int) -> str:

@@ -1,0 +1,31 @@
+"""Adding, editing and deleting a policy; the policies are listed on the registry page (``agents``)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from ..models import Policy
+from .forms import PolicyForm
+
+
+@staff_member_required
+def policy_edit(request, pk: int | None = None):
+    policy = get_object_or_404(Policy, pk=pk) if pk else None
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, f"Saved policy {saved.name}.")
+        return redirect("agents")
+    return render(request, "interrupts/policy_form.html", {"form": form, "policy": policy})
+
+
+@staff_member_required
+@require_POST
+def policy_delete(request, pk: int):
+    policy = get_object_or_404(Policy, pk=pk)
+    policy.delete()
+    messages.success(request, f"Deleted policy {policy.name}; its interrupts now follow the next most specific one.")
+    return redirect("agents")

@@ -1,0 +1,105 @@
+"""Threads: the list, one thread's history as it grows, and starting or stopping a run."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from ..conf import THREAD_EVENTS_LIMIT
+from ..hub import refused, runs
+from ..models import Run, Thread
+from ..protocol.errors import ProtocolError
+from ..reads import history, selectors
+from .forms import StartRunForm
+from .navigation import safe_next
+from .settle import SETTLE_ACTIONS
+
+
+def threads(request):
+    page = Paginator(selectors.threads(request.GET.get("agent", ""), request.GET.get("q", "").strip()), 50)
+    return render(request, "interrupts/threads.html", {
+        "page": page.get_page(request.GET.get("page")),
+        "start_form": StartRunForm(),
+        "q": request.GET.get("q", ""),
+    })
+
+
+def thread_detail(request, thread_id: str):
+    thread = get_object_or_404(selectors.thread_rows(), thread_id=thread_id)
+    shown = history.page(thread, limit=THREAD_EVENTS_LIMIT)
+    return render(request, "interrupts/thread.html", {
+        "thread": thread,
+        "items": shown.items,
+        "last_seq": shown.last_seq,
+        "truncated": shown.count == THREAD_EVENTS_LIMIT,
+        "pending": shown.pending,
+        "start_form": StartRunForm(initial={"agent": thread.agent.name}),
+        "runs": history.runs(thread),
+        # Every refused answer holds the thread; each person sees those they may settle.
+        "refused_answers": refused.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
+        "refused_held": bool(held),
+        "settle_actions": SETTLE_ACTIONS,
+    })
+
+
+def thread_events(request, thread_id: str):
+    """The thread's events after ``after``, rendered as history items (for live updates and gaps), with the
+    decisions that may have changed since and the Runs list."""
+    thread = get_object_or_404(Thread, thread_id=thread_id)
+    try:
+        after = max(int(request.GET.get("after", 0)), 0)
+    except ValueError:
+        after = 0
+    held = selectors.refused_answers(thread=thread)
+    refused_answers = refused.settleable_by(request.user, held)
+    if request.GET.get("part") == "refused":
+        # The answers the agent refused, as the thread page shows them: it
+        # asks when the count it holds (X-Refused) is not the thread's.
+        return render(request, "interrupts/_refused.html", {
+            "refused_answers": refused_answers, "refused_on_thread": True, "settle_actions": SETTLE_ACTIONS})
+    shown = history.since(thread, after, limit=500)
+    pending = selectors.thread_has_pending(thread)
+    # The Runs list comes along: a run's status changes without an event of its own (queued, paused, finished).
+    response = render(request, "interrupts/_history.html", {
+        "items": shown.items, "thread": thread, "runs": history.runs(thread), "runs_part": True})
+    response["X-Last-Seq"] = str(shown.last_seq)
+    # A refused answer holds the thread like a pending decision does.
+    response["X-Pending"] = "1" if pending or held else "0"
+    response["X-Refused"] = str(len(refused_answers))
+    return response
+
+
+@require_POST
+def start_run(request, thread_id: str | None = None):
+    form = StartRunForm(request.POST)
+    thread = get_object_or_404(Thread, thread_id=thread_id) if thread_id else None
+    if not form.is_valid() or (thread is None and form.cleaned_data.get("agent") is None):
+        messages.error(request, "Pick an agent and write a message (at most 100,000 characters).")
+        return redirect(safe_next(request, request.META.get("HTTP_REFERER"), reverse("threads")))
+    agent = thread.agent if thread else form.cleaned_data["agent"]
+    try:
+        run = runs.start_run(agent, user=request.user, thread_id=thread.thread_id if thread else None,
+                             message=form.cleaned_data["message"] or None)
+    except ProtocolError as refused:
+        messages.error(request, refused.message)
+        return redirect(reverse("thread", args=[thread.thread_id]) if thread else reverse("threads"))
+    return redirect("thread", run.thread.thread_id)
+
+
+@require_POST
+def cancel_run(request, pk: int):
+    """Stop run (staff): end a streaming or waiting run with CANCELLED_BY_OPERATOR; back to its thread."""
+    run = get_object_or_404(Run.objects.select_related("thread"), pk=pk)
+    try:
+        stopped = runs.cancel(run, request.user)
+    except ProtocolError as refused:  # STAFF_ONLY
+        messages.error(request, refused.message)
+        return redirect("thread", run.thread.thread_id)
+    if stopped:
+        messages.success(request, f"Stopped run {run.run_id}.")
+    else:
+        messages.error(request, f"Run {run.run_id} already ended; there was nothing to stop.")
+    return redirect("thread", run.thread.thread_id)
