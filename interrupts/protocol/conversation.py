@@ -1,18 +1,6 @@
 """A thread's messages and state, built from events as AG-UI 1.0 and ``@ag-ui/client`` 1.0.0 build them.
 
-``fold`` is the one function that turns an agent's events into the
-conversation the next run is sent (``outgoing``): the table "How
-@ag-ui/client builds messages and state from events" of the 1.0 checklist
-(rules C43-C62), checked against the real client reducer by
-tests/protocol/test_conversation_differential.py. Where the client is
-silent and 1.0 says SHOULD warn (an ACTIVITY_DELTA or a
-REASONING_ENCRYPTED_VALUE naming nothing), ``fold`` warns.
-
-Everything here is the agent's, so untrusted: the work is bounded (text
-deltas are joined once per call rather than copied per delta, patches go
-through ``state.apply_delta``'s byte budget, the message count is capped), a
-malformed event is skipped with a warning and never raises, and the caller's
-messages and state are never mutated (a message is copied before it changes).
+Why it is shaped so: docs/internals/protocol.md (protocol/conversation.py).
 """
 
 from __future__ import annotations

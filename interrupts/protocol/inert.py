@@ -1,56 +1,6 @@
 """What a reviewer's browser gets of an agent's ``responseSchema``: an allow-list.
 
-The inbox builds its answer forms with json-editor, which treats a schema as a
-description of *markup* as much as of data: ``options.inputAttributes`` and
-``options.containerAttributes`` become attributes (``onfocus=...``), ``links``
-become ``<a href>`` (``javascript:``), ``headerTemplate``, ``template``,
-``watch`` and ``enumSource`` run through its template engine, ``media`` and
-some ``format`` values pick editors that load other libraries, and string
-options name window globals to call. An agent writes the schema, so the page
-must never see any of that.
-
-``inert_schema`` keeps only JSON Schema's validation and annotation keywords
-that json-editor needs to draw plain inputs, rebuilt from scratch (nothing of
-the agent's objects is passed through), recursively, within fixed bounds.
-Values of annotation keywords (``default``, ``const``, ``enum``, ``examples``)
-are kept only when they are scalars (json-editor writes the keys of an object
-value into ``innerHTML``), and titles and descriptions stay strings: the page
-shows them as text. The original schema is kept as received (it is what the agent said, for
-the audit, and what answers are validated against on the server); only the
-page gets the reduced one, so a keyword dropped here costs at most a check in
-the browser, never one on the server.
-
-Decisions, and why:
-
-- Local ``$ref`` (``#`` or ``#/...`` JSON pointers into the same schema) are
-  *inlined* here, and ``$defs``/``definitions`` are not sent: json-editor
-  would resolve references itself, fetch non-local ones when its ``ajax``
-  option is on, and loop on recursive ones. A cycle is cut at its second visit
-  (the field accepts any value; the server still validates). Any other
-  ``$ref`` (remote, ``$id``-relative, anchors) is dropped.
-- ``prefixItems`` (2020-12) is sent as json-editor's draft-4 tuple form:
-  ``items`` as a list, with ``additionalItems`` for the rest.
-- ``oneOf``/``anyOf``/``allOf`` are kept: json-editor draws a chooser for the
-  first two and merges the third. ``not``, ``if``/``then``/``else``,
-  ``dependentRequired``/``dependentSchemas``, ``patternProperties`` and
-  ``contains`` are dropped: json-editor draws nothing for them, and the server
-  checks them.
-- ``pattern`` is dropped: the browser would run the agent's regular expression
-  with a backtracking engine on every keystroke (``^(a+)+$`` freezes the tab);
-  the server checks it, in linear time, and its errors are shown on the form.
-- ``format`` is kept only for values drawn as plain inputs (``email``,
-  ``date``, ...); others select json-editor editors that need libraries we do
-  not load (``markdown``, ``html``, ``color``, ``ipv4``), fill the field in
-  themselves (``uuid``) or build uploads and buttons (``url``, ``upload``,
-  ``button``, ``info``).
-- ``readOnly`` is dropped: the reviewer answers the form, the agent does not
-  get to lock parts of it.
-- ``options``, ``links``, ``headerTemplate``, ``template``, ``watch``,
-  ``enumSource``, ``media``, ``propertyOrder``, ``id``/``$id`` and anything
-  unknown are dropped.
-
-Past a bound the function returns ``None``: the card offers a JSON answer
-instead of a form (the server validates either).
+Why it is shaped so: docs/internals/protocol.md (protocol/inert.py).
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """One run's event stream as a state machine: is it well-formed, and what did it propose?
 
-The hub feeds ``RunLifecycle.accept`` every parsed event of one run, in
-order, and calls ``end_of_stream`` when the connection closes. A stream that
-breaks the run lifecycle of the AG-UI "Events" page (RUN_STARTED first, one
-RUN_FINISHED or RUN_ERROR last, nothing after it but one late RUN_ERROR,
-tool-call events in start/args/end order, a continuation attributed as its
-opener) is refused with a ``StreamFault`` whose ``code`` is
-stable and whose ``message`` names what arrived and what was expected.
-
-Alongside, it hands every tool-call event and every MESSAGES_SNAPSHOT to a
-``ToolCalls`` (toolcalls.py), which reassembles what the audit trail needs:
-each tool call's name and argument text. ``tool_calls`` and
-``proposed_args`` read it from there; how the run ended is read here.
-
-Readings of the spec that matter in practice:
-
-* TOOL_CALL_RESULT is never refused, whatever its ``toolCallId``: a resumed
-  run reports the result of a call its *earlier* run proposed and, by the
-  spec, does not start that call again.
-* A message or a call opened by TOOL_CALL_START still open at RUN_FINISHED
-  is a fault (1.0, C45); before the end, ``proposed_args`` says a call's
-  arguments may be incomplete. RUN_ERROR ends whatever was open (C9, C41).
-* The run's end closes a chunked call still open, as the spec's
-  TOOL_CALL_CHUNK section says; each owner (subagent) has its own (C38, C39).
+Why it is shaped so: docs/internals/protocol.md (protocol/lifecycle.py).
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """What lets an agent check a countersignature: canonical JSON, fingerprints, HMAC signatures.
 
-Pure Python, shared by the hub (which signs) and ``interrupts.sdk`` (which
-verifies), so both sides compute the very same bytes.
-
-- ``canonical``: RFC 8785 (JSON Canonicalization Scheme) bytes of a value.
-- ``fingerprint``: ``sha256:`` + hex SHA-256 of the canonical JSON of what a
-  resume entry answers: ``{threadId, runId, interruptId, toolCallId, status,
-  payload}``, ``runId`` being the interrupted run.
-- ``sign`` / ``verify``: the ``Countersign-Signature`` header on every request
-  Countersign sends an agent: ``t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
-  "<t>.<raw body>")>``, as Stripe signs its webhooks. The timestamp is inside
-  the MAC, so a captured request cannot be replayed after the tolerance.
+Why it is shaped so: docs/internals/protocol.md (protocol/signing.py).
 """
 
 from __future__ import annotations

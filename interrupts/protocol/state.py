@@ -1,16 +1,6 @@
 """Applying an agent's STATE_DELTA (RFC 6902 JSON Patch) to the thread's state, with bounded work.
 
-A JSON Patch ``copy`` duplicates any part of the document, the whole of it
-included: each operation of ``{"op": "copy", "from": "", "path": "/k1"}``,
-``... "/k2"``, ... doubles the state, so 738 bytes of patch built 5.9 MB of
-state in 0.6 s, and 25 operations would build gigabytes. ``apply_delta``
-charges every operation for what it adds (the value of ``add`` and
-``replace``, the source of ``copy``, measured with a walk that stops at the
-budget) against ``max_bytes`` less the state's own size, and refuses the
-whole delta the moment the budget is spent, before the copy is made.
-
-The result is all or nothing: the patch is applied to a copy, so a refused or
-failing delta leaves the caller's state as it was.
+Why it is shaped so: docs/internals/protocol.md (protocol/state.py).
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Reassembling what a run's tool calls proposed: each call's name and argument text.
 
-``ToolCalls`` is fed by ``RunLifecycle`` (lifecycle.py), which decides which
-event is in place; this module keeps what the events said about tool calls
-and answers the audit trail's question, "what did the agent propose?" (the
-spec's "ToolCallArgs from the interrupted run"). It still refuses, with a
-``StreamFault``, what no order check can see: args or an end for a call that
-is not open, a call started twice, a chunk that continues nothing, and text
-over the byte budget. A refused event leaves it exactly as it was.
-
-* Arguments arrive as TOOL_CALL_START/ARGS/END, as TOOL_CALL_CHUNK (closed
-  by the next chunked call or by the run's end), or whole in a
-  MESSAGES_SNAPSHOT assistant message.
-* MESSAGES_SNAPSHOT assistant messages teach calls too, because some
-  integrations (LangGraph among them) may report a call only there. When
-  the stream also carried the call, the streamed deltas win; a snapshot
-  that disagrees with them is a problem ``proposed_args`` reports, not a
-  fault, because the stream is still well-formed and the disagreement
-  belongs in the audit.
-* Every byte held (ids, names, argument text, snapshot copies) is charged
-  against one budget, so a stream cannot grow the hub's memory without bound.
+Why it is shaped so: docs/internals/protocol.md (protocol/toolcalls.py).
 """
 
 from __future__ import annotations

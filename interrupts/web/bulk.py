@@ -1,15 +1,6 @@
 """Bulk decisions from the inbox: one action on the cards ticked, or on every card the inbox's filter matches.
 
-The inbox's bulk form posts ``action``, ``comment``, ``confirm_claim`` and either the ticked cards
-(``ids``) or ``everything`` (all matching the filter the page shows). The filter
-rides in the form's query string, read by ``InboxFilters.from_query`` exactly
-as the inbox reads it, and ``selectors.bulk_targets`` picks the interrupts as
-the API does. ``decisions.decide_many`` decides each as if alone; this view
-writes nothing itself.
-
-Asked by the page's script (``HX-Request``) it answers the summary partial, in
-place; without JavaScript it redirects back to the same inbox with the summary
-and each skipped card's reason as messages.
+Why it is shaped so: docs/internals/protocol.md (web/bulk.py).
 """
 
 from __future__ import annotations

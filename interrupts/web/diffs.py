@@ -1,17 +1,6 @@
 """Word-level diffs of two JSON values, one row per argument path, as escaped HTML.
 
-What a reviewer must see before approving edited arguments is which
-argument changed and which words: a line diff of pretty-printed JSON (what
-``difflib.HtmlDiff`` drew) marks whole lines, wraps them into a table wider
-than a phone, and says it with colour and cryptic f/t links only. Here each
-leaf (a scalar, or an empty object or array) is compared at its path; strings
-are compared word by word; removed words are struck (``<del>``), added ones
-underlined (``<ins>``), each with a text label for screen readers, so the
-diff never rests on colour alone. Every piece of agent text is escaped.
-
-Bounded: at most ``MAX_ROWS`` rows, long unchanged runs are cut to their
-ends, and a comparison whose word lists are too large to align cheaply shows
-the old and new value whole (cut at ``MAX_SHOWN_CHARS``).
+Why it is shaped so: docs/internals/protocol.md (web/diffs.py).
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """What a framework's own client puts back on a resume entry: taken when it is what Countersign writes.
 
-Some frameworks' clients copy onto each resume entry what their server
-needs to continue: TanStack AI's puts ``tanstack:interruptContinuation``,
-built from the interrupt, in the entry's metadata. Countersign writes those
-keys itself on every entry it sends (``dialects.entry_metadata``), from the
-interrupt as the agent raised it, so nobody's answer can point the agent at
-another request. A client's copy is therefore checked, not trusted:
-
-* equal to what Countersign builds for that interrupt and answer (as JSON:
-  ``true`` is not ``1``): taken out of the entry, and Countersign writes its
-  own on the way to the agent;
-* anything else, including a key Countersign writes nothing under for this
-  interrupt: refused with ``RESERVED_METADATA_DIFFERS``, saying what differs.
-
-``countersign`` (the attestation) stays refused whatever it holds
-(``decisions.refuse_reserved_metadata``): no client may write it. Pure.
+Why it is shaped so: docs/internals/protocol.md (protocol/contract/echoes.py).
 """
 
 from __future__ import annotations

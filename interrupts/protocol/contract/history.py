@@ -1,35 +1,6 @@
 """A gateway client's history against the thread's record: what a resume sends, or why it is refused.
 
-An AG-UI client sends its whole conversation with every input (``@ag-ui/client``
-builds it from the events it received). On a resume the reviewers' decisions
-must stay what the agent is told, so ``resume_messages`` reads the client's
-history against the thread's record (the conversation Countersign built from
-the agent's events) and the tool calls the batch's interrupts concern:
-
-* the record's messages are sent as recorded, in its order; one the client
-  left out is sent all the same (leaving it out contradicts nothing);
-* then the client's messages the record lacks, in the client's order: its new
-  turns, and the results of tools it runs itself (spec C23);
-* activity messages are never sent (C53): neither the record's nor any a
-  client forgot to strip.
-
-Refused before anything is recorded:
-
-* ``HISTORY_CONFLICT``: a message the record holds differs in the client's
-  copy (role, content, its tool calls' names or arguments, the call a tool
-  message answers, its error); a tool call, or an answer to one, that the
-  record holds appears in another message; an id appears twice; a call an
-  interrupt concerns appears, where the record lacks it, with another name
-  or other arguments than the reviewers were shown (or none were shown);
-* ``HISTORY_ANSWERS_INTERRUPT``: a tool message answers a call an interrupt
-  of this batch concerns (the decision answers it, not the client);
-* ``TOO_LARGE``: more than ``MAX_HISTORY_MESSAGES`` messages.
-
-What is compared is what the agent reads as meaning. Metadata, names,
-``encryptedValue`` and ``subagentRunId`` are the client's bookkeeping (a
-pre-1.0 client drops some), and the record's copy is what is sent anyway.
-Arguments are compared as JSON values (a client may re-serialise them), as
-text when either side is not JSON. Pure: no Django, no clock.
+Why it is shaped so: docs/internals/protocol.md (protocol/contract/history.py).
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """How each framework raises and takes interrupts, where it departs from the AG-UI contract.
 
-The hub speaks the contract (interrupts.mdx): interrupts arrive in
-RUN_FINISHED's ``outcome``, answers leave as ``RunAgentInput.resume``. A
-*dialect* is the form an agent's framework gives that exchange, chosen when
-the agent is registered (``Agent.dialect``); the hub asks it three things and
-knows nothing else about any framework:
-
-* ``terminal``: the run's end as Countersign reads it (a framework that
-  raises interrupts some other way has them turned into an outcome here);
-* ``notice``: what the run's end says about the registration;
-* ``resume_input``: the resume's RunAgentInput as the framework takes it.
-
-The default dialect detects LangGraph's older form from the run's own
-events (``detection``), and the hub remembers on the agent how it paused
-(``Agent.paused_as``): the registered dialect is only an override.
-
-Some frameworks mark the interrupts themselves (TanStack AI's
-``tanstack:interruptBinding``): their adapter applies whatever the agent's
-dialect, through ``entry_metadata``, since the interrupt says who raised it.
-
-Pure Python: nothing here touches Django or the network.
+Why it is shaped so: docs/internals/protocol.md (protocol/dialects/__init__.py).
 """
 
 from __future__ import annotations

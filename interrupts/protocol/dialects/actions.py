@@ -1,22 +1,6 @@
 """What an interrupt asks to do, where its framework wraps or describes the call: the call itself.
 
-Recognised from the interrupt alone, whatever the agent's registered
-dialect (as TanStack's binding is). Shapes as the adapters send them
-(captured in tests/protocol/fixtures/frameworks/):
-
-* Google ADK (``ag-ui-adk`` 0.11.0, ``require_confirmation=True``): reason
-  ``confirmation``, ``toolCallId`` ADK's wrapper call
-  ``adk_request_confirmation``; the call it asks about is
-  ``metadata.adk.originalFunctionCall`` ``{id, name, args}``.
-* CrewAI (``ag-ui-crewai`` 1.0.0, ``@human_feedback``): reason
-  ``crewai:human_feedback``, no ``toolCallId``; the step's output (the
-  proposal) is ``metadata.crewai.output``: a call when it names a tool and
-  its args, otherwise the proposal itself is what is approved.
-
-An interrupt read from on_interrupt (CrewAI served with its defaults) is
-recognised by the value its framework sent (``detection.as_sent``). The
-wrapper stays in the interrupt as raised, and the resume still answers
-the interrupt's own id. Pure Python.
+Why it is shaped so: docs/internals/protocol.md (protocol/dialects/actions.py).
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """ag-ui-langgraph's default form: a CUSTOM ``on_interrupt`` event per interrupt, no outcome.
 
-Served without ``emit_interrupt_outcome=True`` (its default, 0.0.47),
-ag-ui-langgraph ends a paused run with one ``CUSTOM on_interrupt`` per
-LangGraph interrupt (``value``: the interrupt's value, JSON-dumped unless it
-was a string) and a RUN_FINISHED without outcome. With ``emit_raw_events``
-on (also its default) each event's ``rawEvent`` is LangGraph's
-``Interrupt`` itself: ``{"value": ..., "id": "<32 hex>"}``.
-
-``terminal`` turns those events into the interrupt outcome the hub raises:
-each interrupt is read from the value as ag-ui-langgraph's own mapping
-(``interrupts.lg_interrupt_to_agui``) reads it, with an id of Countersign's
-made from (runId, position), since the value has none; the value itself and
-LangGraph's id stay in its metadata.
-
-``resume_input`` answers them the way ag-ui-langgraph's ``prepare_stream``
-takes: one interrupt by the AG-UI ``resume[]`` entry, which
-``_build_command_from_agui_resume`` turns into ``Command(resume=payload)``
-(or its cancelled sentinel) whatever the entry's id; several by LangGraph's
-own map ``{langgraphId: answer}`` in ``forwardedProps.command.resume``, the
-channel prepare_stream reads only when ``resume[]`` is absent (``resume[]``
-wins): stock ag-ui-langgraph sends several entries as one
-``__agui_resume_map__`` value, which LangGraph refuses while more than one
-interrupt is pending. The recorded input keeps its ``resume[]`` (the thread's
-contract and the audit read it); ``outgoing`` leaves it out of what is sent.
+Why it is shaped so: docs/internals/protocol.md (protocol/dialects/langgraph_legacy.py).
 """
 
 from __future__ import annotations

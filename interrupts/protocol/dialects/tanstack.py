@@ -1,43 +1,6 @@
 """TanStack AI's generic interrupts: the continuation its ``chat()`` needs on every resume entry.
 
-What TanStack expects (``@tanstack/ai`` 0.58.0, ``generic-interrupt-continuation.ts``
-and ``interrupt-resume.ts``). A ``chat()`` server keeps nothing between runs:
-an interrupt raised by its middleware (``defineInterrupt`` + ``onInterruptBoundary``)
-leaves in RUN_FINISHED's outcome with two metadata keys,
-
-* ``tanstack:interruptBinding``: ``{v: 1, kind: "generic", interruptId, definitionId,
-  key, batchIndex, responseSchemaHash?, payloadSchemaHash?, interruptedRunId, generation}``;
-* ``tanstack:interruptPayload``: the request's display payload (when it has one);
-
-and on the resume it rebuilds the pending batch from the resume entries alone:
-each entry whose ``metadata`` carries ``tanstack:interruptContinuation`` adds
-one pending interrupt, bound to the run named by ``parentRunId``. An entry
-without it answers nothing TanStack knows of, so the whole resume ends in a
-lone RUN_ERROR ``unknown-interrupt`` ("Resume entries must resolve or cancel the
-complete interrupt batch"). The continuation, as TanStack's own client builds
-it (``genericInterruptContinuationFromDescriptor``)::
-
-    {"v": 1, "definitionId": ..., "key": ..., "batchIndex": ...,   # from the binding
-     "reason": ..., "message": ... or "",                          # from the interrupt
-     "expiresAt"?: ...,                                            # the interrupt's
-     "responseSchemaHash"?: ..., "payloadSchemaHash"?: ...,        # the binding's, as they are
-     "payload"?: ...}                                              # tanstack:interruptPayload
-
-The server checks the hashes against its registered definition and the
-payload against the definition's payload schema, so every field goes back as
-the agent sent it. It is the same for a resolved entry and a cancelled one
-(a cancelled interrupt is still one of the batch). Tool approvals are bound
-too (``kind: "tool-approval"``) but TanStack rebuilds those from the
-conversation's messages, so they need nothing here.
-
-The binding is the agent's word, so it is read as untrusted: only the fields
-above, each of the type TanStack reads, texts no longer than
-``MAX_BINDING_CHARS``, a batch index JavaScript holds exactly, a payload of at
-most ``MAX_PAYLOAD_BYTES`` of JSON. An interrupt whose binding TanStack itself
-would not read (see ``readUnopenedInterruptBinding``), or that breaks one of
-these bounds, gets {}: its resume then fails at the agent, which says why.
-
-Pure Python: nothing here touches Django or the network.
+Why it is shaped so: docs/internals/protocol.md (protocol/dialects/tanstack.py).
 """
 
 from __future__ import annotations
