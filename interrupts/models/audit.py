@@ -7,7 +7,6 @@ from django.db.models import Q
 
 from .interrupts import Decision, Interrupt
 
-
 #: The prev_hash of entry 1: a chain starts from a fixed, published value.
 AUDIT_GENESIS = "sha256:" + "0" * 64
 

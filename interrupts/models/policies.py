@@ -29,7 +29,8 @@ class Policy(models.Model):
         help_text="The agent whose interrupts this governs; empty for every agent.",
     )
     reason = models.CharField(max_length=200, blank=True, help_text="Only interrupts with this reason; empty for any.")
-    tool_name = models.CharField(max_length=200, blank=True, help_text="Only interrupts about this tool; empty for any.")
+    tool_name = models.CharField(max_length=200, blank=True,
+                                 help_text="Only interrupts about this tool; empty for any.")
     groups = models.ManyToManyField(Group, blank=True, related_name="+",
                                     help_text="Groups whose members may decide; with no groups and no users, "
                                               "everyone allowed to decide interrupts.")

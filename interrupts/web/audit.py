@@ -91,7 +91,8 @@ def _export(queryset, kind: str):
         def body():
             header = None
             for row in rows():
-                flat = {k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v) for k, v in row.items()}
+                flat = {k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v)
+                        for k, v in row.items()}
                 if header is None:
                     header = list(flat)
                     yield writer.writerow(header)

@@ -22,6 +22,7 @@ def _re2_options() -> re2.Options:
 
 
 _RE2_OPTIONS = _re2_options()
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def to_re2_syntax(pattern: str) -> str:
@@ -37,7 +38,7 @@ def to_re2_syntax(pattern: str) -> str:
         char = pattern[i]
         if char == "\\" and i + 1 < n:
             hex_digits = pattern[i + 2 : i + 6]
-            if pattern[i + 1] == "u" and len(hex_digits) == 4 and all(c in "0123456789abcdefABCDEF" for c in hex_digits):
+            if pattern[i + 1] == "u" and len(hex_digits) == 4 and all(c in _HEX for c in hex_digits):
                 out.append("\\x{" + hex_digits + "}")
                 i += 6
             else:

@@ -375,13 +375,11 @@ def errors_within(schema: Any, payload: Any, steps: int) -> list[dict[str, str]]
     """Every error of *payload* against *schema*, or ``TooCostly`` past *steps* steps."""
     token = _BUDGET.set(_Budget(steps))
     try:
-        validator = BoundedValidator(
-            schema, format_checker=FORMAT_CHECKER, registry=NO_FETCH_REGISTRY
-        )
-        # Errors are produced lazily, so unresolvable $refs, the budget and
-        # the like only surface while iterating: the whole iteration sits in
-        # the caller's try.
-        return [{"path": json_pointer(err.absolute_path), "message": err.message} for err in validator.iter_errors(payload)]
+        validator = BoundedValidator(schema, format_checker=FORMAT_CHECKER, registry=NO_FETCH_REGISTRY)
+        # Errors are produced lazily: unresolvable $refs and the budget surface
+        # only while iterating, which is why the whole iteration sits in the caller's try.
+        errors = validator.iter_errors(payload)
+        return [{"path": json_pointer(err.absolute_path), "message": err.message} for err in errors]
     finally:
         _BUDGET.reset(token)
 
