@@ -215,14 +215,12 @@ def undo(request, pk: int):
     sent, and to say who decided a batch that left the list.
     """
     interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
-    problem = None
+    problem, notes = None, []
     if request.method == "POST":
         try:
             decisions.undo(interrupt, request.user)
         except ProtocolError as refused:
             problem = refusals.render(refused).body
-    notes = []
-    if request.method == "POST":
         notes.append((messages.error, problem["detail"]) if problem else
                      (messages.success, f"Undone: {interrupt.interrupt_id} waits for a decision again."))
     return htmx_or_redirect(
