@@ -107,11 +107,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("COUNTERSIGN_DB_POOL_TIMEOUT", 20.0,
             "Seconds a request waits for a free PostgreSQL connection before `503 BUSY`; while the "
             "database is down, each request waits this long."),
-    Setting("COUNTERSIGN_CHANNEL_PREFIX", "asgi", "Prefix of the channel layer's keys, so several deployments (or test servers) may share one Redis."),
+    Setting("COUNTERSIGN_CHANNEL_PREFIX", "asgi",
+            "Prefix of the channel layer's keys, so several deployments (or test servers) may share one Redis."),
     Setting("COUNTERSIGN_LOGIN_FAILURE_LIMIT", 5,
-            "Failed logins of one username from one address before it is locked out (django-axes' `AXES_FAILURE_LIMIT`)."),
+            "Failed logins of one username from one address before it is locked out "
+            "(django-axes' `AXES_FAILURE_LIMIT`)."),
     Setting("COUNTERSIGN_LOGIN_COOLOFF", 900.0, "Seconds a lock-out lasts (django-axes' `AXES_COOLOFF_TIME`)."),
-    Setting("COUNTERSIGN_API_RATE_ANON", "600/min", "API requests per address without a login (DRF's throttle, per process)."),
+    Setting("COUNTERSIGN_API_RATE_ANON", "600/min",
+            "API requests per address without a login (DRF's throttle, per process)."),
     Setting("COUNTERSIGN_API_RATE_USER", "6000/min", "API requests per user (DRF's throttle, per process)."),
     Setting("COUNTERSIGN_API_RATE_FAILED_TOKENS", "30/min",
             "Wrong tokens per address (API and gateway), then `429 THROTTLED`."),
