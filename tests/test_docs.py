@@ -151,6 +151,14 @@ def test_every_environment_variable_the_project_reads_is_documented():
     assert [name for name in sorted(read) if f"`{name}`" not in text] == []
 
 
+def test_every_setting_the_docs_name_exists():
+    named = set()
+    for page in [ROOT / "README.md", ROOT / "SECURITY.md", *DOCS.rglob("*.md")]:
+        named |= set(re.findall(r"\bCOUNTERSIGN_[A-Z_]*[A-Z]\b", page.read_text()))
+    assert "COUNTERSIGN_MAX_STREAMS" in named  # the pattern finds them
+    assert sorted(named - set(conf.DEFAULTS)) == []
+
+
 def test_a_changed_default_makes_the_table_stale(monkeypatch):
     text = settings_table.DOC.read_text()
     first = conf.SETTINGS[0]
