@@ -362,7 +362,7 @@ def chart(results: dict, levels, measured: str, cpus: int) -> None:
     figure.suptitle(f"Countersign at 1–{max(levels)} runs at once (measured {measured}, {cpus} cores)")
     figure.tight_layout()
     figure.savefig(RESULTS_CHART, metadata={"Date": None})  # no timestamp in the file
-    if os.environ.get("BENCH_RUN"):  # this run's own copy, which `bench/summary.py --readme` puts back here
+    if os.environ.get("BENCH_RUN"):  # this run's own copy, which `bench/summary.py --docs` puts back here
         copy = run_folder(os.environ["BENCH_RUN"]) / RESULTS_CHART.name
         copy.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(copy, metadata={"Date": None})

@@ -10,10 +10,10 @@ summary.md (the same table in Markdown).
 
     .venv/bin/python bench/summary.py            # the figures of the latest `make bench`
     .venv/bin/python bench/summary.py --any-run  # whatever each file holds, with its date
-    .venv/bin/python bench/summary.py --readme   # also rewrite README.md's table and machine line
+    .venv/bin/python bench/summary.py --docs     # also rewrite docs/benchmarks.md's tables and machine line
 
-``--readme`` replaces what lies between the ``<!-- bench:summary -->`` and
-``<!-- /bench:summary -->`` markers in README.md (and the same for
+``--docs`` replaces what lies between the ``<!-- bench:summary -->`` and
+``<!-- /bench:summary -->`` markers in docs/benchmarks.md (and the same for
 ``bench:scaling``, ``bench:machine``); nothing else in the file is touched.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from report import RESULTS, run_folder, table
 
 ROOT = RESULTS.parent.parent
-README = ROOT / "README.md"
+FIGURES = ROOT / "docs" / "benchmarks.md"
 BACKENDS = (("sqlite", "SQLite + in-memory"), ("postgres", "PostgreSQL + Redis"))
 
 
@@ -289,7 +289,7 @@ def machine_line(results: Results) -> str:
 def replace_between(text: str, marker: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- {marker} -->\n).*?(<!-- /{marker} -->)", re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no <!-- {marker} --> … <!-- /{marker} --> markers")
+        raise SystemExit(f"docs/benchmarks.md has no <!-- {marker} --> … <!-- /{marker} --> markers")
     return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text, count=1)
 
 
@@ -297,7 +297,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--any-run", action="store_true",
                         help="Use every results file, whichever run wrote it (their dates are shown).")
-    parser.add_argument("--readme", action="store_true", help="Rewrite README.md's marked figures from these.")
+    parser.add_argument("--docs", action="store_true", help="Rewrite docs/benchmarks.md's marked figures from these.")
     args = parser.parse_args()
     run = os.environ.get("BENCH_RUN", "")
     if not run and not args.any_run:
@@ -338,29 +338,29 @@ def main() -> None:
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     (RESULTS / "summary.json").write_text(text)
     if run and os.environ.get("BENCH_RUN") == run:
-        (run_folder(run) / "summary.json").write_text(text)  # with the services' versions, for --readme later
+        (run_folder(run) / "summary.json").write_text(text)  # with the services' versions, for --docs later
     summary_md = markdown(rows)
     if unmeasured:
         summary_md += "\n\n" + "\n".join(f"Not measured: {p}." for p in unmeasured)
     (RESULTS / "summary.md").write_text(summary_md + "\n")
-    if args.readme:
-        text = README.read_text()
+    if args.docs:
+        text = FIGURES.read_text()
         text = replace_between(text, "bench:summary", summary_md)
         text = replace_between(text, "bench:machine", machine)
         if scaled:
             lines = ["| " + " | ".join(SCALING_HEADER) + " |", "|" + " --- |" * len(SCALING_HEADER)]
             lines += ["| " + " | ".join(row) + " |" for row in scaled]
             text = replace_between(text, "bench:scaling", "\n".join(lines))
-        README.write_text(text)
-        print("rewrote the marked figures in README.md")
-        # The chart and its data that README.md shows: this run's, even if scaling.py ran by hand since.
+        FIGURES.write_text(text)
+        print("rewrote the marked figures in docs/benchmarks.md")
+        # The chart and its data that docs/benchmarks.md shows: this run's, even if scaling.py ran by hand since.
         for name in ("scaling.json", "scaling.svg"):
             copy = run_folder(run) / name if run else None
             if copy and copy.exists():
                 shutil.copyfile(copy, RESULTS / name)
                 print(f"bench/results/{name}: this run's")
             elif scaled:
-                print(f"NOTE: no bench/results/runs/{run}/{name}: bench/results/{name} may not match README.md")
+                print(f"NOTE: no bench/results/runs/{run}/{name}: bench/results/{name} may not match docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -1,27 +1,20 @@
-"""Every COUNTERSIGN_* default and every limit, declared once.
+"""Every COUNTERSIGN_* setting (name, default, meaning) and every limit, declared once.
 
-Settings. ``conf.settings.COUNTERSIGN_X`` is Django's setting of that name
-when the project sets one, else the default declared here (as DRF's
-``api_settings`` does), read at each access so ``override_settings`` and
-pytest-django's ``settings`` fixture apply. ``project/settings.py`` fills
-them from the environment with :func:`from_environment`, which parses each
-variable by the type of its default; a few feed Django's or a library's own
-settings instead (the request size, the lock timeout, axes, DRF's rates).
-
-Limits. What a person or an agent may send, and how much a page shows, as
-plain constants: forms, serializers, services and templates (through the
-``limits`` context processor) read them from here. The wire's own bounds
-live in the pure protocol layer, which cannot import this module; they are
-named here too, so this is the one list of every bound.
+``conf.settings.X`` is Django's setting X where the project sets one, else the
+default here; docs/settings.md's table is generated from ``SETTINGS``
+(``manage.py settings_table``). docs/settings.md says how they are read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings as django_settings
 
+# The wire's own bounds live in the pure protocol layer, which cannot import this
+# module; they are named here too, so this is the one list of every bound.
 from .protocol.schema.limits import (  # noqa: F401  (named here: every limit in one place)
     MAX_PATTERN_CHARS,
     MAX_SCHEMA_BYTES,
@@ -39,124 +32,137 @@ from .sdk.driver import MAX_REQUEST_BYTES as SDK_MAX_REQUEST_BYTES
 
 MIB = 1024 * 1024
 
-# --- Settings: name -> default ---------------------------------------------------
+# --- Settings: name, default, what it does -------------------------------------
 
-DEFAULTS: dict[str, Any] = {
-    # Calling agents, in seconds. Connect: how long to wait for an agent to
-    # accept the connection; idle: how long an open stream may stay silent
-    # before the run fails.
-    "COUNTERSIGN_CONNECT_TIMEOUT": 5.0,
-    "COUNTERSIGN_IDLE_TIMEOUT": 120.0,
-    # After RUN_FINISHED/RUN_ERROR the agent should close the stream; wait this
-    # long for the close (and for any event that must not come) before finishing.
-    "COUNTERSIGN_AFTER_TERMINAL_GRACE": 2.0,
-    # A streaming run's claim lapses this long after its last heartbeat.
-    "COUNTERSIGN_LEASE_SECONDS": 30.0,
-    # How often each process looks for queued runs and due expiries without a wake-up.
-    "COUNTERSIGN_POLL_INTERVAL": 1.0,
-    # Seconds a person's decision that completes a batch holds its resume before
-    # the outbox may send it, so the decision can still be undone
-    # (``decisions.undo``); 0 sends it at once.
-    "COUNTERSIGN_UNDO_SECONDS": 5.0,
-    # A decision counts once its answer has been sent to the reviewer; one still
-    # unanswered this long after it was recorded was made by a process that died
-    # before replying: it is dropped, never sent to the agent (``decisions.drop_unacknowledged``).
-    "COUNTERSIGN_ACK_GRACE_SECONDS": 60.0,
-    # How often each process escalates requests past their target and lapses
-    # idle claims: minutes-long deadlines, so not every poll.
-    "COUNTERSIGN_SWEEP_INTERVAL": 5.0,
-    # A reviewer's claim on a card ("Alice is reviewing") lapses this long
-    # after they last touched it (claimed, renewed, had it open).
-    "COUNTERSIGN_CLAIM_IDLE_SECONDS": 900.0,
-    # Someone "has a card open" while their page renewed it this recently;
-    # pages renew every third of it.
-    "COUNTERSIGN_PRESENCE_SECONDS": 45.0,
-    # Runs one process streams at once (a fifth of them kept for resumes).
-    "COUNTERSIGN_MAX_STREAMS": 50,
-    # Every run ends. The idle timeout only catches a silent agent; one that
-    # sends anything more often would hold its thread, a stream slot and the
-    # queue behind it forever, so a run streaming longer fails with RUN_TOO_LONG.
-    "COUNTERSIGN_MAX_RUN_SECONDS": 3600.0,
-    # Streaming runs of one agent at once, counted across every process: one
-    # slow or hostile agent cannot take every slot from the others. Below
-    # MAX_STREAMS, or a single agent could still fill a process; None: 10, or
-    # one below a smaller MAX_STREAMS.
-    "COUNTERSIGN_MAX_AGENT_STREAMS": None,
-    # An agent that cannot be reached (refused, connect timeout, HTTP 502/503/429
-    # before any event) is tried again after RETRY_BASE seconds, doubling up to
-    # RETRY_MAX_DELAY; after RETRY_ATTEMPTS failed tries the run fails with
-    # AGENT_UNREACHABLE. The defaults keep trying for about four hours.
-    "COUNTERSIGN_RETRY_BASE": 1.0,
-    "COUNTERSIGN_RETRY_MAX_DELAY": 300.0,
-    "COUNTERSIGN_RETRY_ATTEMPTS": 50,
-    # Addresses agents may be at, checked when Countersign connects (hub/egress.py):
-    # comma-separated CIDRs to allow (none: any) and !CIDRs to exclude, e.g.
-    # "10.0.0.0/8,!10.9.0.0/16". Link-local, cloud metadata, unspecified and
-    # multicast addresses are refused whatever it says.
-    "COUNTERSIGN_AGENT_NETWORKS": "",
-    # Where this app serves its own demo agents; `manage.py serve` sets it to
-    # the address it listens on.
-    "COUNTERSIGN_SELF_URL": "http://127.0.0.1:8000",
-    # Bounds on what an agent may send: one event (bytes), and one run's whole
-    # stream (events, bytes); past any of them the run fails with a RUN_ERROR.
-    "COUNTERSIGN_MAX_EVENT_BYTES": 8 * MIB,
-    "COUNTERSIGN_MAX_RUN_EVENTS": 100_000,
-    "COUNTERSIGN_MAX_RUN_BYTES": 128 * MIB,
-    # Bound on a request's body (the REST API, the AG-UI gateway, forms): larger
-    # ones get 413 TOO_LARGE. 16 MiB: above the event limit, so a gateway client
-    # can send back a conversation holding an event the hub accepted. Django's
-    # DATA_UPLOAD_MAX_MEMORY_SIZE.
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("COUNTERSIGN_CONNECT_TIMEOUT", 5.0, "Seconds to wait for an agent to accept a connection."),
+    Setting("COUNTERSIGN_IDLE_TIMEOUT", 120.0, "Seconds an agent's stream may stay silent before the run fails."),
+    Setting("COUNTERSIGN_AFTER_TERMINAL_GRACE", 2.0,
+            "Seconds to wait, after RUN_FINISHED or RUN_ERROR, for the agent to close its stream "
+            "(and for any event that must not come) before the run is finished."),
+    Setting("COUNTERSIGN_LEASE_SECONDS", 30.0,
+            "A streaming run whose process stops renewing its claim this long is settled by another "
+            "process (the outbox's contract)."),
+    Setting("COUNTERSIGN_POLL_INTERVAL", 1.0,
+            "How often each process looks for queued runs and due expiries without a wake-up."),
+    Setting("COUNTERSIGN_UNDO_SECONDS", 5.0,
+            "Seconds a person's decision that completes a batch holds its resume, so it can still be "
+            "undone (`decisions.undo`); `0` sends at once."),
+    Setting("COUNTERSIGN_ACK_GRACE_SECONDS", 60.0,
+            "Seconds a decision waits for its answer to reach its reviewer; one still unanswered was made "
+            "by a process that died before replying, and is taken back, never sent to the agent."),
+    Setting("COUNTERSIGN_SWEEP_INTERVAL", 5.0,
+            "How often each process escalates requests past their target and lapses idle claims "
+            "(minutes-long deadlines, so not every poll)."),
+    Setting("COUNTERSIGN_CLAIM_IDLE_SECONDS", 900.0,
+            "A reviewer's claim on a card lapses this long after they last touched it "
+            "(claimed, renewed, had it open)."),
+    Setting("COUNTERSIGN_PRESENCE_SECONDS", 45.0,
+            "Someone has a card open while their page renewed it this recently; pages renew every third of it."),
+    Setting("COUNTERSIGN_MAX_STREAMS", 50,
+            "Runs one process streams at once (hub and gateway); a fifth of them (at least one) only resumes may use."),
+    Setting("COUNTERSIGN_MAX_RUN_SECONDS", 3600.0,
+            "Longest a run may stream, however often its agent sends; then it fails with `RUN_TOO_LONG`."),
+    Setting("COUNTERSIGN_MAX_AGENT_STREAMS", None,
+            "Runs of one agent streaming at once over every process; more wait (hub) or get "
+            "`AGENT_AT_CAPACITY` (gateway). Unset: 10, or one below a smaller `COUNTERSIGN_MAX_STREAMS`; "
+            "it must stay below it, or one agent could still fill a process."),
+    Setting("COUNTERSIGN_RETRY_BASE", 1.0,
+            "Seconds before the first retry of an unreachable agent (refused, connect timeout, HTTP "
+            "429/502/503 before any event); each later wait doubles."),
+    Setting("COUNTERSIGN_RETRY_MAX_DELAY", 300.0, "The longest wait between two tries of an unreachable agent."),
+    Setting("COUNTERSIGN_RETRY_ATTEMPTS", 50,
+            "Tries before the run fails with `AGENT_UNREACHABLE` (the defaults keep trying about four hours)."),
+    Setting("COUNTERSIGN_AGENT_NETWORKS", "",
+            "Where agents (and webhooks) may be, checked at connect time: comma-separated CIDRs to allow "
+            "(none: any) and `!CIDR` to exclude, e.g. `10.0.0.0/8,!10.9.0.0/16`. Link-local, cloud metadata, "
+            "unspecified and multicast addresses are always refused (`AGENT_ADDRESS_REFUSED`)."),
+    Setting("COUNTERSIGN_SELF_URL", "http://127.0.0.1:8000",
+            "Where this app serves its own demo agents; `manage.py serve` sets it to the address it listens on."),
+    Setting("COUNTERSIGN_MAX_EVENT_BYTES", 8 * MIB, "Largest event an agent may send (`EVENT_TOO_LARGE`)."),
+    Setting("COUNTERSIGN_MAX_RUN_EVENTS", 100_000, "Most events one run may bring (`TOO_MANY_EVENTS`)."),
+    Setting("COUNTERSIGN_MAX_RUN_BYTES", 128 * MIB, "Most bytes one run's stream may bring (`STREAM_TOO_LARGE`)."),
     # The SDK's own bound (an agent served without Django reads it there): one number.
-    "COUNTERSIGN_MAX_REQUEST_BYTES": SDK_MAX_REQUEST_BYTES,
-    # Seconds a client may leave a connection silent while sending its request,
-    # or between two requests on it, before `manage.py serve` closes it.
-    "COUNTERSIGN_HTTP_IDLE_TIMEOUT": 30.0,
-    # Seconds a statement waits for a lock another transaction holds before it
-    # fails (503 BUSY, Retry-After): no request waits forever behind a stuck one.
-    "COUNTERSIGN_DB_LOCK_TIMEOUT": 20.0,
-    # PostgreSQL connections each process's pool may open.
-    "COUNTERSIGN_DB_POOL_SIZE": 20,
-    # Seconds a request waits for a free pooled connection (PostgreSQL) before 503 BUSY;
-    # while the server is down, each request waits this long.
-    "COUNTERSIGN_DB_POOL_TIMEOUT": 20.0,
-    # Several deployments (or test servers) may share one Redis.
-    "COUNTERSIGN_CHANNEL_PREFIX": "asgi",
-    # Failed logins per username and address before a cool-off (seconds): axes'
-    # AXES_FAILURE_LIMIT and AXES_COOLOFF_TIME.
-    "COUNTERSIGN_LOGIN_FAILURE_LIMIT": 5,
-    "COUNTERSIGN_LOGIN_COOLOFF": 900.0,
-    # DRF's throttle rates: anonymous callers, each user, and wrong tokens per address.
-    "COUNTERSIGN_API_RATE_ANON": "600/min",
-    "COUNTERSIGN_API_RATE_USER": "6000/min",
-    "COUNTERSIGN_API_RATE_FAILED_TOKENS": "30/min",
-    # Days a new API token lasts (``manage.py tokens create`` may say otherwise
-    # per token); 0: until revoked, as machine tokens usually are.
-    "COUNTERSIGN_TOKEN_DAYS": 0.0,
-    # Whether the demo agents refuse a request that carries no Countersign-Signature.
-    # Off, so the README's direct curl works; a forged or stale signature is refused either way.
-    "COUNTERSIGN_DEMO_REQUIRE_SIGNATURE": False,
-    # How long the demo filing agent's form stays answerable, in seconds.
-    "DEMO_FILING_EXPIRES_IN": 3600,
-    # Webhooks (hub/notify.py): seconds to connect and to wait for the answer;
-    # a failed delivery is tried again after WEBHOOK_RETRY_BASE seconds,
-    # doubling up to WEBHOOK_RETRY_MAX_DELAY, WEBHOOK_ATTEMPTS tries in all
-    # (the defaults keep trying for about a day), then it is marked failed.
-    "COUNTERSIGN_WEBHOOK_TIMEOUT": 10.0,
-    "COUNTERSIGN_WEBHOOK_RETRY_BASE": 5.0,
-    "COUNTERSIGN_WEBHOOK_RETRY_MAX_DELAY": 3600.0,
-    "COUNTERSIGN_WEBHOOK_ATTEMPTS": 30,
-    # Emails: tries before an email is marked failed (same backoff), and the
-    # digest period in seconds: a digest reader gets at most one email per period.
-    "COUNTERSIGN_EMAIL_ATTEMPTS": 10,
-    "COUNTERSIGN_EMAIL_DIGEST_SECONDS": 3600,
-    # A process sending a webhook or an email holds it this long; past it
-    # (the process died) another process sends it again.
-    "COUNTERSIGN_NOTIFY_LEASE_SECONDS": 120.0,
-    # TEST-ONLY fault injection (hub/crashpoints.py): "<point>" or "events:<n>" makes
-    # this process SIGKILL itself at that point of a resume's delivery. Never set it in
-    # production; unset (the default) it costs nothing.
-    "COUNTERSIGN_CRASH_AT": "",
-}
+    Setting("COUNTERSIGN_MAX_REQUEST_BYTES", SDK_MAX_REQUEST_BYTES,
+            "Largest request body (API, gateway, forms; Django's `DATA_UPLOAD_MAX_MEMORY_SIZE`): "
+            "`413 TOO_LARGE`. Above the event limit, so a gateway client can send back a conversation "
+            "holding an event the hub accepted."),
+    Setting("COUNTERSIGN_HTTP_IDLE_TIMEOUT", 30.0,
+            "Seconds a client may stay silent while sending a request, or between two requests, "
+            "before `manage.py serve` closes the connection."),
+    Setting("COUNTERSIGN_DB_LOCK_TIMEOUT", 20.0,
+            "Seconds a statement waits for a lock (SQLite's busy timeout, PostgreSQL's `lock_timeout`); "
+            "then `503 BUSY` with `Retry-After`, so no request waits forever behind a stuck one."),
+    Setting("COUNTERSIGN_DB_POOL_SIZE", 20,
+            "PostgreSQL connections per process (psycopg's pool); keep processes × size under the "
+            "server's `max_connections`."),
+    Setting("COUNTERSIGN_DB_POOL_TIMEOUT", 20.0,
+            "Seconds a request waits for a free PostgreSQL connection before `503 BUSY`; while the "
+            "database is down, each request waits this long."),
+    Setting("COUNTERSIGN_CHANNEL_PREFIX", "asgi",
+            "Prefix of the channel layer's keys, so several deployments (or test servers) may share one Redis."),
+    Setting("COUNTERSIGN_LOGIN_FAILURE_LIMIT", 5,
+            "Failed logins of one username from one address before it is locked out "
+            "(django-axes' `AXES_FAILURE_LIMIT`)."),
+    Setting("COUNTERSIGN_LOGIN_COOLOFF", 900.0, "Seconds a lock-out lasts (django-axes' `AXES_COOLOFF_TIME`)."),
+    Setting("COUNTERSIGN_API_RATE_ANON", "600/min",
+            "API requests per address without a login (DRF's throttle, per process)."),
+    Setting("COUNTERSIGN_API_RATE_USER", "6000/min", "API requests per user (DRF's throttle, per process)."),
+    Setting("COUNTERSIGN_API_RATE_FAILED_TOKENS", "30/min",
+            "Wrong tokens per address (API and gateway), then `429 THROTTLED`."),
+    Setting("COUNTERSIGN_TOKEN_DAYS", 0.0,
+            "Days a new API token lasts; `0`: until revoked, as machine tokens usually are "
+            "(`tokens create --days N` sets one token's)."),
+    Setting("COUNTERSIGN_DEMO_REQUIRE_SIGNATURE", False,
+            "The demo agents refuse an unsigned request too. Off, so the docs' direct `curl` works; "
+            "a forged or stale signature is refused either way."),
+    Setting("DEMO_FILING_EXPIRES_IN", 3600, "Seconds the demo filing agent's form stays answerable."),
+    Setting("COUNTERSIGN_WEBHOOK_TIMEOUT", 10.0,
+            "Seconds one webhook delivery may take, answer included; then it is tried again."),
+    Setting("COUNTERSIGN_WEBHOOK_RETRY_BASE", 5.0,
+            "Seconds before a failed webhook delivery is tried again; each later wait doubles."),
+    Setting("COUNTERSIGN_WEBHOOK_RETRY_MAX_DELAY", 3600.0, "The longest wait between two tries of a webhook delivery."),
+    Setting("COUNTERSIGN_WEBHOOK_ATTEMPTS", 30,
+            "Tries before a webhook delivery is marked failed (the defaults keep trying about a day)."),
+    Setting("COUNTERSIGN_EMAIL_ATTEMPTS", 10, "Tries before an email is marked failed (the webhooks' backoff)."),
+    Setting("COUNTERSIGN_EMAIL_DIGEST_SECONDS", 3600, "A digest reader gets at most one email per this many seconds."),
+    Setting("COUNTERSIGN_NOTIFY_LEASE_SECONDS", 120.0,
+            "A webhook delivery or email a process took but never reported is sent again after this long."),
+    # Never set in production; unset, it costs nothing.
+    Setting("COUNTERSIGN_CRASH_AT", "",
+            "**Tests only**: the process kills itself (SIGKILL) at a named point of a resume's first send "
+            "(`claimed`, `sent`, `answered`, `events:<n>`, `recorded`; `interrupts/hub/crashpoints.py`)."),
+)
+
+DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
+
+
+def shown(default: Any) -> str:
+    """A default as the settings table writes it."""
+    if default is None or default == "":
+        return "unset"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, float) and default.is_integer():
+        return f"`{int(default)}`"
+    if isinstance(default, int) and default >= MIB and default % MIB == 0:
+        return f"`{default}` ({default // MIB} MiB)"
+    return f"`{default}`"
+
+
+def settings_table() -> str:
+    """docs/settings.md's table of every setting above, in Markdown."""
+    rows = ["| setting | default | what it does |", "| --- | --- | --- |"]
+    rows += [f"| `{s.name}` | {shown(s.default)} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows) + "\n"
 
 
 class Settings:

@@ -1,27 +1,7 @@
-"""The AG-UI gateway: ``POST /agui/<agent>/`` for any AG-UI client.
+"""The AG-UI gateway: ``POST /agui/<agent>/``, an AG-UI endpoint in front of any registered agent.
 
-It is an AG-UI endpoint in front of a registered agent: it applies the
-thread's contract, forwards the input, and streams the agent's events back as
-it records them, so interrupts raised here land in the team inbox and the
-audit trail like any other. A contract violation is answered the AG-UI way,
-as a stream of RUN_STARTED then RUN_ERROR with the violation's code.
-
-Its streams count against the process's COUNTERSIGN_MAX_STREAMS like the
-hub's (a new run never takes a slot kept for resumes), and against the
-agent's COUNTERSIGN_MAX_AGENT_STREAMS. Refusals answered that way, besides
-the contract's: ``AT_CAPACITY`` (this process streams all it may),
-``AGENT_AT_CAPACITY`` (the agent streams all it may), every code of
-``accept.accept_input`` (a resume is a decision by the caller: ``NOT_ELIGIBLE``,
-``SELF_APPROVAL``, ``RESERVED_METADATA_KEY``, as in the inbox; a history that
-contradicts the thread's record or the decisions: ``HISTORY_CONFLICT``,
-``HISTORY_ANSWERS_INTERRUPT``, ``TOO_LARGE``; a framework's key copied onto an
-entry unlike Countersign's: ``RESERVED_METADATA_DIFFERS``); the agent is not
-called. ``AWAITING_APPROVALS`` is not a refusal: the caller's approvals
-were recorded, and the policy wants more before the resume is sent.
-
-What is refused before any stream starts (the method, the credential, the
-media type, an unknown agent, a body that is no RunAgentInput) is answered
-as JSON in the body every HTTP surface refuses with (interrupts.hub.refusals).
+Its refusals and capacity rules are in docs/api.md, "The AG-UI gateway": JSON (``hub.refusals``)
+before a stream starts, RUN_STARTED then RUN_ERROR with the code after.
 """
 
 from __future__ import annotations
@@ -55,12 +35,8 @@ REPLAY_POLL_SECONDS = 0.2
 
 
 async def _user(request: HttpRequest):
-    """The caller: a token (machines) or a session with a valid CSRF token (browsers).
-
-    Returns the user, None (not authenticated), or a 429 response when this
-    address has sent too many wrong tokens: the API's throttle, shared, so a
-    token cannot be guessed faster through this door than through /api/.
-    """
+    """The caller by token or by session with a valid CSRF token; None; or a 429 after too many wrong tokens."""
+    # The API's throttle, shared: a token cannot be guessed faster through this door than through /api/.
     header = request.headers.get("Authorization", "")
     if header.startswith(("Token ", "Bearer ")):
         throttle = FailedTokenThrottle()
@@ -119,10 +95,8 @@ def _frame(payload: dict) -> str:
 class _AsRead:
     """The events of one run as its agent's dialect reads them: the terminal event as the hub recorded it.
 
-    An agent that raises interrupts some other way (LangGraph's on_interrupt)
-    ends with a RUN_FINISHED that says nothing of them; the client gets the
-    interrupt outcome Countersign raised instead, with the ids a resume
-    names (``dialects``). The others' events pass as they are.
+    A LangGraph ``on_interrupt`` pause ends with a bare RUN_FINISHED; the client gets the
+    interrupt outcome Countersign raised instead, with the ids a resume names.
     """
 
     def __init__(self, dialect: dialects.Dialect, run_id: str) -> None:
@@ -137,14 +111,10 @@ class _AsRead:
 
 
 class _ForClient:
-    """The events of one run as the gateway's client gets them, each as the frames to send.
+    """The events of one run as the gateway's client gets them (``_AsRead``), as frames, opening with RUN_STARTED.
 
-    As its agent's dialect reads them (``_AsRead``), and always opening with
-    RUN_STARTED: a run that ended before its agent started it (an HTTP
-    error, a broken connection, the agent's own RUN_ERROR sent first) holds
-    only Countersign's RUN_ERROR, and an AG-UI stream begins with
-    RUN_STARTED. The client's run did start, here; a contract refusal opens
-    the same way (``_refused``).
+    A run that ended before its agent started it holds only Countersign's RUN_ERROR; the client's
+    run did start, here, so it opens with RUN_STARTED as a contract refusal does (``_refused``).
     """
 
     def __init__(self, agent: Agent, thread_id: str, run_id: str, warnings: tuple[str, ...] = ()) -> None:

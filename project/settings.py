@@ -2,7 +2,7 @@
 
 Everything that differs between a laptop and production comes from the
 environment. Unset, you get a safe development set-up: SQLite, the in-memory
-channel layer, DEBUG on, loopback hosts only. See the README's "Production".
+channel layer, DEBUG on, loopback hosts only. docs/settings.md lists every variable.
 """
 
 import os
@@ -368,8 +368,8 @@ else:
     MAILERS = {"default": {"BACKEND": os.environ.get("EMAIL_BACKEND")
                            or "django.core.mail.backends.console.EmailBackend"}}
     if not os.environ.get("EMAIL_BACKEND"):
-        # Email to the process's log is the documented default (the README's
-        # "Notifications"), not a mistake for `check --deploy` to fail on:
+        # Email to the process's log is the documented default (docs/operations.md,
+        # "Email"), not a mistake for `check --deploy` to fail on:
         # webhooks need no mail server, and a team without one still runs.
         SILENCED_SYSTEM_CHECKS = ["mail.E001"]
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "countersign@localhost")

@@ -57,3 +57,20 @@ def test_the_card_bounds_a_comment_as_the_form_does(client):
     make.interrupt(make.run(status="interrupted"))
     page = client.get(reverse("inbox")).content.decode()
     assert f'name="comment" maxlength="{conf.MAX_COMMENT_CHARS}"' in page
+
+
+def test_every_setting_is_declared_once_with_what_it_does():
+    names = [setting.name for setting in conf.SETTINGS]
+    assert len(names) == len(set(names)) == len(conf.DEFAULTS)
+    assert list(conf.DEFAULTS) == names
+    assert all(setting.doc.strip().endswith((".", ")")) for setting in conf.SETTINGS)
+
+
+def test_the_settings_table_writes_defaults_as_they_are_read():
+    assert conf.shown(5.0) == "`5`" and conf.shown(1.5) == "`1.5`"
+    assert conf.shown(8 * conf.MIB) == "`8388608` (8 MiB)"
+    assert conf.shown(False) == "`false`" and conf.shown("") == conf.shown(None) == "unset"
+    table = conf.settings_table().splitlines()
+    assert len(table) == 2 + len(conf.SETTINGS)
+    assert "| `COUNTERSIGN_MAX_STREAMS` | `50` |" in table[2 + [s.name for s in conf.SETTINGS].index(
+        "COUNTERSIGN_MAX_STREAMS")]

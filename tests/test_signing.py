@@ -1,24 +1,24 @@
-"""The README's signature and fingerprint vectors check, and its Python verifier agrees with ours."""
+"""docs/audit.md's signature and fingerprint vectors check, and its Python verifier agrees with ours."""
 
 import re
 from pathlib import Path
 
 from interrupts.protocol import signing
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-SECTION = README.split("## Verifying Countersign's signature", 1)[1].split("\n## ", 1)[0]
+AUDIT_DOC = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text()
+SECTION = AUDIT_DOC.split("## Verifying Countersign's signature", 1)[1].split("\n## ", 1)[0]
 
 
 def vector(block: int) -> dict:
-    """The README's ``key: value`` lines of one ```text block (a value may hold colons)."""
+    """docs/audit.md's ``key: value`` lines of one ```text block (a value may hold colons)."""
     text = re.findall(r"```text\n(.*?)```", SECTION, re.S)[block]
     return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
 
 
-def readme_verify():
+def documented_verify():
     code = re.search(r"```python\n(.*?)```", SECTION, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/audit.md", "exec"), namespace)
     return namespace["verify"]
 
 
@@ -28,14 +28,14 @@ def signature_vector() -> tuple[str, int, bytes, str]:
     return v["secret"], int(v["timestamp"]), body, v["header"]
 
 
-def test_the_readme_signature_vector_verifies():
+def test_the_documented_signature_vector_verifies():
     secret, timestamp, body, header = signature_vector()
     assert signing.sign(secret, body, timestamp) == header
     assert signing.verify(secret, header, body, timestamp + 5) == timestamp
 
 
-def test_the_readme_verifier_agrees_with_ours():
-    verify = readme_verify()
+def test_the_documented_verifier_agrees_with_ours():
+    verify = documented_verify()
     secret, timestamp, body, header = signature_vector()
     assert verify(secret, header, body, now=timestamp + 5) is True
     cases = [
@@ -54,7 +54,7 @@ def test_the_readme_verifier_agrees_with_ours():
     assert verify(secret, fresh, body, now=1_800_000_000) is True
 
 
-def test_the_readme_fingerprint_vector_is_the_recipe():
+def test_the_documented_fingerprint_vector_is_the_recipe():
     import json
 
     v = vector(1)

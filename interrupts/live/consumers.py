@@ -112,13 +112,10 @@ class _Standing:
 
 
 class _PokeConsumer(AsyncJsonWebsocketConsumer):
-    """A consumer whose broadcast handlers (``pokes``, by message type) touch no database.
+    """A consumer whose broadcast handlers (``pokes``, by message type) touch no database."""
 
-    Channels runs ``close_old_connections`` in the one shared database thread
-    before every message it hands a consumer; for a poke that only forwards
-    what it carries, every watcher then queued behind each other, and behind
-    every stream's database work, to hear one broadcast.
-    """
+    # Channels runs close_old_connections in its one shared database thread before every message;
+    # for a poke that only forwards what it carries, every watcher queued behind every stream's work.
 
     pokes: frozenset[str] = frozenset()
 
@@ -243,16 +240,8 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
 class Inboxes:
     """The inbox sockets open in this process (this event loop), by user, and what they hear.
 
-    The process, not each socket, is the member of the layer's inbox group:
-    a broadcast is one message to each process, encoded once here and
-    written to every local socket, where a group of sockets cost the layer a
-    message per socket (with Redis, a round trip each).
-
-    "mine": a change starts a round ``RECOUNT_SECONDS`` later, unless one is
-    due: one database visit that reads the policies and the pending count
-    once and each user's count once, however many sockets they have open. A
-    change heard while a round counts starts another after it, so the last
-    count always follows the last change.
+    The process, not each socket, joins the layer's inbox group: one layer message per process
+    per broadcast. "mine" is recounted in rounds (docs/internals/live.md).
     """
 
     # Writes to sockets between two chances for the loop's other work.
@@ -398,14 +387,10 @@ class Inboxes:
 
 
 def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
-    """The "mine" message for each of ``users`` (by pk), encoded, and which of ``sessions`` are still live.
+    """The "mine" message for each of ``users`` (by pk), encoded, which ``sessions`` are live, which users active.
 
-    The policies and the pending count are read once. Each user is read
-    again: the one a socket connected with keeps the permissions and groups
-    it had then, and a reviewer removed from Reviewers, or deactivated, must
-    stop seeing work counted as theirs. A session is live while it exists,
-    has not expired; a socket stays open while its session is live and its
-    user active (the pks returned).
+    Each user is read again: a socket's user keeps the groups it connected with, and a reviewer
+    removed from Reviewers, or deactivated, must stop seeing work counted as theirs.
     """
     pending = selectors.pending_count()
     in_force = policies.in_force() if users else []

@@ -174,11 +174,8 @@ def deliveries_changed() -> None:
 def standing_changed(user_pk) -> None:
     """After commit, tell every process that a user's sessions or rights changed: their sockets check again.
 
-    Sent before the committing caller goes on, not handed to the serving
-    loop: once a logout has answered, the layer holds this message ahead of
-    any broadcast made after it. An inbox socket hears it on its process's
-    channel, a thread socket on its own, so each checks again before it can
-    hear anything that follows.
+    Sent before the committing caller goes on, not handed to the serving loop: once a logout
+    has answered, the layer holds this message ahead of any broadcast made after it.
     """
     def send() -> None:
         _send_now(INBOX_GROUP, {"type": "inbox.standing", "user": user_pk})

@@ -1,15 +1,7 @@
 """Whether a socket's user may still read, and the signals that say it may have changed.
 
-Reading is what every page asks of a request: a live session (not logged
-out, deleted or expired) of an active user whose password has not changed
-since it began (Django's session hash). Every such user reads every thread
-and the whole inbox; groups and permissions govern deciding, not reading, so
-changing them closes no socket (the inbox recounts what is theirs).
-
-A change to a session or a user is announced by ``relay.standing_changed``
-after it commits; every process's sockets of that user then check again
-(``check``) and close with "log in first" if they fail. A session that just
-runs out announces nothing: each socket checks again when it expires.
+Reading takes a live session of an active user whose password has not changed since it began;
+docs/internals/live.md says why groups close no socket and how a change reaches every process.
 """
 
 from __future__ import annotations

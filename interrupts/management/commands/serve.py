@@ -1,10 +1,7 @@
-"""Serve Countersign: daphne (HTTP + WebSocket) in this process.
+"""``manage.py serve``: daphne (HTTP + WebSocket) and, on its event loop, this process's supervisor."""
 
-Daphne has no start-up hook and the in-memory channel layer does not cross
-processes, so the process that serves requests is also the one that owns the
-background work; it is started from ``ready_callable`` on daphne's own event
-loop.
-"""
+# Daphne has no start-up hook and the in-memory channel layer does not cross processes,
+# so the process that serves requests also owns the background work (ready_callable).
 
 import asyncio
 import logging
@@ -70,15 +67,10 @@ class Command(BaseCommand):
 
 
 def _leave_forms_to_django() -> None:
-    """Make daphne's requests leave form bodies unparsed, for Django to read (and refuse) itself.
-
-    Twisted parses a POSTed multipart/form-data body before daphne sees the
-    request, and answers a broken one with a bare "400 Bad Request" of its
-    own: no JSON {code, detail} under /api/, no page elsewhere. Django reads
-    the body again anyway. daphne's HTTPFactory installs its WebRequest on
-    every connection (HTTPFactory.buildProtocol); ours is the same request
-    with Twisted's public switch for that parsing turned off.
-    """
+    """Make daphne's requests leave form bodies unparsed, for Django to read (and refuse) itself."""
+    # Twisted answers a broken multipart body with a bare "400 Bad Request" of its own (no
+    # {code, detail}), and Django reads the body again anyway: ours is daphne's request with
+    # Twisted's public switch for that parsing off, installed where HTTPFactory builds each one.
     from daphne import http_protocol, server
 
     class WebRequest(http_protocol.WebRequest):

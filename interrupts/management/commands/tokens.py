@@ -1,9 +1,7 @@
-"""API tokens from the command line: create (printed once), list, revoke.
+"""API tokens from the command line: create (printed once, alone on stdout), list, revoke.
 
-``create`` prints the token alone on stdout, so ``TOKEN=$(manage.py tokens
-create reviewer)`` works, and its notice on stderr. Only a digest of it is
-kept, so it cannot be shown again: a lost token is revoked and replaced.
-``list`` and ``revoke`` name a token by its first characters.
+Only a digest is kept, so a token cannot be shown again; ``list`` and ``revoke`` name it by its
+first characters (docs/operations.md, "API tokens").
 """
 
 from django.contrib.auth import get_user_model
