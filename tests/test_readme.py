@@ -8,7 +8,7 @@ import pytest
 from django.test import AsyncClient
 from django.urls import path
 
-from interrupts.sdk.views import agent_view
+from interrupts.demo.views import agent_view
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
