@@ -92,3 +92,35 @@ def test_the_packaged_agent_refuses_a_request_the_hub_did_not_sign(sdk_agent):
         streamed = "".join(response.iter_text())
     assert response.status_code == 200 and response.headers["content-type"] == "text/event-stream"
     assert '"code":"BAD_SIGNATURE"' in streamed.replace(" ", "") and "Refunds need a human." not in streamed
+
+
+DRIVE_THE_EXAMPLE = """
+import asyncio, json, os, re, sys
+from ag_ui.core import RunAgentInput
+from countersign.sdk import run
+
+code = re.search(r"```python\\n(.*?)```", open(sys.argv[1]).read(), re.S).group(1)
+namespace = {}
+exec(compile(code, "docs/sdk.md", "exec"), namespace)
+
+async def events(**fields):
+    run_input = RunAgentInput(thread_id="t", run_id=fields.pop("run_id"), state={}, messages=[], tools=[],
+                              context=[], forwarded_props={}, **fields)
+    return [e.model_dump(mode="json", by_alias=True, exclude_none=True)
+            async for e in run(namespace["Refunder"](signing_secret="css_x"), run_input)]
+
+first = asyncio.run(events(run_id="r1"))
+answer = {"interruptId": "approve-refund", "status": "resolved", "payload": {"approved": True}}
+second = asyncio.run(events(run_id="r2", resume=[answer]))
+print(json.dumps([first[-1], second[-1], [e["delta"] for e in second if e["type"] == "TEXT_MESSAGE_CONTENT"]]))
+"""
+
+
+def test_the_docs_example_runs_on_the_installed_sdk(sdk_python):
+    done = subprocess.run([sdk_python, "-I", "-c", DRIVE_THE_EXAMPLE, ROOT / "docs" / "sdk.md"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": "/usr/bin:/bin", "SIGNING_SECRET": "css_x"})
+    assert done.returncode == 0, done.stderr
+    paused, finished, said = json.loads(done.stdout)
+    assert [i["id"] for i in paused["outcome"]["interrupts"]] == ["approve-refund"]
+    assert finished["type"] == "RUN_FINISHED" and said == ["Refunded 30 EUR."]
