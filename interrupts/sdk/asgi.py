@@ -1,17 +1,9 @@
 """Serve an ``Agent`` from any ASGI server, without Django: POST RunAgentInput, answer text/event-stream.
 
-    # deployer.py
-    from interrupts.sdk.asgi import agent_app
-    app = agent_app(Deployer(signing_secret=os.environ["SIGNING_SECRET"]))
-
-    $ uvicorn deployer:app --port 8001
-
-Mount it in FastAPI or Starlette with ``app.mount("/agents/deployer", agent_app(...))``.
-It answers exactly as ``views.agent_view`` does (both call ``driver.respond``):
-the same refusals, the same signature and fingerprint checks, the same event
-stream. This module adds only what ASGI asks of an app: reading the body
-within a bound, the lifespan protocol, and stopping the agent when the
-client goes away.
+It answers as the app's Django view does (both call ``driver.respond``);
+this module adds only what ASGI asks of an app: reading the body within a
+bound, the lifespan protocol, and stopping the agent when the client goes away.
+Usage: docs/sdk.md.
 """
 
 from __future__ import annotations
