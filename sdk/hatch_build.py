@@ -11,6 +11,10 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 class CustomBuildHook(BuildHookInterface):
     def initialize(self, version, build_data):
+        if version == "editable":
+            # An editable install would put sdk/ on sys.path, where countersign/ holds neither subpackage.
+            raise RuntimeError("countersign-sdk has no editable install: `pip install ./sdk` again after a change, "
+                               "or work on interrupts/sdk in the app, where it imports as interrupts.sdk.")
         root = Path(self.root)
         for name in ("sdk", "protocol"):
             if not (root / "countersign" / name).is_dir():

@@ -34,7 +34,7 @@ def agent_app(agent: Agent, auth: Callable[[Scope], bool | Awaitable[bool]] | No
 
     ``auth`` is given the request's ASGI scope (its ``headers`` hold any
     credential); ``signing_secret`` and ``require_signature`` are asked on
-    every request, as by ``views.agent_view``. A body over ``max_body_bytes``
+    every request (``driver.respond``). A body over ``max_body_bytes``
     gets 413 ``TOO_LARGE`` without being read past the bound; one not whole
     within ``body_timeout`` seconds, 408 ``REQUEST_TIMEOUT``.
     """
