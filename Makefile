@@ -137,3 +137,21 @@ bench: venv $(VENV)/.bench-installed
 
 clean:
 	rm -rf $(VENV) $(foreach peer,$(PEERS),.venv-$(peer)) $(TS_PEER)/node_modules $(AXE)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
+
+# countersign-sdk, the agent SDK alone (sdk/pyproject.toml): `make sdk` builds its
+# wheel into dist/, again whenever its sources (interrupts/sdk, interrupts/protocol)
+# change. .venv-sdk holds that wheel and an ASGI server, and no Django, for
+# tests/e2e/test_sdk_package.py, which runs make on this stamp before it serves an agent.
+SDK_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' sdk/pyproject.toml)
+SDK_WHEEL := dist/countersign_sdk-$(SDK_VERSION)-py3-none-any.whl
+SDK_SOURCES := sdk/pyproject.toml sdk/hatch_build.py sdk/README.md sdk/countersign/__init__.py \
+	$(shell find interrupts/sdk interrupts/protocol -name __pycache__ -prune -o -print)
+.PHONY: sdk
+sdk: $(SDK_WHEEL)
+$(SDK_WHEEL): $(SDK_SOURCES) | $(VENV)/.installed
+	$(UV) build --quiet --wheel --python $(PY) --out-dir dist sdk
+	@touch $@
+.venv-sdk/.installed: tests/external/requirements-sdk.txt $(SDK_WHEEL) | $(VENV)/.installed
+	@[ -x .venv-sdk/bin/python ] || $(UV) venv --quiet --python "$(BOOTSTRAP_PYTHON)" .venv-sdk
+	$(UV) pip install --quiet --python .venv-sdk/bin/python --reinstall-package countersign-sdk -r $< $(SDK_WHEEL)
+	@touch $@

@@ -13,7 +13,7 @@ from django.urls import path
 
 from interrupts import conf
 from interrupts.management.commands import settings_table
-from interrupts.sdk.views import agent_view
+from interrupts.demo.views import agent_view
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

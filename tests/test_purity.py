@@ -1,4 +1,4 @@
-"""The protocol layer, and the SDK but for its Django view, stay usable without Django; every layer imports only downward."""
+"""The protocol layer and the SDK stay usable without Django; every layer imports only downward."""
 
 import ast
 import json
@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "channels", "daphne", "rest_framework", "httpx")
 # package -> modules allowed to know Django
-PURE_PACKAGES = {"interrupts.protocol": set(), "interrupts.sdk": {"views"}}
+PURE_PACKAGES = {"interrupts.protocol": set(), "interrupts.sdk": set()}
 
 
 def modules_of(package: str) -> list[str]:
@@ -29,7 +29,6 @@ def test_the_pure_packages_have_their_modules():
     assert {f"interrupts.protocol.{n}" for n in ("sse", "wire", "contract", "contract.gate", "contract.answers",
                                                  "schema", "errors")} <= set(modules_of("interrupts.protocol"))
     assert {f"interrupts.sdk.{n}" for n in ("agent", "context", "driver")} <= set(modules_of("interrupts.sdk"))
-    assert "interrupts.sdk.views" not in modules_of("interrupts.sdk")
 
 
 @pytest.mark.parametrize("package", PURE_PACKAGES)
@@ -85,7 +84,7 @@ LAYERS = [
     ("hub", ["interrupts.hub"]),
     ("reads", ["interrupts.reads"]),
     ("live", ["interrupts.live"]),
-    ("surfaces", ["interrupts.web", "interrupts.api", "interrupts.gateway", "interrupts.sdk.views", "interrupts.demo"]),
+    ("surfaces", ["interrupts.web", "interrupts.api", "interrupts.gateway", "interrupts.demo"]),
     ("app", ["interrupts.admin", "interrupts.apps", "interrupts.management", "interrupts.migrations", "interrupts"]),
 ]
 
@@ -157,7 +156,7 @@ def test_the_layer_map_knows_the_rooms_of_the_design():
                    "interrupts.live.consumers", "interrupts.web.inbox", "interrupts.conf"):
         assert module in graph, module
     assert layer_of("interrupts.hub.wakeup") < layer_of("interrupts.hub.runs") < layer_of("interrupts.reads.selectors")
-    assert layer_of("interrupts.sdk.views") > layer_of("interrupts.sdk.driver")
+    assert layer_of("interrupts.demo.views") > layer_of("interrupts.sdk.driver")
 
 
 def test_every_import_points_down_or_across():

@@ -3,8 +3,8 @@
 from django.urls import path
 
 from ..conf import settings
-from ..sdk.views import agent_view
 from . import demo_agents
+from .views import agent_view
 
 
 def signing_secret_of(name: str):

@@ -110,12 +110,7 @@ class RunOutcome:
         return cls("interrupt", interrupts=tuple(interrupts))
 
     def validate(self) -> None:
-        """Raise ``InvalidOutcome`` for an outcome the protocol forbids.
-
-        The types allow an empty interrupt list; the protocol does not, and a
-        client could do nothing with it. The driver checks before emitting, so
-        it becomes a RUN_ERROR instead of a RUN_FINISHED.
-        """
+        """Raise ``InvalidOutcome`` for an outcome the protocol forbids, such as an empty interrupt list the types allow."""
         if self.type == "success":
             if self.interrupts:
                 raise InvalidOutcome("A success outcome cannot carry interrupts.")
@@ -155,13 +150,10 @@ def interrupt(id: str, reason: str, **fields: Any) -> Interrupt:
 
 @dataclass(frozen=True)
 class InterruptDefinition:
-    """One question shared by the code that asks it and the code that reads its answer.
+    """One question shared by the code that asks it and the code that reads its answer (TanStack AI's ``defineInterrupt``).
 
-    In the spirit of TanStack AI's ``defineInterrupt``: an ``id``, an optional
-    ``payload_schema`` describing what the client is shown (sent as
-    ``metadata.payload``), and a required ``response_schema`` the answer must
-    satisfy. ``ctx.resume_for(definition)`` validates a resolved answer
-    against it, so the agent never acts on an answer of the wrong shape.
+    ``ctx.resume_for(definition)`` validates a resolved answer against
+    ``response_schema``, so the agent never acts on an answer of the wrong shape.
     """
 
     id: str

@@ -1,17 +1,9 @@
 """Serve an ``Agent`` from any ASGI server, without Django: POST RunAgentInput, answer text/event-stream.
 
-    # deployer.py
-    from interrupts.sdk.asgi import agent_app
-    app = agent_app(Deployer(signing_secret=os.environ["SIGNING_SECRET"]))
-
-    $ uvicorn deployer:app --port 8001
-
-Mount it in FastAPI or Starlette with ``app.mount("/agents/deployer", agent_app(...))``.
-It answers exactly as ``views.agent_view`` does (both call ``driver.respond``):
-the same refusals, the same signature and fingerprint checks, the same event
-stream. This module adds only what ASGI asks of an app: reading the body
-within a bound, the lifespan protocol, and stopping the agent when the
-client goes away.
+It answers as the app's Django view does (both call ``driver.respond``);
+this module adds only what ASGI asks of an app: reading the body within a
+bound, the lifespan protocol, and stopping the agent when the client goes away.
+Usage: docs/sdk.md.
 """
 
 from __future__ import annotations
@@ -42,7 +34,7 @@ def agent_app(agent: Agent, auth: Callable[[Scope], bool | Awaitable[bool]] | No
 
     ``auth`` is given the request's ASGI scope (its ``headers`` hold any
     credential); ``signing_secret`` and ``require_signature`` are asked on
-    every request, as by ``views.agent_view``. A body over ``max_body_bytes``
+    every request (``driver.respond``). A body over ``max_body_bytes``
     gets 413 ``TOO_LARGE`` without being read past the bound; one not whole
     within ``body_timeout`` seconds, 408 ``REQUEST_TIMEOUT``.
     """

@@ -1,25 +1,17 @@
 """The runs an agent has handled: a runId it has seen is answered again, never acted on again.
 
-Countersign sends a resume again, with the same runId, when it lost the
-agent's answer (the process streaming it died) and the agent declares that
-it dedupes by runId (``Agent.capabilities()``: ``custom.dedupesRunId``). So
-the SDK keeps, per request (threadId, runId, the body's bytes and whether its
-signature was verified: a re-send is the very same request), the frames each
-run produced:
+Countersign re-sends a resume, same runId and bytes, when it lost the agent's
+answer and the agent declares ``custom.dedupesRunId`` (``Agent.capabilities()``).
+Keyed by (threadId, runId, the body's hash, whether its signature checked):
 
-- a request for a run it has handled gets those frames again, byte for byte,
-  and the agent's code does not run;
-- a request for a run still in progress waits for its end, then gets them;
-- a run is not stopped when its caller goes away: it runs to its end, so the
-  next request for it gets its real ending.
+- a handled run's request gets its frames again, byte for byte, and the agent's code does not run;
+- a request for a run in progress waits for its end, then gets them;
+- a run outlives its caller, so the next request gets its real ending.
 
-Bounded: the ``Agent.remember_runs`` newest runs (the oldest finished one is
-forgotten first), and ``MAX_REPLAY_BYTES`` of frames per run; past that a
-run keeps RUN_STARTED, its last state and messages snapshots and its
-terminal event, which is what Countersign records a run's ending from. The
-memory is the process's: an agent restarted between the two requests runs
-the second one (keep ``remember_runs`` at 0 and dedupe yourself, say in your
-database, if that matters to you).
+Bounded: the ``Agent.remember_runs`` newest runs, ``MAX_REPLAY_BYTES`` of frames
+each; past that a run keeps RUN_STARTED, its last snapshots and its terminal
+event, all Countersign records an ending from. The memory is the process's:
+a restarted agent runs the repeat (dedupe in your database if that matters).
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ RUN_STARTED first; the state and messages snapshots before an interrupt
 outcome (the spec's state-at-the-boundary rule); exactly one terminal event,
 RUN_FINISHED or RUN_ERROR with a code, whatever the agent did.
 
-It also owns what an agent endpoint does with one HTTP request (``respond``):
-the method, credential, content type, size, signature and body checks, in
-that order, and their refusals. The servers are thin adapters around it:
-``views`` for Django, ``asgi`` for any ASGI server.
+It also owns what an agent endpoint does with one HTTP request (``respond``),
+so every server adapter (``asgi``, the app's Django view) answers alike.
 """
 
 from __future__ import annotations
@@ -85,18 +83,11 @@ async def refused(run_input: RunAgentInput | None, error: AgentError) -> AsyncIt
 
 
 async def run(agent: Agent, run_input: RunAgentInput, *, attested: bool = False) -> AsyncIterator[BaseEvent]:
-    """Stream the events of one run of ``agent``, ending in RUN_FINISHED or RUN_ERROR.
+    """Stream one run's events as the agent emits them, ending in RUN_FINISHED or RUN_ERROR.
 
-    Events are yielded as the agent emits them, not after it returns. An
-    exception in the agent becomes RUN_ERROR ``AGENT_ERROR`` (or the code of
-    an ``AgentError``); an outcome the protocol forbids becomes RUN_ERROR
-    ``PROTOCOL``; an answer that fails an ``InterruptDefinition``'s schema
-    becomes RUN_ERROR ``INVALID_RESUME``.
-
-    ``attested``: the request's Countersign-Signature checked (see
-    ``verify.check_signature``). Each resume entry's fingerprint is then
-    checked before the agent runs (RUN_ERROR ``BAD_FINGERPRINT``), and
-    ``ctx.approvals_for`` answers with the attested approvers.
+    RUN_ERROR codes: ``AGENT_ERROR`` (or an ``AgentError``'s own), ``PROTOCOL``
+    (a forbidden outcome), ``INVALID_RESUME``, and with ``attested`` (the
+    request's signature checked) ``BAD_FINGERPRINT``, before the agent runs.
     """
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -216,22 +207,11 @@ async def respond(agent: Agent, *, method: str, content_type: str | None, signat
                   require_signature: Callable[[], bool] | None = None) -> Refusal | AsyncIterator[bytes]:
     """The answer to one request: a ``Refusal``, or the event stream's bytes (``STREAM_HEADERS``, status 200).
 
-    ``content_type`` and ``signature`` are the request's Content-Type and
-    ``Countersign-Signature`` headers. ``read_body`` returns the raw body, or
-    raises ``BodyTooLarge``. ``authorized`` says whether the request carries
-    a valid credential (None: any request may run the agent).
-
-    A body that is not a valid RunAgentInput gets a 400 JSON body naming the
-    problem (``code``, ``detail``, ``field``) and never reaches the agent.
-
-    With a signing secret (``agent.signing_secret``, or ``signing_secret()``
-    asked on every request, so a rotation takes effect at once) the raw body
-    is checked against its ``Countersign-Signature`` before anything else
-    reads it: an unsigned (when ``agent.require_signature``, or
-    ``require_signature()``, says so), forged or stale request is answered
-    with an event stream whose RUN_ERROR has code ``BAD_SIGNATURE``, which
-    any AG-UI client shows as the run's failure. A signed resume then has each
-    answer's fingerprint checked (``BAD_FINGERPRINT``) before the agent runs.
+    Checked in order: method (405), ``authorized`` (401), content type (415),
+    ``read_body`` (413, 408), the signature, the body (400). A request unsigned
+    (when required), forged or stale gets a stream ending in RUN_ERROR
+    ``BAD_SIGNATURE``, not a 4xx, so any AG-UI client shows the run failed. ``signing_secret()`` is asked
+    on every request, so a rotation applies at once.
     """
     if method != "POST":
         return refusal(405, "METHOD_NOT_ALLOWED", "POST a RunAgentInput as JSON.", headers={"Allow": "POST"})

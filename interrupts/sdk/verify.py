@@ -12,8 +12,6 @@ both before its code runs:
   this input, so an answer cannot be moved to another thread, run, interrupt
   or tool call, nor its status or payload changed (``BAD_FINGERPRINT``); it
   returns who approved each answer.
-
-Pure Python, like the rest of the SDK but ``views``.
 """
 
 from __future__ import annotations

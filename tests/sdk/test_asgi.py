@@ -19,10 +19,10 @@ import pytest
 from django.test import AsyncRequestFactory, override_settings
 
 from interrupts import conf
+from interrupts.demo.views import agent_view
 from interrupts.sdk import Agent
 from interrupts.sdk.asgi import agent_app
 from interrupts.sdk.driver import MAX_REQUEST_BYTES
-from interrupts.sdk.views import agent_view
 
 from ..servers import ROOT, free_port, stop_process
 from .test_verify import SECRET, Shipper, entry, resume_input, signed

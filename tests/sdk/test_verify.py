@@ -12,11 +12,11 @@ from ag_ui.core import RunAgentInput
 from asgiref.sync import sync_to_async
 from django.test import AsyncRequestFactory, override_settings
 
+from interrupts.demo.views import agent_view
 from interrupts.protocol import signing
 from interrupts.protocol.wire import dump
 from interrupts.sdk import Agent, InterruptDefinition, RunOutcome, run
 from interrupts.sdk.verify import Approval, BadSignature, attested_approvals, check_signature
-from interrupts.sdk.views import agent_view
 
 SECRET = "css_test-secret"
 

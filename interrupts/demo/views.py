@@ -1,10 +1,8 @@
-"""Serve an ``Agent`` from Django: POST RunAgentInput, answer text/event-stream.
+"""Serve an SDK ``Agent`` from Django: the app's side of the SDK, which itself never imports Django.
 
-The only module of the SDK that knows Django. Agent endpoints are called by
-machines (Countersign's hub, curl, any AG-UI client), so they take no session
-and no CSRF token; an endpoint that needs a credential checks it in ``auth``.
-What the endpoint does with a request is ``driver.respond``'s, shared with
-``asgi.agent_app``; this view only translates Django's request and response.
+Agent endpoints are called by machines (the hub, curl, any AG-UI client), so
+they take no session and no CSRF token; a credential is ``auth``'s to check.
+What a request gets is ``driver.respond``'s, shared with ``asgi.agent_app``.
 """
 
 from __future__ import annotations
@@ -17,8 +15,8 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ..protocol import signing
-from .agent import Agent
-from .driver import STREAM_HEADERS, BodyTooLarge, Refusal, respond
+from ..sdk.agent import Agent
+from ..sdk.driver import STREAM_HEADERS, BodyTooLarge, Refusal, respond
 
 
 def agent_view(agent: Agent, auth: Callable[[HttpRequest], bool] | None = None, *,

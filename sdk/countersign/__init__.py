@@ -1,0 +1,1 @@
+"""Countersign's agent SDK (``countersign.sdk``) and the wire and contract it shares with the hub (``countersign.protocol``)."""
