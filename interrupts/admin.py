@@ -253,7 +253,7 @@ class TokenAdmin(admin.ModelAdmin):
         return super().lookup_allowed(lookup, value, request)
 
 
-# --- Notifications (hub/notify.py) --------------------------------------------------------------
+# --- Notifications (hub/notify/) --------------------------------------------------------------
 
 
 def _no_secret_lookups(lookup: str) -> bool:

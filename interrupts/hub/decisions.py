@@ -36,7 +36,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from . import claims, notify, policies, log, runs, trail
+from . import claims, policies, log, runs, trail
+from .notify import enqueue
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -559,7 +560,7 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
     # Expired interrupts do not keep it open: the resume cancels them (C20).
     if not open_left:
         runs.queue_resume(run, user=user, expired=bool(batch["expired"]), size=batch["size"])
-    notify.decided(interrupt, user)
+    enqueue.decided(interrupt, user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)
 

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from ..live import relay
 from ..models import Interrupt, Policy
-from . import notify, trail
+from . import trail
+from .notify import enqueue
 
 ESCALATED = "interrupt.escalated"
 
@@ -56,6 +57,6 @@ def _escalate(interrupt: Interrupt, policy: Policy, now: datetime) -> bool:
             "dueAt": (interrupt.created_at + timedelta(minutes=policy.target_minutes)).isoformat(),
             "groupId": group.pk, "group": group.name,
         }, subject=f"interrupt:{interrupt.pk}", interrupt=interrupt)
-        notify.escalated(interrupt)
+        enqueue.escalated(interrupt)
         relay.inbox_changed(interrupt.run.thread_id, interrupt.run.thread.last_seq, relay.Reason.ESCALATED)
     return True
