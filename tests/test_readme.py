@@ -72,14 +72,15 @@ def test_the_readme_script_verifies_a_real_chain_export_and_catches_an_edit(tmp_
     import subprocess
     import sys
 
-    from interrupts.hub import trail
+    
+    from interrupts.hub.trail import chain
     from interrupts.models import AuditEntry
 
     from . import factories
 
     reviewer = factories.user(is_staff=True)
     for n in range(3):
-        trail.record_decision(factories.decision(factories.interrupt(), reviewer, payload={"approved": n % 2 == 0}))
+        chain.record_decision(factories.decision(factories.interrupt(), reviewer, payload={"approved": n % 2 == 0}))
     section = README.split("## Verifying the audit trail", 1)[1]
     script = tmp_path / "verify_chain.py"
     script.write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))

@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from ..live import relay
 from ..models import Interrupt, Policy
-from . import trail
 from .notify import enqueue
+from .trail import chain
 
 ESCALATED = "interrupt.escalated"
 
@@ -51,7 +51,7 @@ def _escalate(interrupt: Interrupt, policy: Policy, now: datetime) -> bool:
                                         escalated_at__isnull=True).update(escalated_at=now, escalated_to=group):
             return False  # decided, or escalated by another process, meanwhile
         interrupt.escalated_at, interrupt.escalated_to = now, group
-        trail.record(ESCALATED, {
+        chain.record(ESCALATED, {
             "interrupt": interrupt.pk, "interruptId": interrupt.interrupt_id, "run": interrupt.run.run_id,
             "policy": policy.pk, "policyName": policy.name, "targetMinutes": policy.target_minutes,
             "dueAt": (interrupt.created_at + timedelta(minutes=policy.target_minutes)).isoformat(),

@@ -23,8 +23,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import policies, trail, wakeup
+from . import policies, wakeup
 from .notify import enqueue
+from .trail import chain
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..conf import settings
 from ..live import relay
@@ -418,7 +419,7 @@ def expire(run: Run, now) -> tuple[int, Event | None]:
             status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1,
         ):
             closed += 1
-            trail.record_expiry(interrupt)
+            chain.record_expiry(interrupt)
             told.append((interrupt, reason[:300]))
     enqueue.expired(run, told)
     raised_late = all(_raised_expired(i) for i in late)

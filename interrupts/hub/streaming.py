@@ -67,7 +67,7 @@ def connection_lost(problem: BaseException) -> bool:
 
 
 def _discard_dead_connections() -> None:
-    # The broken connection was closed on its way out (``_released``); the pool's
+    # The broken connection was closed on its way out (``dbthreads``); the pool's
     # idle ones died with it if the server restarted: check them all now, so the
     # retry is not handed the next dead one.
     pool = getattr(connection, "pool", None)

@@ -25,7 +25,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS, THREAD_EVENTS_LIMIT
-from ..hub import claims, decisions, outbox, policies, refusals, refused, replies, runs, trail
+from ..hub import agents as hub_agents, claims, decisions, outbox, policies, refusals, refused, replies, runs
+from ..hub.trail import chain, checkpoints
 from ..reads import history, selectors
 from .exports import csv_safe
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
@@ -474,7 +475,7 @@ def audit(request, thread_id: str | None = None):
     page = Paginator(queryset, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     # The last verification, extended by the entries since (links only, a
     # bounded number): the page never recomputes a long chain whole.
-    checkpoint, broken = trail.verify_recent()
+    checkpoint, broken = checkpoints.verify_recent()
     return render(request, "interrupts/audit.html", {
         "checkpoint": checkpoint,
         "trail_problem": str(broken) if broken else (checkpoint.problem.split("\n")[0] if checkpoint else ""),
@@ -492,11 +493,11 @@ def _export_chain():
 
     Never filtered: a chain verifies only whole, from entry 1.
     """
-    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in trail.chain())
+    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in chain.export())
     response = StreamingHttpResponse(body, content_type="application/jsonl")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="countersign-chain-{stamp}.jsonl"'
-    response[AUDIT_HEAD_HEADER] = str(trail.head())  # the file's last line is at or past it
+    response[AUDIT_HEAD_HEADER] = str(chain.head())  # the file's last line is at or past it
     return response
 
 
@@ -516,7 +517,7 @@ def _export(queryset, kind: str):
     (``SEQ:HASH``): a copy kept outside the database anchors the chain, and
     ``manage.py audit verify --expect-head`` with it finds a deleted tail.
     """
-    anchor = str(trail.head())
+    anchor = str(chain.head())
 
     def rows():
         paginator = Paginator(queryset, 500)
@@ -572,7 +573,7 @@ def agent_edit(request, name: str | None = None):
     agent = get_object_or_404(Agent, name=name) if name else None
     form = AgentForm(request.POST or None, instance=agent)
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
+        saved = hub_agents.save(form.save(commit=False))
         messages.success(request, f"Saved agent {saved.name}.")
         for notice in form.notices:  # e.g. the credential was dropped: the URL moved to another origin
             messages.warning(request, notice)
@@ -587,7 +588,7 @@ def agent_edit(request, name: str | None = None):
 def agent_rotate_secret(request, name: str):
     """Rotate an agent's signing secret and show the new one, once; the old one stops verifying at once."""
     agent = get_object_or_404(Agent, name=name)
-    return _secret_shown_once(request, agent, agent.rotate_signing_secret(), rotated=True)
+    return _secret_shown_once(request, agent, hub_agents.rotate_signing_secret(agent), rotated=True)
 
 
 @staff_member_required
@@ -595,7 +596,7 @@ def policy_edit(request, pk: int | None = None):
     policy = get_object_or_404(Policy, pk=pk) if pk else None
     form = PolicyForm(request.POST or None, instance=policy)
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
+        saved = policies.save(form.save(commit=False), groups=form.cleaned_data["groups"], users=form.cleaned_data["users"])
         messages.success(request, f"Saved policy {saved.name}.")
         return redirect("agents")
     return render(request, "interrupts/policy_form.html", {"form": form, "policy": policy})
@@ -605,6 +606,6 @@ def policy_edit(request, pk: int | None = None):
 @require_POST
 def policy_delete(request, pk: int):
     policy = get_object_or_404(Policy, pk=pk)
-    policy.delete()
+    policies.delete(policy)
     messages.success(request, f"Deleted policy {policy.name}; its interrupts now follow the next most specific one.")
     return redirect("agents")

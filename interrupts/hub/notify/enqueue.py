@@ -18,7 +18,7 @@ from ...conf import MAX_DIGEST_ITEMS, MAX_NOTIFY_TEXT_CHARS, settings
 from ...live import relay
 from ...models import Decision, Delivery, EmailChoice, EmailNotice, Interrupt, NotifyEvent, Run, Webhook
 from .. import policies
-from .. import trail
+from ..trail import chain
 
 #: The body's ``version``: a receiver checks it before reading the rest.
 BODY_VERSION = 1
@@ -123,7 +123,7 @@ def refused(run: Run, code: str, message: str) -> None:
     if not matched:
         return
     body = _body(NotifyEvent.REFUSED, f"refused:run:{run.pk}", None, run,
-                 {"refusal": refusal, "auditHead": trail.head().as_dict()})
+                 {"refusal": refusal, "auditHead": chain.head().as_dict()})
     _insert([Delivery(webhook=h, event=NotifyEvent.REFUSED, key=f"refused:run:{run.pk}", body=body,
                       interrupt=batch[0] if batch else None, next_attempt_at=timezone.now()) for h in matched])
 
@@ -156,7 +156,7 @@ def _queue_webhooks(event: str, items: list[tuple[str, Interrupt, policies.Rule,
         return
     now = timezone.now()
     rows = []
-    anchor = trail.head().as_dict()
+    anchor = chain.head().as_dict()
     for key, interrupt, rule, extra in items:
         matched = [h for h in hooks if _in_scope(h, interrupt, rule)]
         if matched:
