@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 from knox.models import AuthToken
 
-from .hub import tokens
+from .hub import agents, policies, tokens
 
 from .web.forms import AgentForm
 from .models import Agent, APIToken, Decision, Event, Interrupt, Policy, Run, Thread
@@ -57,7 +57,7 @@ class AgentAdmin(admin.ModelAdmin):
         return obj.masked_auth_value or "—"
 
     def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
+        agents.save(obj)
         if obj.credential_dropped:
             self.message_user(request, Agent.CREDENTIAL_DROPPED, messages.WARNING)
         if not change:
@@ -71,7 +71,14 @@ class AgentAdmin(admin.ModelAdmin):
     @admin.action(description="Rotate signing secret", permissions=["change"])
     def rotate_signing_secret(self, request, queryset):
         for agent in queryset:
-            self.show_secret(request, agent, agent.rotate_signing_secret())
+            self.show_secret(request, agent, agents.rotate_signing_secret(agent))
+
+    def delete_model(self, request, obj):
+        agents.delete(obj)
+
+    def delete_queryset(self, request, queryset):
+        for agent in queryset:
+            agents.delete(agent)
 
 
 @admin.register(Policy)
@@ -81,6 +88,22 @@ class PolicyAdmin(admin.ModelAdmin):
     list_filter = ["agent", "allow_self_approval"]
     search_fields = ["name", "reason", "tool_name"]
     filter_horizontal = ["groups", "users"]
+
+    def save_model(self, request, obj, form, change):
+        # With its groups and users: one change, one audit entry (hub.policies).
+        policies.save(obj, groups=form.cleaned_data.get("groups"), users=form.cleaned_data.get("users"))
+
+    def save_related(self, request, form, formsets, change):
+        # The members were saved with the policy: only inlines are left.
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
+
+    def delete_model(self, request, obj):
+        policies.delete(obj)
+
+    def delete_queryset(self, request, queryset):
+        for policy in queryset:
+            policies.delete(policy)
 
 
 @admin.register(Thread)
@@ -253,7 +276,7 @@ class TokenAdmin(admin.ModelAdmin):
         return super().lookup_allowed(lookup, value, request)
 
 
-# --- Notifications (hub/notify.py) --------------------------------------------------------------
+# --- Notifications (hub/notify/) --------------------------------------------------------------
 
 
 def _no_secret_lookups(lookup: str) -> bool:

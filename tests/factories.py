@@ -1,11 +1,11 @@
-"""Small builders for rows the tests need; each writes through the ORM."""
+"""Small builders for rows the tests need; each writes through the ORM, or the action that owns the change."""
 
 import itertools
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from interrupts.hub import policies, tokens
+from interrupts.hub import agents, policies, tokens
 from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 
 _counter = itertools.count(1)
@@ -15,7 +15,7 @@ def agent(**fields) -> Agent:
     n = next(_counter)
     fields.setdefault("name", f"agent-{n}")
     fields.setdefault("url", f"http://127.0.0.1:9/agents/{n}/")
-    return Agent.objects.create(**fields)
+    return agents.save(Agent(**fields))
 
 
 def thread(**fields) -> Thread:
@@ -70,10 +70,7 @@ def token(user_obj, **options) -> str:
 def policy(**fields) -> Policy:
     groups, users = fields.pop("groups", []), fields.pop("users", [])
     fields.setdefault("name", f"policy-{next(_counter)}")
-    made = Policy.objects.create(**fields)
-    made.groups.set(groups)
-    made.users.set(users)
-    return made
+    return policies.save(Policy(**fields), groups=groups, users=users)
 
 
 def decision(interrupt_obj, user_obj, status="resolved", **fields) -> Decision:

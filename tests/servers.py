@@ -76,7 +76,7 @@ def _setup(env: dict, self_approving: bool) -> str:
     assert done.returncode == 0, done.stderr
     token = done.stdout.strip()  # the token alone on stdout, as a script reads it
     if self_approving:
-        code = ("from interrupts.models import Policy; Policy.objects.get_or_create(agent=None, reason='', "
+        code = ("from interrupts.hub import policies; policies.get_or_create(agent=None, reason='', "
                 "tool_name='', defaults={'name': 'one operator', 'allow_self_approval': True})")
         done = manage("shell", "-c", code, env=env)
         assert done.returncode == 0, done.stderr

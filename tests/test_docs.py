@@ -95,14 +95,14 @@ def test_the_api_walkthrough_runs_against_a_live_server(served):
 
 @pytest.mark.django_db
 def test_the_documented_script_verifies_a_real_chain_export_and_catches_an_edit(tmp_path, client):
-    from interrupts.hub import trail
+    from interrupts.hub.trail import chain
     from interrupts.models import AuditEntry
 
     from . import factories
 
     reviewer = factories.user(is_staff=True)
     for n in range(3):
-        trail.record_decision(factories.decision(factories.interrupt(), reviewer, payload={"approved": n % 2 == 0}))
+        chain.record_decision(factories.decision(factories.interrupt(), reviewer, payload={"approved": n % 2 == 0}))
     script = tmp_path / "verify_chain.py"
     script.write_text(block("audit.md", "## Verifying the audit trail", "python"))
     client.force_login(reviewer)

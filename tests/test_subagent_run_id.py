@@ -13,7 +13,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import decisions, log, trail
+from interrupts.hub import decisions, log
+from interrupts.hub.trail import content as trail_content, verify
 from interrupts.models import AuditEntry, Interrupt
 
 from . import factories as make
@@ -128,5 +129,5 @@ def test_the_audit_chain_holds_the_subagent_the_reviewer_was_shown(reviewer):
     [entry] = AuditEntry.objects.filter(interrupt=rows[0])
     content = json.loads(entry.content)["data"]
     assert content["subagent"] == {"runId": PLAIN, "name": None}
-    assert content["rawDigest"] == trail.value_digest(rows[0].raw)
-    assert not trail.verify(save=False).problems
+    assert content["rawDigest"] == trail_content.value_digest(rows[0].raw)
+    assert not verify.verify(save=False).problems

@@ -9,7 +9,7 @@ from rest_framework import generics, serializers, status, viewsets
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.response import Response
 
-from ..hub import notify
+from ..hub.notify import email as notify_email, webhooks as notify_webhooks
 from ..hub.refusals import Refusal
 from ..models import Delivery, DeliveryAttempt, NotificationPreference, NotifyEvent, Webhook
 
@@ -114,7 +114,7 @@ class ResendDelivery(generics.GenericAPIView):
     @extend_schema(request=None, responses={202: DeliverySerializer})
     def post(self, request, pk):
         delivery = self.get_object()
-        if not notify.resend(delivery, request.user):
+        if not notify_webhooks.resend(delivery, request.user):
             raise Refusal("BEING_SENT", f"Delivery {delivery.pk} is being sent right now: look again in a moment.",
                           status=409)
         return Response(DeliverySerializer(DeliveryDetail.queryset.get(pk=delivery.pk)).data,
@@ -132,11 +132,11 @@ class MyNotifications(generics.GenericAPIView):
 
     @extend_schema(responses={200: PreferenceSerializer})
     def get(self, request):
-        return Response({"email": notify.email_choice(request.user)})
+        return Response({"email": notify_email.email_choice(request.user)})
 
     @extend_schema(request=PreferenceSerializer, responses={200: PreferenceSerializer})
     def put(self, request):
         body = PreferenceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        notify.choose_email(request.user, body.validated_data["email"])
+        notify_email.choose_email(request.user, body.validated_data["email"])
         return Response({"email": body.validated_data["email"]})

@@ -7,7 +7,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..hub import claims, decisions, policies
+from ..hub import agents, claims, decisions, policies
 from ..conf import (ACTIONS, BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS,
                     MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
@@ -48,11 +48,16 @@ class AgentSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(problem.messages) from None
         return value
 
+    def create(self, validated_data):
+        return agents.save(Agent(**validated_data))
+
     def update(self, instance, validated_data):
         if validated_data.get("auth_value"):
             # Given in this very request: the model keeps it even when the URL moves.
             instance.credential_given = True
-        return super().update(instance, validated_data)
+        for field, value in validated_data.items():
+            setattr(instance, field, value)
+        return agents.save(instance)
 
     @extend_schema_field(Notice(many=True))
     def get_notices(self, agent) -> list[dict]:
@@ -118,6 +123,16 @@ class PolicySerializer(serializers.ModelSerializer):
         if current("backup_group", None) is not None and not current("target_minutes", None):
             raise serializers.ValidationError({"backup_group": [Policy.BACKUP_NEEDS_TARGET]})
         return attrs
+
+    def create(self, validated_data):
+        groups, users = validated_data.pop("groups", None), validated_data.pop("users", None)
+        return policies.save(Policy(**validated_data), groups=groups, users=users)
+
+    def update(self, instance, validated_data):
+        groups, users = validated_data.pop("groups", None), validated_data.pop("users", None)
+        for field, value in validated_data.items():
+            setattr(instance, field, value)
+        return policies.save(instance, groups=groups, users=users)
 
 
 class UserSerializer(serializers.ModelSerializer):

@@ -13,7 +13,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthentic
 from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
-from ..hub import claims, decisions, outbox, policies, refused, replies, runs
+from ..hub import agents, claims, decisions, outbox, policies, refused, replies, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
@@ -45,14 +45,14 @@ class AgentViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         if instance.runs.exists():
             raise Refusal("AGENT_IN_USE", f"Agent {instance.name} has runs; its history must stay.", status=409)
-        instance.delete()
+        agents.delete(instance)
 
     @extend_schema(request=None, responses={200: s.SigningSecretSerializer})
     @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request, name=None):
         """A new signing secret for this agent (staff only), answered once; the old one stops signing at once."""
         agent = self.get_object()
-        return Response(s.SigningSecretSerializer({"signing_secret": agent.rotate_signing_secret()}).data)
+        return Response(s.SigningSecretSerializer({"signing_secret": agents.rotate_signing_secret(agent)}).data)
 
 
 class PolicyViewSet(viewsets.ModelViewSet):
@@ -63,6 +63,9 @@ class PolicyViewSet(viewsets.ModelViewSet):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     permission_classes = [IsAuthenticated, StaffCanWrite]
+
+    def perform_destroy(self, instance):
+        policies.delete(instance)
 
 
 class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -33,7 +33,8 @@ from django.utils import timezone
 from ..conf import MAX_PRESENCE_CARDS, settings
 from ..live import relay
 from ..models import Interrupt, Presence
-from . import policies, trail
+from . import policies
+from .trail import chain
 from .refusals import Refusal
 
 CLAIM_TAKEN = "claim.taken"
@@ -165,7 +166,7 @@ def claim(interrupt: Interrupt, user, *, take_over: bool = False) -> Claim:
                               interrupt_id=current.interrupt_id)
             raise _held_by(holder(current, now), current)
         if not renewing:
-            trail.record(CLAIM_TAKEN, _content(current, user, takenFrom=other.get_username() if other else None),
+            chain.record(CLAIM_TAKEN, _content(current, user, takenFrom=other.get_username() if other else None),
                          subject=f"interrupt:{current.pk}", interrupt=current)
             _told(current)
         since = current.claimed_at if renewing else now
@@ -195,7 +196,7 @@ def release(interrupt: Interrupt, user) -> None:
     with transaction.atomic():
         if Interrupt.objects.filter(pk=current.pk, claimed_by=other, claimed_at=current.claimed_at).update(
                 claimed_by=None, claimed_at=None, claim_renewed_at=None):
-            trail.record(CLAIM_RELEASED, _content(current, user, holder=other.get_username()),
+            chain.record(CLAIM_RELEASED, _content(current, user, holder=other.get_username()),
                          subject=f"interrupt:{current.pk}", interrupt=current)
             _told(current)
 
@@ -220,7 +221,7 @@ def lapse_due(now: datetime | None = None) -> int:
                     claimed_by=None, claimed_at=None, claim_renewed_at=None):
                 continue  # renewed, released or lapsed by another process meanwhile
             if interrupt.status == Interrupt.Status.PENDING:
-                trail.record(CLAIM_LAPSED, _content(interrupt, None, holder=interrupt.claimed_by.get_username(),
+                chain.record(CLAIM_LAPSED, _content(interrupt, None, holder=interrupt.claimed_by.get_username(),
                                                     idleSeconds=settings.COUNTERSIGN_CLAIM_IDLE_SECONDS),
                              subject=f"interrupt:{interrupt.pk}", interrupt=interrupt)
                 _told(interrupt)

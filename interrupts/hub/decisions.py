@@ -36,7 +36,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from . import claims, notify, policies, log, runs, trail
+from . import claims, policies, log, runs
+from .notify import enqueue
+from .trail import chain, content
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -396,7 +398,7 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     except IntegrityError:
         raise Refusal("ALREADY_DECIDED", f"Interrupt {interrupt.interrupt_id} was decided by someone else at the "
                       "same moment: look at it again.", interrupt_id=interrupt.interrupt_id) from None
-    trail.record_decision(decision, superseded=bool(stale))
+    chain.record_decision(decision, superseded=bool(stale))
     return decision
 
 
@@ -427,7 +429,7 @@ def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
         raise _already_decided(interrupt)
     Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
     decision = checked.recorded(interrupt, user)
-    trail.record_decision(decision, superseded=True)
+    chain.record_decision(decision, superseded=True)
     _after_decision(interrupt, user, relay.Reason.REVISED)
     return decision
 
@@ -485,9 +487,9 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
         # Under the batch's lock nobody else moves the version: the UPDATE cannot lose.
         Interrupt.objects.filter(pk=current.pk, version=current.version).update(
             status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
-        trail.record_supersessions(current)
-        trail.record(UNDONE, {
-            "decision": mine.pk, "interrupt": current.pk, "interruptId": trail.signable(current.interrupt_id),
+        chain.record_supersessions(current)
+        chain.record(UNDONE, {
+            "decision": mine.pk, "interrupt": current.pk, "interruptId": content.signable(current.interrupt_id),
             "threadId": current.run.thread.thread_id, "runId": current.run.run_id,
             "user": {"id": user.pk, "username": user.get_username()},
             "action": mine.action, "outcome": outcome_words(mine), "undoneAt": now.isoformat(),
@@ -538,7 +540,7 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
         Decision.objects.filter(pk__in=[d.pk for d in lapsed], superseded_at__isnull=True).update(superseded_at=now)
         Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).update(
             status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
-        trail.record_supersessions(interrupt)
+        chain.record_supersessions(interrupt)
         reopened.append(interrupt)
     return reopened
 
@@ -559,7 +561,7 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
     # Expired interrupts do not keep it open: the resume cancels them (C20).
     if not open_left:
         runs.queue_resume(run, user=user, expired=bool(batch["expired"]), size=batch["size"])
-    notify.decided(interrupt, user)
+    enqueue.decided(interrupt, user)
     thread_pk, seq = run.thread_id, run.thread.last_seq
     relay.inbox_changed(thread_pk, seq, reason)
 
@@ -790,10 +792,10 @@ def drop_unacknowledged(now=None) -> int:
                 Decision.objects.filter(pk=decision.pk, superseded_at__isnull=True).update(superseded_at=now)
                 Interrupt.objects.filter(pk=interrupt.pk).update(
                     status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
-                trail.record_supersessions(interrupt)
-                trail.record(UNACKNOWLEDGED, {
+                chain.record_supersessions(interrupt)
+                chain.record(UNACKNOWLEDGED, {
                     "decision": decision.pk, "interrupt": interrupt.pk,
-                    "interruptId": trail.signable(interrupt.interrupt_id),
+                    "interruptId": content.signable(interrupt.interrupt_id),
                     "threadId": interrupt.run.thread.thread_id, "runId": interrupt.run.run_id,
                     "user": {"id": decision.user_id, "username": decision.user.get_username()},
                     "action": decision.action, "droppedAt": now.isoformat(),

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from ..live import relay
 from ..models import Interrupt, Policy
-from . import notify, trail
+from .notify import enqueue
+from .trail import chain
 
 ESCALATED = "interrupt.escalated"
 
@@ -50,12 +51,12 @@ def _escalate(interrupt: Interrupt, policy: Policy, now: datetime) -> bool:
                                         escalated_at__isnull=True).update(escalated_at=now, escalated_to=group):
             return False  # decided, or escalated by another process, meanwhile
         interrupt.escalated_at, interrupt.escalated_to = now, group
-        trail.record(ESCALATED, {
+        chain.record(ESCALATED, {
             "interrupt": interrupt.pk, "interruptId": interrupt.interrupt_id, "run": interrupt.run.run_id,
             "policy": policy.pk, "policyName": policy.name, "targetMinutes": policy.target_minutes,
             "dueAt": (interrupt.created_at + timedelta(minutes=policy.target_minutes)).isoformat(),
             "groupId": group.pk, "group": group.name,
         }, subject=f"interrupt:{interrupt.pk}", interrupt=interrupt)
-        notify.escalated(interrupt)
+        enqueue.escalated(interrupt)
         relay.inbox_changed(interrupt.run.thread_id, interrupt.run.thread.last_seq, relay.Reason.ESCALATED)
     return True

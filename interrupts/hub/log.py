@@ -23,7 +23,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import notify, policies, trail, wakeup
+from . import policies, wakeup
+from .notify import enqueue
+from .trail import chain
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..conf import settings
 from ..live import relay
@@ -373,7 +375,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
         thread_pk = run.thread_id
         if run.status == Run.Status.INTERRUPTED:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
-            notify.raised(run, raised)
+            enqueue.raised(run, raised)
             if any(row.expires_at is not None and row.expires_at <= now for row in raised):
                 # Already past its expiry: the sweep expires it at once, under the
                 # batch's lock, and queues the resume that cancels it (``decisions.expire_due``).
@@ -381,7 +383,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
             relay.inbox_changed(thread_pk, seq, relay.Reason.RAISED)
         elif run.status == Run.Status.FAILED and run.resume_key is not None:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
-            notify.refused(run, run.error_code, run.error_message)
+            enqueue.refused(run, run.error_code, run.error_message)
             relay.inbox_changed(thread_pk, seq, relay.Reason.REFUSED)
 
 
@@ -417,9 +419,9 @@ def expire(run: Run, now) -> tuple[int, Event | None]:
             status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1,
         ):
             closed += 1
-            trail.record_expiry(interrupt)
+            chain.record_expiry(interrupt)
             told.append((interrupt, reason[:300]))
-    notify.expired(run, told)
+    enqueue.expired(run, told)
     raised_late = all(_raised_expired(i) for i in late)
     event = note(run, relay.Note.INTERRUPTS_EXPIRED, {
         "runId": run.run_id, **({"whenRaised": True} if raised_late else {}),
@@ -467,7 +469,7 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
             return None
         event = _log(run, error, from_agent=False)
         if run.resume_key is not None:
-            notify.refused(run, error_code, error_message)
+            enqueue.refused(run, error_code, error_message)
         closed = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).update(
             status=Interrupt.Status.CANCELLED,
             closed_at=now,

@@ -30,6 +30,7 @@ from django.db.models import Exists, OuterRef, Q
 from ..conf import SLA_AT_RISK_FRACTION
 from ..models import Decision, Interrupt, Policy, Run
 from .refusals import Refusal
+from .trail import changes
 
 DECIDE_PERMISSION = "interrupts.decide_interrupt"
 #: The group a migration creates holding DECIDE_PERMISSION.
@@ -285,30 +286,54 @@ def reassign_pending() -> int:
         last = chunk[-1][0]
 
 
-def policy_changed(sender, **kwargs) -> None:
-    """Signal receiver (apps.py): a policy was saved or deleted; the inbox's listing follows.
+# --- changing policies: every door (pages, API, admin, demo agents) calls these --------------------
 
-    After commit, so the change is what ``reassign_pending`` reads.
+
+def save(policy: Policy, *, groups=None, users=None) -> Policy:
+    """Create or change ``policy`` and, when given, its groups and users, with its audit entry, in one transaction.
+
+    ``restricted`` follows an explicit change of the members only: a policy
+    whose named groups and users were all deleted stays restricted, admitting
+    nobody. After commit, the pending interrupts' governing policies follow.
     """
-    if kwargs.get("raw"):
-        return
-    transaction.on_commit(reassign_pending)
+    created = policy._state.adding
+    with transaction.atomic():
+        policy.save()
+        if _set_members(policy, groups, users):
+            policy.restricted = policy.groups.exists() or policy.users.exists()
+            Policy.objects.filter(pk=policy.pk).update(restricted=policy.restricted)
+        changes.record_policy(policy, "policy.created" if created else "policy.changed")
+        transaction.on_commit(reassign_pending)
+    return policy
 
 
-def members_changed(sender, instance, action, reverse, **kwargs) -> None:
-    """Signal receiver (apps.py): staff named or removed a policy's groups or users; ``restricted`` follows.
+def _set_members(policy: Policy, groups, users) -> bool:
+    # Whether the members changed: only then does ``restricted`` follow them.
+    changed = False
+    for members, given in ((policy.groups, groups), (policy.users, users)):
+        if given is not None and set(members.values_list("pk", flat=True)) != {m.pk for m in given}:
+            members.set(given)
+            changed = True
+    return changed
 
-    Only explicit changes come here: deleting a group or user removes its
-    rows without this signal, so a policy whose names were all deleted stays
-    restricted, admitting nobody.
-    """
-    if action not in ("post_add", "post_remove", "post_clear"):
-        return
-    touched = [instance] if not reverse else list(Policy.objects.filter(pk__in=kwargs.get("pk_set") or ()))
-    for policy in touched:
-        restricted = policy.groups.exists() or policy.users.exists()
-        Policy.objects.filter(pk=policy.pk).update(restricted=restricted)
-        policy.restricted = restricted
+
+def get_or_create(defaults: dict | None = None, **scope) -> tuple[Policy, bool]:
+    """The policy for ``scope``, created with ``defaults`` (and its entry) if there is none; as the QuerySet's."""
+    with transaction.atomic():
+        policy, created = Policy.objects.get_or_create(defaults=defaults, **scope)
+        if created:
+            changes.record_policy(policy, "policy.created")
+            transaction.on_commit(reassign_pending)
+    return policy, created
+
+
+def delete(policy: Policy) -> None:
+    """Delete ``policy`` with its audit entry; its pending interrupts follow the next most specific one."""
+    pk, name = policy.pk, policy.name
+    with transaction.atomic():
+        policy.delete()
+        changes.record_policy_deleted(pk, name)
+        transaction.on_commit(reassign_pending)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from django.utils import timezone
 
 from ..live import relay
 from ..models import Event, Interrupt, Run
-from . import decisions, log, policies, runs, trail
+from . import decisions, log, policies, runs
+from .trail import chain
 from .refusals import Refusal
 
 SETTLED = "resume.settled"
@@ -109,7 +110,7 @@ def _settle(run: Run, user, settlement: str, now) -> None:
 
 
 def _record(run: Run, user, settlement: str, **more) -> None:
-    trail.record(SETTLED, {
+    chain.record(SETTLED, {
         "run": run.pk,
         "threadId": run.thread.thread_id,
         "runId": run.run_id,
@@ -184,7 +185,7 @@ def reopen(run: Run, user) -> list[Interrupt]:
             interrupt.decisions.filter(superseded_at__isnull=True).update(superseded_at=now)
             Interrupt.objects.filter(pk=interrupt.pk).update(
                 status=Interrupt.Status.PENDING, closed_at=None, closed_reason="", version=F("version") + 1)
-            trail.record_supersessions(interrupt)
+            chain.record_supersessions(interrupt)
         _record(run, user, Run.Settlement.REOPENED, interruptIds=[i.interrupt_id for i in decided])
         return decided
 

@@ -20,17 +20,14 @@ import asyncio
 import functools
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from ag_ui.core import Interrupt as WireInterrupt
-from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 
-from . import crashpoints, egress, log, outbox
+from . import crashpoints, dbthreads, egress, log, outbox
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
 from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
@@ -43,47 +40,9 @@ from ..protocol.wire import known_input, parse_event, parse_frame, strip_unknown
 
 logger = logging.getLogger(__name__)
 
-# Streaming's database work runs on threads of its own. Through asgiref's
-# default (thread-sensitive) executor every ORM call of the process shares one
-# thread, so 50 runs writing to PostgreSQL queued behind each other and behind
-# everything else the loop sends there. A few threads are enough: the work
-# holds the GIL except while it waits for the database, and more threads
-# only fight over it. SQLite takes one writer at a time and makes a blocked
-# one sleep in steps of milliseconds, so there one thread writes for all.
-DB_THREADS = {"postgresql": 4}
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _threads() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(DB_THREADS.get(connection.vendor, 1),
-                                               thread_name_prefix="countersign-streaming-db")
-    return _executor
-
-
-def _released(function: Callable) -> Callable:
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        finally:
-            # These threads never see a request end, which is when Django
-            # closes connections: a PostgreSQL connection goes back to the
-            # pool after each call (a thread must not hold one while idle), and
-            # any connection an error may have broken is closed, not reused.
-            # SQLite's stays open: reopening it cost ~1 ms a call.
-            if not connection.in_atomic_block and (connection.vendor == "postgresql" or connection.errors_occurred):
-                connection.close()
-    return call
-
-
-def database(function: Callable) -> Callable:
-    """``function`` as a coroutine function that runs on streaming's database threads."""
-    return sync_to_async(_released(function), thread_sensitive=False, executor=_threads())
+# Streaming's database work runs on threads of its own (``dbthreads`` says why):
+# a few on PostgreSQL, one on SQLite. ``database(function)`` is a coroutine function.
+database = dbthreads.Pool("streaming-db", {"postgresql": 4})
 
 
 # A write that fails because the database connection is gone (a restart,
@@ -108,7 +67,7 @@ def connection_lost(problem: BaseException) -> bool:
 
 
 def _discard_dead_connections() -> None:
-    # The broken connection was closed on its way out (``_released``); the pool's
+    # The broken connection was closed on its way out (``dbthreads``); the pool's
     # idle ones died with it if the server restarted: check them all now, so the
     # retry is not handed the next dead one.
     pool = getattr(connection, "pool", None)

@@ -31,7 +31,8 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from ..conf import settings
-from . import claims, decisions, escalation, notify, outbox, streaming, wakeup
+from . import claims, decisions, escalation, outbox, streaming, wakeup
+from .notify import rounds
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class Supervisor:
         """Start the supervisor's loop on the running event loop and make it this process's."""
         wakeup.register(_Listener(self))
         # Webhooks and emails in a loop of their own: a slow receiver or mail server never delays a tick.
-        self._spawn(notify.run_forever(self.worker), "countersign-notify")
+        self._spawn(rounds.run_forever(self.worker), "countersign-notify")
         return self._spawn(self.run_forever(), "countersign-supervisor")
 
     async def run_forever(self) -> None:

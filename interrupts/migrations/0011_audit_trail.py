@@ -111,9 +111,9 @@ def no_triggers(apps, schema_editor):
 def backfill(apps, schema_editor):
     # trail's content functions take historical instances: the entries an
     # upgraded database gets are those a new one writes.
-    from interrupts.hub import trail
+    from interrupts.hub.trail import backfill as trail_backfill
 
-    trail.backfill(apps)
+    trail_backfill.backfill(apps)
 
 
 class Migration(migrations.Migration):

@@ -5,7 +5,7 @@ an entry whenever a user's flags, groups or permissions or a group's
 permissions change; ``audit verify`` holds every row to its last entry. So
 that an upgraded database verifies, each existing user and group gets its
 first entry now, and each policy an entry naming its agent, groups and users
-by id (see ``trail.backfill_access``). Nothing in the schema changes.
+by id (see ``trail.backfill.backfill_access``). Nothing in the schema changes.
 """
 
 from django.conf import settings
@@ -13,9 +13,9 @@ from django.db import migrations
 
 
 def backfill(apps, schema_editor):
-    from interrupts.hub import trail
+    from interrupts.hub.trail import backfill as trail_backfill
 
-    trail.backfill_access(apps)
+    trail_backfill.backfill_access(apps)
 
 
 class Migration(migrations.Migration):

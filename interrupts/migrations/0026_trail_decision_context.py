@@ -5,16 +5,16 @@ schema and metadata, its expiry and the subagent that raised it, so an edit
 of any of them fails ``audit verify``. Entries written before hold fewer
 keys and are verified by the keys they hold; this appends one
 ``decision.context`` entry per such decision with the rest, as the rows
-stand now (see ``trail.backfill_context``). Nothing in the schema changes.
+stand now (see ``trail.backfill.backfill_context``). Nothing in the schema changes.
 """
 
 from django.db import migrations
 
 
 def backfill(apps, schema_editor):
-    from interrupts.hub import trail
+    from interrupts.hub.trail import backfill as trail_backfill
 
-    trail.backfill_context(apps)
+    trail_backfill.backfill_context(apps)
 
 
 class Migration(migrations.Migration):

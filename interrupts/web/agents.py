@@ -7,6 +7,7 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from ..hub import agents as hub_agents
 from ..models import Agent
 from ..reads import selectors
 from .forms import AgentForm
@@ -32,7 +33,7 @@ def agent_edit(request, name: str | None = None):
     agent = get_object_or_404(Agent, name=name) if name else None
     form = AgentForm(request.POST or None, instance=agent)
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
+        saved = hub_agents.save(form.save(commit=False))
         messages.success(request, f"Saved agent {saved.name}.")
         for notice in form.notices:  # e.g. the credential was dropped: the URL moved to another origin
             messages.warning(request, notice)
@@ -47,4 +48,4 @@ def agent_edit(request, name: str | None = None):
 def agent_rotate_secret(request, name: str):
     """Rotate an agent's signing secret and show the new one, once; the old one stops verifying at once."""
     agent = get_object_or_404(Agent, name=name)
-    return _secret_shown_once(request, agent, agent.rotate_signing_secret(), rotated=True)
+    return _secret_shown_once(request, agent, hub_agents.rotate_signing_secret(agent), rotated=True)

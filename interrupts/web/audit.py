@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from ..conf import AUDIT_PAGE_SIZE
-from ..hub import trail
+from ..hub.trail import chain, checkpoints
 from ..models import Thread
 from ..reads import selectors
 from .exports import csv_safe
@@ -33,7 +33,7 @@ def audit(request, thread_id: str | None = None):
     page = Paginator(queryset, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     # The last verification, extended by the entries since (links only, a
     # bounded number): the page never recomputes a long chain whole.
-    checkpoint, broken = trail.verify_recent()
+    checkpoint, broken = checkpoints.verify_recent()
     return render(request, "interrupts/audit.html", {
         "checkpoint": checkpoint,
         "trail_problem": str(broken) if broken else (checkpoint.problem.split("\n")[0] if checkpoint else ""),
@@ -48,11 +48,11 @@ def audit(request, thread_id: str | None = None):
 
 def _export_chain():
     """The whole hash chain, one JSON object per line, streamed; never filtered: a chain verifies only whole."""
-    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in trail.chain())
+    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in chain.export())
     response = StreamingHttpResponse(body, content_type="application/jsonl")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="countersign-chain-{stamp}.jsonl"'
-    response[AUDIT_HEAD_HEADER] = str(trail.head())  # the file's last line is at or past it
+    response[AUDIT_HEAD_HEADER] = str(chain.head())  # the file's last line is at or past it
     return response
 
 
@@ -69,7 +69,7 @@ def _export(queryset, kind: str):
     """Every matching row, streamed in pages so a large trail never sits in memory whole."""
     # Each row carries auditHead, the chain's head as the export began: a copy
     # kept outside the database lets ``audit verify --expect-head`` find a deleted tail.
-    anchor = str(trail.head())
+    anchor = str(chain.head())
 
     def rows():
         paginator = Paginator(queryset, 500)

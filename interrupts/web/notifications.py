@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from ..conf import DELIVERIES_PAGE_SIZE
-from ..hub import notify
+from ..hub.notify import email as notify_email, webhooks as notify_webhooks
 from ..models import Delivery, EmailChoice, NotifyEvent, Webhook
 
 
@@ -78,7 +78,7 @@ def deliveries(request):
 @require_POST
 def resend(request, pk: int):
     delivery = get_object_or_404(Delivery, pk=pk)
-    if notify.resend(delivery, request.user):
+    if notify_webhooks.resend(delivery, request.user):
         messages.success(request, f"Delivery {delivery.pk} ({delivery.key}) is queued again, due now.")
     else:
         messages.warning(request, f"Delivery {delivery.pk} is being sent right now: look again in a moment.")
@@ -87,9 +87,9 @@ def resend(request, pk: int):
 
 @login_required
 def preferences(request):
-    form = PreferenceForm(request.POST or None, initial={"email": notify.email_choice(request.user)})
+    form = PreferenceForm(request.POST or None, initial={"email": notify_email.email_choice(request.user)})
     if request.method == "POST" and form.is_valid():
-        notify.choose_email(request.user, form.cleaned_data["email"])
+        notify_email.choose_email(request.user, form.cleaned_data["email"])
         messages.success(request, "Saved how you get email.")
         return redirect("notification-settings")
     return render(request, "interrupts/notification_settings.html", {"form": form, "email": request.user.email})

@@ -7,6 +7,7 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from ..hub import policies
 from ..models import Policy
 from .forms import PolicyForm
 
@@ -16,7 +17,7 @@ def policy_edit(request, pk: int | None = None):
     policy = get_object_or_404(Policy, pk=pk) if pk else None
     form = PolicyForm(request.POST or None, instance=policy)
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
+        saved = policies.save(form.save(commit=False), groups=form.cleaned_data["groups"], users=form.cleaned_data["users"])
         messages.success(request, f"Saved policy {saved.name}.")
         return redirect("agents")
     return render(request, "interrupts/policy_form.html", {"form": form, "policy": policy})
@@ -26,6 +27,6 @@ def policy_edit(request, pk: int | None = None):
 @require_POST
 def policy_delete(request, pk: int):
     policy = get_object_or_404(Policy, pk=pk)
-    policy.delete()
+    policies.delete(policy)
     messages.success(request, f"Deleted policy {policy.name}; its interrupts now follow the next most specific one.")
     return redirect("agents")

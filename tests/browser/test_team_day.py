@@ -58,16 +58,17 @@ def team_site(tmp_path_factory, receiver):
 import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from interrupts.hub import policies
 from interrupts.models import Agent, Policy, Webhook
 reviewers = Group.objects.get(name="Reviewers")
 for name, (first, group) in json.loads({people!r}).items():
     user = get_user_model().objects.create_user(name, f"{{name}}@example.com", {PASSWORD!r}, first_name=first)
     user.groups.add(reviewers, Group.objects.get_or_create(name=group)[0])
-policy, _ = Policy.objects.update_or_create(
-    agent=Agent.objects.get(name="janitor"), reason="", tool_name="",
-    defaults=dict(name="payments", target_minutes=1, allow_self_approval=False,
-                  backup_group=Group.objects.get(name="On call")))
-policy.groups.set([Group.objects.get(name="Payments")])
+scope = dict(agent=Agent.objects.get(name="janitor"), reason="", tool_name="")
+policy = Policy.objects.filter(**scope).first() or Policy(**scope)
+policy.name, policy.target_minutes, policy.allow_self_approval = "payments", 1, False
+policy.backup_group = Group.objects.get(name="On call")
+policies.save(policy, groups=[Group.objects.get(name="Payments")])
 hook = Webhook.objects.create(name="payments-hook", url="{receiver.url}", group=Group.objects.get(name="Payments"))
 print(hook.secret)
 """).strip().splitlines()[-1]

@@ -16,7 +16,8 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from interrupts.hub import decisions, trail
+from interrupts.hub import agents, decisions, policies
+from interrupts.hub.trail import backfill, chain as trail_chain, content as trail_content, verify as trail_verify
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Interrupt, Policy
 from interrupts.protocol.signing import Unsignable, canonical
 
@@ -29,8 +30,8 @@ SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "re
 
 def recorded(decision: Decision) -> Decision:
     # Until decisions.decide appends its own entry, the test does what it will.
-    if not AuditEntry.objects.filter(decision_id=decision.pk, kind=trail.DECISION).exists():
-        trail.record_decision(decision)
+    if not AuditEntry.objects.filter(decision_id=decision.pk, kind=trail_chain.DECISION).exists():
+        trail_chain.record_decision(decision)
     return decision
 
 
@@ -51,12 +52,13 @@ def chain():
     recorded(decisions.decide(second, bob, "resolved", {"approved": True}))
     late = pending(make.run(status="interrupted"), "int-late", expires_at=timezone.now() - timedelta(minutes=1))
     decisions.expire_due()
-    if not AuditEntry.objects.filter(interrupt_id=late.pk, kind=trail.EXPIRY).exists():
-        trail.record_expiry(late)
-    make.policy(name="payments", groups=[Group.objects.get(name="Reviewers")], users=[bob, alice])
+    if not AuditEntry.objects.filter(interrupt_id=late.pk, kind=trail_chain.EXPIRY).exists():
+        trail_chain.record_expiry(late)
+    payments = make.policy(name="payments")
+    policies.save(payments, groups=[Group.objects.get(name="Reviewers")], users=[bob, alice])
     agent = run.agent
     agent.url = "http://127.0.0.1:9/moved/"
-    agent.save()
+    agents.save(agent)
     return run
 
 
@@ -94,7 +96,7 @@ def unguard(table: str) -> None:
 
 
 def entry_of(decision: Decision) -> AuditEntry:
-    return AuditEntry.objects.get(decision_id=decision.pk, kind=trail.DECISION)
+    return AuditEntry.objects.get(decision_id=decision.pk, kind=trail_chain.DECISION)
 
 
 def test_a_clean_chain_verifies_and_records_every_kind_of_change(chain):
@@ -116,7 +118,7 @@ def test_the_hash_is_sha256_over_the_previous_hash_then_the_canonical_content(ch
 
     from interrupts.protocol.signing import canonical
 
-    prev = trail.GENESIS
+    prev = trail_chain.GENESIS
     for entry in AuditEntry.objects.order_by("seq"):
         assert entry.prev_hash == prev
         assert entry.content.encode() == canonical(json.loads(entry.content))
@@ -147,7 +149,7 @@ def test_a_deleted_entry_is_named(chain):
 
 
 def test_two_reordered_entries_are_named(chain):
-    a, b = AuditEntry.objects.filter(kind=trail.DECISION).order_by("seq")[:2]
+    a, b = AuditEntry.objects.filter(kind=trail_chain.DECISION).order_by("seq")[:2]
     unguard("interrupts_auditentry")
     raw("UPDATE interrupts_auditentry SET seq = 999999 WHERE seq = %s", [a.seq])
     raw("UPDATE interrupts_auditentry SET seq = %s WHERE seq = %s", [a.seq, b.seq])
@@ -168,7 +170,7 @@ def test_an_edited_entry_is_named_and_so_is_one_whose_hash_was_recomputed(chain)
         1, f"BROKEN: entry {victim.seq} is broken: its hash does not match its content (the entry was edited)")
     # Cleverer: the hash recomputed too. The next entry's link gives it away.
     raw("UPDATE interrupts_auditentry SET hash = %s WHERE seq = %s",
-        [trail.entry_hash(victim.prev_hash, edited), victim.seq])
+        [trail_chain.entry_hash(victim.prev_hash, edited), victim.seq])
     code, _, err = verify()
     assert code == 1
     assert first_problem(err).startswith(f"BROKEN: entry {victim.seq + 1} is broken: its prev_hash is not entry {victim.seq}'s hash")
@@ -220,27 +222,27 @@ def test_an_agent_save_that_changes_nothing_tracked_is_not_an_entry_and_secrets_
     agent = chain.agent
     before = AuditEntry.objects.count()
     agent.description = "only words"
-    agent.save()
+    agents.save(agent)
     assert AuditEntry.objects.count() == before
     agent.auth_header, agent.auth_value = "Authorization", "Bearer very-secret-credential"
-    agent.save()
-    agent.rotate_signing_secret()
+    agents.save(agent)
+    agents.rotate_signing_secret(agent)
     changes = list(AuditEntry.objects.filter(subject=f"agent:{agent.pk}").order_by("-seq")[:2])
     assert [e.kind for e in changes] == ["agent.changed", "agent.changed"]
     agent.refresh_from_db()
     for entry in changes:
         assert "very-secret-credential" not in entry.content and agent.signing_secret not in entry.content
-    newest, older = (trail._last_data(f"agent:{agent.pk}"), __import__("json").loads(changes[1].content)["data"])
+    newest, older = (trail_chain.last_data(f"agent:{agent.pk}"), __import__("json").loads(changes[1].content)["data"])
     assert newest["credentialSet"] and newest["credentialDigest"] == older["credentialDigest"]
     assert newest["signingSecretDigest"] != older["signingSecretDigest"]
 
 
 def test_policy_members_are_recorded_by_name_sorted(chain):
     policy = make.policy(name="wires", reason="wire")
-    policy.users.add(make.user(username="zed"), make.user(username="amy"))
-    data = trail._last_data(f"policy:{policy.pk}")
+    policies.save(policy, users=[make.user(username="zed"), make.user(username="amy")])
+    data = trail_chain.last_data(f"policy:{policy.pk}")
     assert data["users"] == ["amy", "zed"] and data["groups"] == []
-    policy.delete()
+    policies.delete(policy)
     assert AuditEntry.objects.order_by("-seq").first().kind == "policy.deleted"
     assert verify()[0] == 0
 
@@ -271,7 +273,7 @@ def test_the_audit_page_says_when_the_trail_does_not_verify(chain, client):
     client.get("/audit/")
     victim = AuditEntry.objects.order_by("-seq").first()
     unguard("interrupts_auditentry")
-    raw("UPDATE interrupts_auditentry SET hash = %s WHERE seq = %s", [trail.GENESIS, victim.seq])
+    raw("UPDATE interrupts_auditentry SET hash = %s WHERE seq = %s", [trail_chain.GENESIS, victim.seq])
     assert f"entry {victim.seq} changed since it was verified" in client.get("/audit/").content.decode()
 
 
@@ -289,7 +291,7 @@ def last_entry(subject: str) -> AuditEntry:
 def test_a_policy_changed_with_raw_sql_is_named(chain):
     policy = Policy.objects.get(name="payments")
     policy.required_approvals = 2
-    policy.save()
+    policies.save(policy)
     assert verify()[0] == 0
     raw("UPDATE interrupts_policy SET required_approvals = %s, allow_self_approval = %s WHERE id = %s",
         [1, True, policy.pk])
@@ -311,9 +313,9 @@ def test_a_policy_unrestricted_with_raw_sql_is_named(chain):
         f"BROKEN: entry {last_entry(f'policy:{policy.pk}').seq}: policy {policy.pk} (payments) no longer matches "
         "what was recorded (groupIds, restricted, userIds changed in the row)"])
     # An entry from before the field: restricted then meant "names people".
-    older = {k: v for k, v in trail._last_data(f"policy:{policy.pk}").items() if k != "restricted"}
-    assert trail._policy_differs(older, {**older, "restricted": True}, policy) == []
-    assert trail._policy_differs(older, {**older, "restricted": False}, policy) == ["restricted"]
+    older = {k: v for k, v in trail_chain.last_data(f"policy:{policy.pk}").items() if k != "restricted"}
+    assert trail_verify._policy_differs(older, {**older, "restricted": True}, policy) == []
+    assert trail_verify._policy_differs(older, {**older, "restricted": False}, policy) == ["restricted"]
 
 
 def test_a_policy_member_added_with_raw_sql_is_named_and_a_rename_is_not(chain):
@@ -374,13 +376,13 @@ def test_who_may_decide_is_recorded_whichever_side_changes_it(chain):
     deployers = Group.objects.create(name="Deployers")
 
     def user_data():
-        return trail._last_data(f"user:{carol.pk}")
+        return trail_chain.last_data(f"user:{carol.pk}")
 
-    assert user_data()["groupIds"] == [] and trail._last_data(f"group:{deployers.pk}")["permissions"] == []
+    assert user_data()["groupIds"] == [] and trail_chain.last_data(f"group:{deployers.pk}")["permissions"] == []
     deployers.user_set.add(carol)
     assert user_data()["groupIds"] == [deployers.pk] and user_data()["groups"] == ["Deployers"]
     decide.group_set.add(deployers)
-    assert trail._last_data(f"group:{deployers.pk}")["permissions"] == ["interrupts.decide_interrupt"]
+    assert trail_chain.last_data(f"group:{deployers.pk}")["permissions"] == ["interrupts.decide_interrupt"]
     carol.user_permissions.add(decide)
     assert user_data()["permissions"] == ["interrupts.decide_interrupt"]
     decide.user_set.clear()
@@ -394,7 +396,7 @@ def test_who_may_decide_is_recorded_whichever_side_changes_it(chain):
     carol.save()
     assert AuditEntry.objects.count() == before  # nothing the trail holds changed
     decide.group_set.clear()
-    assert trail._last_data(f"group:{deployers.pk}")["permissions"] == []
+    assert trail_chain.last_data(f"group:{deployers.pk}")["permissions"] == []
     deployers.user_set.clear()
     assert user_data()["groupIds"] == []
     deployers.user_set.add(carol)
@@ -415,7 +417,7 @@ def test_a_group_added_through_the_admin_is_recorded(chain, client):
             "last_login_0": "", "last_login_1": ""}
     response = client.post(url, form)
     assert response.status_code == 302, response.content.decode()[:2000]
-    assert trail._last_data(f"user:{carol.pk}")["groupIds"] == [reviewers.pk]
+    assert trail_chain.last_data(f"user:{carol.pk}")["groupIds"] == [reviewers.pk]
     assert verify()[0] == 0
 
 
@@ -497,16 +499,16 @@ def test_an_interrupt_or_run_rewritten_under_its_decision_is_named(asked, statem
 
 def test_an_entry_written_before_the_interrupt_was_recorded_in_it_is_held_to_what_it_says(asked):
     # An entry from before decision_content held the interrupt: no false alarm, no new protection.
-    old = {k: v for k, v in json.loads(entry_of(asked).content)["data"].items() if k not in trail._DECISION_ADDED}
-    now = trail.decision_content(asked)
-    assert trail._comparable(now, old) == trail._comparable(old, old)
+    old = {k: v for k, v in json.loads(entry_of(asked).content)["data"].items() if k not in trail_content.DECISION_ADDED}
+    now = trail_content.decision_content(asked)
+    assert trail_verify._comparable(now, old) == trail_verify._comparable(old, old)
 
 
 def test_an_expired_interrupt_rewritten_to_cancelled_is_named(chain):
     late = Interrupt.objects.get(interrupt_id="int-late")
     raw("UPDATE interrupts_interrupt SET status = 'cancelled' WHERE id = %s", [late.pk])
     code, _, err = verify()
-    seq = AuditEntry.objects.get(interrupt_id=late.pk, kind=trail.EXPIRY).seq
+    seq = AuditEntry.objects.get(interrupt_id=late.pk, kind=trail_chain.EXPIRY).seq
     assert (code, problems(err)) == (1, [
         f"BROKEN: entry {seq} records interrupt {late.pk} as expired, but the row says cancelled "
         "(the row was changed)"])
@@ -518,9 +520,9 @@ def test_an_upgraded_database_gets_an_entry_for_every_user_group_and_policy(chai
     [ghost] = get_user_model().objects.bulk_create([get_user_model()(username="ghost")])
     [quiet] = Group.objects.bulk_create([Group(name="Quiet")])
     assert verify()[0] == 1
-    made = trail.backfill_access(apps)
+    made = backfill.backfill_access(apps)
     assert made >= 2 and verify()[0] == 0
-    assert trail.backfill_access(apps) == 0  # once is enough
+    assert backfill.backfill_access(apps) == 0  # once is enough
 
 
 # --- F7: what RFC 8785 cannot canonicalise ----------------------------------------------------
@@ -545,10 +547,10 @@ def test_an_unsignable_decision_stored_before_it_was_refused_is_recorded_by_a_st
         canonical(payload)
     # Written the way an old release did, before such answers were refused.
     decision = make.decision(make.interrupt(), make.user(username="dora"), payload=payload)
-    content = trail.decision_content(Decision.objects.get(pk=decision.pk))
+    content = trail_content.decision_content(Decision.objects.get(pk=decision.pk))
     assert content["payload"] == {"unsignable": True, "sha256": content["payload"]["sha256"]}
     canonical(content)  # what the entry holds can be hashed
-    trail.backfill(apps)  # what migration 0011 runs: it no longer aborts
+    backfill.backfill(apps)  # what migration 0011 runs: it no longer aborts
     code, _, err = verify()
     assert code == 0, err
     # The stand-in still changes when the row does.
@@ -563,20 +565,20 @@ def test_the_stand_ins_are_total_and_tell_values_apart():
     # Text columns cannot hold a lone surrogate on either database, JSON ones can (SQLite):
     # whatever a row holds, its entry can be hashed, and a different value gives a different one.
     for value in ({"n": 2**64}, "\ud800", float("nan"), [1, {"b": "\udfff", "a": 2**60}]):
-        canonical(trail.signable(value))
-        assert trail.value_digest(value).startswith("unsignable:sha256:")
-    assert trail.signable({"n": 2**60}) != trail.signable({"n": 2**60 + 1})
-    assert trail.signable({"a": 2**60, "b": 1}) == trail.signable({"b": 1, "a": 2**60})  # as jsonb reorders keys
-    assert trail._digest("p\ud800ss") != trail._digest("p\udfffss")
+        canonical(trail_content.signable(value))
+        assert trail_content.value_digest(value).startswith("unsignable:sha256:")
+    assert trail_content.signable({"n": 2**60}) != trail_content.signable({"n": 2**60 + 1})
+    assert trail_content.signable({"a": 2**60, "b": 1}) == trail_content.signable({"b": 1, "a": 2**60})  # as jsonb reorders keys
+    assert trail_content._digest("p\ud800ss") != trail_content._digest("p\udfffss")
 
 
 def rewrite_whole_chain() -> str:
     """Turn every approval in the trail into a rejection and hash the chain anew, as a database writer could;
     the new head's hash."""
-    prev = trail.GENESIS
+    prev = trail_chain.GENESIS
     for entry in AuditEntry.objects.order_by("seq"):
         content = entry.content.replace('"approved":true', '"approved":false')
         raw("UPDATE interrupts_auditentry SET content = %s, prev_hash = %s, hash = %s WHERE seq = %s",
-            [content, prev, trail.entry_hash(prev, content), entry.seq])
-        prev = trail.entry_hash(prev, content)
+            [content, prev, trail_chain.entry_hash(prev, content), entry.seq])
+        prev = trail_chain.entry_hash(prev, content)
     return prev

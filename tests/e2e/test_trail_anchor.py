@@ -12,7 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from interrupts.hub import decisions, trail
+from interrupts.hub import decisions, policies
+from interrupts.hub.trail import backfill, chain as trail_chain, content
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Delivery, Policy, Webhook
 
 from .. import factories as make
@@ -32,9 +33,9 @@ def verify_expecting(*heads) -> tuple[int, str, str]:
         return exit.code, out.getvalue(), err.getvalue()
 
 
-def newest() -> trail.Head:
+def newest() -> trail_chain.Head:
     last = AuditEntry.objects.order_by("-seq").first()
-    return trail.Head(last.seq, last.hash)
+    return trail_chain.Head(last.seq, last.hash)
 
 
 def decide_more(count: int) -> list[Decision]:
@@ -78,7 +79,7 @@ def test_every_export_and_the_command_carry_the_head_and_an_untouched_trail_veri
     out = io.StringIO()
     call_command("audit", "head", stdout=out)
     assert out.getvalue().strip() == str(newest())
-    code, out, err = verify_expecting(*{trail.Head.parse(h) for h in heads.values()})
+    code, out, err = verify_expecting(*{trail_chain.Head.parse(h) for h in heads.values()})
     assert code == 0, err
     assert out.strip() == f"verified {newest().seq} entries, head {newest()}"
 
@@ -89,7 +90,7 @@ def test_a_webhook_delivery_carries_the_head_its_own_decision_made(chain):
     body = json.loads(Delivery.objects.get(key=f"decided:decision:{decision.pk}").body)
     mine = entry_of(decision)
     assert body["auditHead"] == {"seq": mine.seq, "hash": mine.hash} == newest().as_dict()
-    assert verify_expecting(trail.Head(**body["auditHead"]))[0] == 0
+    assert verify_expecting(trail_chain.Head(**body["auditHead"]))[0] == 0
 
 
 def test_deleting_the_newest_entries_after_the_last_checkpoint_fails_against_a_head_seen_outside(chain, client):
@@ -97,7 +98,7 @@ def test_deleting_the_newest_entries_after_the_last_checkpoint_fails_against_a_h
     assert verify()[0] == 0
     checkpoint = AuditCheckpoint.objects.get().seq
     later = decide_more(3)
-    seen = trail.Head.parse(exported_heads(client)["json"])
+    seen = trail_chain.Head.parse(exported_heads(client)["json"])
     assert seen == newest() and seen.seq == checkpoint + 3
     # Someone with the database's keys takes the three decisions back, rows and entries.
     unguard("interrupts_decision")
@@ -152,7 +153,7 @@ def test_a_decision_entry_cites_the_policy_version_it_was_taken_under(chain):
     policy = make.policy(name="mail", tool_name="sendEmail")
     policy.required_approvals = 1
     policy.allow_self_approval = True
-    policy.save()
+    policies.save(policy)
     cited = AuditEntry.objects.filter(subject=f"policy:{policy.pk}").order_by("-seq").first()
     reviewer = get_user_model().objects.get(username="bob")
     ruled = recorded(decisions.decide(pending(make.run(status="interrupted"), "int-mail", tool_name="sendEmail"),
@@ -163,7 +164,7 @@ def test_a_decision_entry_cites_the_policy_version_it_was_taken_under(chain):
     default = json.loads(entry_of(Decision.objects.get(interrupt__interrupt_id="int-b")).content)["data"]
     assert (default["policy"], default["policyVersion"]) == ("site default", None)
     # A later change of the policy is a later version, not a mismatch.
-    Policy.objects.filter(pk=policy.pk).first().delete()
+    policies.delete(Policy.objects.get(pk=policy.pk))
     assert verify()[0] == 0
 
 
@@ -188,11 +189,11 @@ def test_the_subagent_a_reviewer_was_shown_is_held_to_the_events_that_named_it(c
 def test_entries_written_before_they_held_the_message_verify_by_the_rule_they_were_written_under(chain):
     # An entry of the earlier format (no message, schema, metadata, expiry,
     # subagent or policy version), as an upgraded database holds it.
-    old_keys = set(trail._DECISION_ADDED[5:]) | {trail.POLICY_VERSION}
+    old_keys = set(content.DECISION_ADDED[5:]) | {content.POLICY_VERSION}
     reviewer = get_user_model().objects.get(username="bob")
     old = make.decision(pending(make.run(status="interrupted"), "int-old", message="Pay 10 EUR?"), reviewer)
-    data = {k: v for k, v in trail.decision_content(old).items() if k not in old_keys}
-    trail.record(trail.DECISION, data, subject=f"decision:{old.pk}", decision=old, interrupt=old.interrupt)
+    data = {k: v for k, v in content.decision_content(old).items() if k not in old_keys}
+    trail_chain.record(trail_chain.DECISION, data, subject=f"decision:{old.pk}", decision=old, interrupt=old.interrupt)
     new = recorded(decisions.decide(pending(make.run(status="interrupted"), "int-new", message="Pay 10 EUR?"),
                                     reviewer, "resolved", {"approved": True}))
     assert verify()[0] == 0
@@ -214,10 +215,10 @@ def test_the_upgrade_completes_older_entries_so_their_message_is_held_from_then_
     reviewer = get_user_model().objects.get(username="bob")
     old = make.decision(pending(make.run(status="interrupted"), "int-old", message="Pay 10 EUR?",
                                 metadata={"invoice": 7}), reviewer)
-    data = {k: v for k, v in trail.decision_content(old).items() if k not in set(trail._DECISION_ADDED[5:])}
-    trail.record(trail.DECISION, data, subject=f"decision:{old.pk}", decision=old, interrupt=old.interrupt)
-    assert trail.backfill_context(apps) == 1  # what migration 0026 runs
-    assert trail.backfill_context(apps) == 0  # once is enough
+    data = {k: v for k, v in content.decision_content(old).items() if k not in set(content.DECISION_ADDED[5:])}
+    trail_chain.record(trail_chain.DECISION, data, subject=f"decision:{old.pk}", decision=old, interrupt=old.interrupt)
+    assert backfill.backfill_context(apps) == 1  # what migration 0026 runs
+    assert backfill.backfill_context(apps) == 0  # once is enough
     assert verify()[0] == 0
     unguard("interrupts_interrupt")
     raw("UPDATE interrupts_interrupt SET message = %s, metadata = %s WHERE id = %s",
@@ -234,7 +235,7 @@ def test_a_tail_cut_under_a_webhook_delivery_that_carried_it_is_found_without_be
     checkpoint = AuditCheckpoint.objects.get().seq
     Webhook.objects.create(name="all", url="http://127.0.0.1:9/hook")
     later = decide_more(2)
-    delivered = trail.Head(**json.loads(Delivery.objects.order_by("-pk").first().body)["auditHead"])
+    delivered = trail_chain.Head(**json.loads(Delivery.objects.order_by("-pk").first().body)["auditHead"])
     assert delivered == newest()
     unguard("interrupts_decision")
     raw("DELETE FROM interrupts_decision WHERE id IN (%s, %s)", [d.pk for d in later])

@@ -7,7 +7,8 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from interrupts.hub import decisions, escalation, policies, trail
+from interrupts.hub import decisions, escalation, policies
+from interrupts.hub.trail import verify
 from interrupts.hub.refusals import Refusal
 from interrupts.models import AuditEntry, Interrupt
 from interrupts.reads import selectors
@@ -54,7 +55,7 @@ def test_a_request_past_its_target_escalates_once_to_the_backup_group(team):
     assert Interrupt.objects.get(pk=early.pk).escalated_at is None
     [entry] = AuditEntry.objects.filter(kind=escalation.ESCALATED)
     assert entry.interrupt_id == late.pk and '"group":"On call"' in entry.content
-    assert trail.verify().ok
+    assert verify.verify().ok
 
     # The backup group now finds it waiting for them, and may decide it.
     assert selectors.waiting_count(team["carol"]) == 1
@@ -78,7 +79,7 @@ def test_nothing_escalates_without_a_backup_group_or_once_decided(team):
     decisions.decide(decided, team["alice"], "resolved", {"approved": True})
     assert escalation.escalate_due() == 0
     policy.backup_group = None
-    policy.save()
+    policies.save(policy)
     raised(team["agent"], minutes_ago=45)
     assert escalation.escalate_due() == 0
 
@@ -122,7 +123,7 @@ def test_a_policy_s_backup_group_needs_a_target_and_is_in_the_trail(team):
     assert '"backupGroup":"On call"' in entry.content
     # Deleting the backup group changes the policies naming it: the trail follows, and still verifies.
     team["oncall"].delete()
-    assert trail.verify().ok
+    assert verify.verify().ok
     assert '"backupGroupId":null' in AuditEntry.objects.filter(subject__startswith="policy:").order_by(
         "-seq").first().content
 

@@ -18,7 +18,8 @@ from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import decisions, log, outbox, runs, streaming, trail
+from interrupts.hub import decisions, log, outbox, runs, streaming
+from interrupts.hub.trail import chain, verify
 from interrupts.hub.refusals import Refusal
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Event, Interrupt, Run
@@ -65,7 +66,7 @@ def closed(run: Run) -> dict[str, Interrupt]:
 
 
 def expiry_entries(run: Run) -> dict[str, dict]:
-    entries = AuditEntry.objects.filter(interrupt__run=run, kind=trail.EXPIRY).select_related("interrupt")
+    entries = AuditEntry.objects.filter(interrupt__run=run, kind=chain.EXPIRY).select_related("interrupt")
     return {e.interrupt.interrupt_id: json.loads(e.content)["data"] for e in entries}
 
 
@@ -90,7 +91,7 @@ def test_c20_an_interrupt_past_its_expiry_when_raised_is_expired_at_once_and_the
     assert set(entries) == {"a"}
     assert entries["a"]["closedReason"] == found["a"].closed_reason and entries["a"]["status"] == "expired"
     assert entries["a"]["expiresAt"].startswith("2020-01-01T00:00:00")
-    assert not trail.verify(save=False).problems
+    assert not verify.verify(save=False).problems
     # The thread's log says so too: a note of Countersign's own after the agent's end.
     note = Event.objects.filter(run=run, type="CUSTOM").get()
     assert not note.from_agent and note.payload["name"] == relay.Note.INTERRUPTS_EXPIRED
@@ -194,7 +195,7 @@ def test_the_audit_page_and_thread_page_say_it_expired(client, reviewer):
     assert f">Expired</strong>: expiresAt {PAST} had already passed when the agent raised it" in audit
     [row_a] = [r for r in json.loads(b"".join(client.get(reverse("audit"), {"format": "json"}).streaming_content))
                if r["interruptId"] == "a"]
-    assert row_a["status"] == "expired" and [t["kind"] for t in row_a["trail"]] == [trail.EXPIRY]
+    assert row_a["status"] == "expired" and [t["kind"] for t in row_a["trail"]] == [chain.EXPIRY]
     thread = client.get(reverse("thread", args=[run.thread.thread_id])).content.decode()
     assert relay.Note.INTERRUPTS_EXPIRED.value in thread
 

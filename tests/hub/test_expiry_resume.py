@@ -17,7 +17,8 @@ from django.db import connection, connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log, outbox, runs, streaming, trail
+from interrupts.hub import accept, decisions, log, outbox, runs, streaming
+from interrupts.hub.trail import verify
 from interrupts.hub.refusals import Refusal
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.errors import ProtocolError
@@ -75,7 +76,7 @@ def test_c20_an_expired_single_interrupt_is_answered_cancelled_as_expired_not_as
     assert attested["expired"] is True and attested["reason"].startswith("expired at ")
     assert "decisions" not in attested and "payload" not in resume.input["resume"][0]
     assert decisions.expire_due() == 0 and len(resumes(run)) == 1
-    assert trail.verify(save=False).ok
+    assert verify.verify(save=False).ok
 
 
 def test_c14_a_batch_of_two_with_one_expired_is_resumed_once_when_the_other_is_approved():

@@ -15,7 +15,8 @@ from django.core import mail
 from django.db import transaction
 from django.utils import timezone
 
-from interrupts.hub import decisions, log, notify
+from interrupts.hub import decisions, log
+from interrupts.hub.notify import email as notify_email, enqueue, webhooks
 from interrupts.models import (Delivery, DeliveryAttempt, EmailNotice, Interrupt, NotificationPreference, Run,
                                Webhook)
 from interrupts.protocol import signing
@@ -76,9 +77,9 @@ def raise_on(run, *items):
 
 def deliver(worker="w-1"):
     """One webhook round as the supervisor's, on this thread (the test's transaction): claim, POST, record."""
-    outgoing = notify.claim_deliveries(worker)
-    for item, answer in zip(outgoing, asyncio.run(notify.post_all(outgoing)) if outgoing else []):
-        notify.record(item, worker, answer)
+    outgoing = webhooks.claim_deliveries(worker)
+    for item, answer in zip(outgoing, asyncio.run(webhooks.post_all(outgoing)) if outgoing else []):
+        webhooks.record(item, worker, answer)
     return len(outgoing)
 
 
@@ -102,7 +103,7 @@ def test_a_raised_interrupt_queues_one_delivery_per_webhook_and_raising_it_again
     assert body["type"] == "interrupt.raised" and body["id"] == f"raised:interrupt:{interrupt.pk}"
     assert body["interrupt"]["interruptId"] == "i-1" and body["interrupt"]["message"] == "Send the report?"
     assert body["agent"]["name"] == run.agent.name and body["thread"]["threadId"] == run.thread.thread_id
-    notify.raised(run, [interrupt])  # the same event told twice
+    enqueue.raised(run, [interrupt])  # the same event told twice
     assert Delivery.objects.count() == 2
 
 
@@ -149,8 +150,8 @@ def test_an_escalation_reaches_the_backup_teams_webhook_and_its_members_by_email
     EmailNotice.objects.all().delete()
     Interrupt.objects.filter(pk=interrupt.pk).update(escalated_at=timezone.now(), escalated_to=backup)
     interrupt = Interrupt.objects.select_related("run__agent", "run__thread", "escalated_to").get(pk=interrupt.pk)
-    notify.escalated(interrupt)
-    notify.escalated(interrupt)
+    enqueue.escalated(interrupt)
+    enqueue.escalated(interrupt)
     [delivery] = Delivery.objects.all()
     assert json.loads(delivery.body)["escalatedTo"] == "backup"
     assert list(EmailNotice.objects.values_list("user__email", "event")) == [("b@example.com", "escalated")]
@@ -189,7 +190,7 @@ def test_agent_text_is_bounded_json_data_and_ascii():
     text = Delivery.objects.get().body
     assert text.isascii() and len(text) < 5000
     message = json.loads(text)["interrupt"]["message"]
-    assert message.startswith("<script>é") and len(message) == notify.MAX_NOTIFY_TEXT_CHARS
+    assert message.startswith("<script>é") and len(message) == enqueue.MAX_NOTIFY_TEXT_CHARS
 
 
 # --- sending: signed, retried with backoff, claimed once --------------------------------------------
@@ -201,12 +202,12 @@ def test_a_delivery_arrives_signed_with_the_webhooks_secret_and_is_recorded(rece
     assert deliver() == 1
     [(headers, body)] = receiver.received
     assert check_signature(hook.secret, headers[signing.SIGNATURE_HEADER], body) > 0
-    assert headers[notify.DELIVERY_HEADER] == f"raised:interrupt:{interrupt.pk}"
-    assert headers[notify.EVENT_HEADER] == "raised"
+    assert headers[webhooks.DELIVERY_HEADER] == f"raised:interrupt:{interrupt.pk}"
+    assert headers[webhooks.EVENT_HEADER] == "raised"
     delivery = Delivery.objects.get()
     assert body == delivery.body.encode()
     assert (delivery.status, delivery.attempts, delivery.response_status) == ("delivered", 1, 200)
-    assert len(delivery.response_excerpt) == notify.MAX_RESPONSE_EXCERPT
+    assert len(delivery.response_excerpt) == webhooks.MAX_RESPONSE_EXCERPT
     assert DeliveryAttempt.objects.get().response_status == 200
     assert deliver() == 0 and len(receiver.received) == 1
 
@@ -295,7 +296,7 @@ def test_a_resend_queues_the_same_body_again_with_fresh_attempts(receiver, setti
     assert delivery.status == "failed"
     Webhook.objects.filter(pk=hook.pk).update(url=receiver.url)
     staff = make.user(is_staff=True)
-    assert notify.resend(delivery, staff)
+    assert webhooks.resend(delivery, staff)
     deliver()
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts) == ("delivered", 2)
@@ -307,12 +308,12 @@ def test_a_resend_queues_the_same_body_again_with_fresh_attempts(receiver, setti
 def test_a_lapsed_lease_lets_another_process_send_and_the_first_cannot_settle_it():
     Webhook.objects.create(name="all", url="http://127.0.0.1:9/a")
     raise_on(streaming_run(), "i-1")
-    [taken] = notify.claim_deliveries("w-1")
-    assert notify.claim_deliveries("w-2") == []
+    [taken] = webhooks.claim_deliveries("w-1")
+    assert webhooks.claim_deliveries("w-2") == []
     Delivery.objects.update(lease_until=timezone.now() - timedelta(seconds=1))
-    [again] = notify.claim_deliveries("w-2")
-    assert notify.record(taken, "w-1", notify.Answer(200, "", "")) is None
-    assert notify.record(again, "w-2", notify.Answer(200, "", "")) == "delivered"
+    [again] = webhooks.claim_deliveries("w-2")
+    assert webhooks.record(taken, "w-1", webhooks.Answer(200, "", "")) is None
+    assert webhooks.record(again, "w-2", webhooks.Answer(200, "", "")) == "delivered"
 
 
 @committed
@@ -325,7 +326,7 @@ def test_racing_processes_claim_each_delivery_once():
     def claim(worker):
         start.wait()
         try:
-            return [o.pk for o in notify.claim_deliveries(worker, limit=30)]
+            return [o.pk for o in webhooks.claim_deliveries(worker, limit=30)]
         finally:
             from django.db import connection
             connection.close()
@@ -354,13 +355,13 @@ def test_raised_emails_the_eligible_reviewers_once_but_the_requester_and_those_w
     make.user(email="gone@example.com", is_active=False)
     make.user(reviewer=False, email="root@example.com", is_superuser=True)
     [interrupt] = raise_on(streaming_run(requested_by=requester), "i-1")
-    notify.raised(interrupt.run, [interrupt])  # told twice: still one email each
-    assert notify.send_due_emails("w-1") == 2
+    enqueue.raised(interrupt.run, [interrupt])  # told twice: still one email each
+    assert notify_email.send_due_emails("w-1") == 2
     assert users_emailed() == ["alice@example.com", "root@example.com"]
     message = mail.outbox[0]
     assert "Send the report?" in message.body and "\n" not in message.subject
     assert message.content_subtype == "plain" and "text/plain" in message.message()["Content-Type"]
-    assert notify.send_due_emails("w-1") == 0
+    assert notify_email.send_due_emails("w-1") == 0
 
 
 def test_a_policy_naming_a_team_emails_only_the_team():
@@ -371,7 +372,7 @@ def test_a_policy_naming_a_team_emails_only_the_team():
     agent = make.agent()
     make.policy(agent=agent, groups=[team])
     raise_on(streaming_run(thread_obj=make.thread(agent=agent)), "i-1")
-    notify.send_due_emails("w-1")
+    notify_email.send_due_emails("w-1")
     assert users_emailed() == ["member@example.com"]
 
 
@@ -382,13 +383,13 @@ def test_a_digest_reader_gets_one_email_per_period_listing_what_arrived(settings
     make.user(email="now@example.com")
     for n in range(3):
         raise_on(streaming_run(), f"i-{n}")
-    assert notify.send_due_emails("w-1") == 3  # the immediate reader's three
+    assert notify_email.send_due_emails("w-1") == 3  # the immediate reader's three
     assert users_emailed() == ["now@example.com"] * 3
     mail.outbox.clear()
     due = EmailNotice.objects.filter(user=reader).values_list("due_at", flat=True)
     assert len(set(due)) == 1 and due[0] > timezone.now()
     EmailNotice.objects.filter(user=reader).update(due_at=timezone.now())
-    assert notify.send_due_emails("w-1") == 1
+    assert notify_email.send_due_emails("w-1") == 1
     [digest] = mail.outbox
     assert digest.to == ["digest@example.com"] and "3 requests" in digest.subject
     assert all(f"i-{n}" in digest.body for n in range(3))
@@ -403,7 +404,7 @@ def test_someone_deactivated_before_their_email_went_is_not_sent_it(settings):
     raise_on(streaming_run(), "i-1")
     EmailNotice.objects.update(due_at=timezone.now())
     type(leaver).objects.filter(pk__in=[leaver.pk, quick.pk]).update(is_active=False)
-    assert notify.send_due_emails("w-1") == 0
+    assert notify_email.send_due_emails("w-1") == 0
     assert mail.outbox == []
     assert set(EmailNotice.objects.values_list("status", flat=True)) == {"failed"}
     assert "deactivated" in EmailNotice.objects.first().last_error
@@ -414,14 +415,14 @@ def test_an_email_server_that_fails_loses_nothing_and_is_tried_again(settings):
     settings.COUNTERSIGN_WEBHOOK_RETRY_BASE = 30
     make.user(email="alice@example.com")
     [interrupt] = raise_on(streaming_run(), "i-1")
-    assert notify.send_due_emails("w-1") == 1
+    assert notify_email.send_due_emails("w-1") == 1
     notice = EmailNotice.objects.get()
     assert (notice.status, notice.attempts) == ("queued", 1) and notice.last_error
     assert notice.due_at > timezone.now() + timedelta(seconds=25)
     assert Interrupt.objects.get(pk=interrupt.pk).status == "pending"
     settings.MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
     EmailNotice.objects.update(due_at=timezone.now())
-    assert notify.send_due_emails("w-1") == 1
+    assert notify_email.send_due_emails("w-1") == 1
     assert users_emailed() == ["alice@example.com"]
     assert EmailNotice.objects.get().status == "delivered"
 
@@ -432,13 +433,13 @@ def test_a_digest_is_never_split_between_processes():
     for n in range(3):
         raise_on(streaming_run(), f"i-{n}")
     EmailNotice.objects.update(due_at=timezone.now())
-    [one] = notify.claim_emails("w-1")
-    assert len(one.notices) == 3 and notify.claim_emails("w-2") == []
+    [one] = notify_email.claim_emails("w-1")
+    assert len(one.notices) == 3 and notify_email.claim_emails("w-2") == []
 
 
 def test_a_batch_is_one_email_per_reviewer_listing_its_requests():
     make.user(email="alice@example.com")
     raise_on(streaming_run(), "i-1", "i-2", "i-3")
-    assert notify.send_due_emails("w-1") == 1
+    assert notify_email.send_due_emails("w-1") == 1
     [message] = mail.outbox
     assert "3 decisions" in message.subject and all(f"i-{n}" in message.body for n in (1, 2, 3))

@@ -59,7 +59,7 @@ def test_a_policy_saved_is_in_force_for_the_next_decision():
     first, second = raised(agent), raised(agent)
     assert policies.rule_for(first).required_approvals == 1
     policy.required_approvals = 2
-    policy.save()
+    policies.save(policy)
     decisions.decide(second, make.user(), "resolved", APPROVE)
     assert status(second) == "pending"  # one of two approvals
     assert policies.rule_for(first).required_approvals == 2
@@ -72,11 +72,11 @@ def test_a_policy_added_removed_or_whose_members_change_is_in_force_for_the_next
     assert refusal_of(raised(agent), reviewer) is None  # the site default, held
     policy = make.policy(agent=agent, groups=[shippers])
     assert refusal_of(raised(agent), reviewer) == "NOT_ELIGIBLE"
-    policy.users.add(reviewer)
+    policies.save(policy, users=[reviewer])
     assert refusal_of(raised(agent), reviewer) is None
-    policy.users.remove(reviewer)
+    policies.save(policy, users=[])
     assert refusal_of(raised(agent), reviewer) == "NOT_ELIGIBLE"
-    policy.delete()
+    policies.delete(policy)
     assert refusal_of(raised(agent), reviewer) is None
 
 

@@ -6,7 +6,8 @@ import pytest
 from ag_ui.core import RunAgentInput
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log, refused, runs, trail
+from interrupts.hub import accept, decisions, log, refused, runs
+from interrupts.hub.trail import chain, verify
 from interrupts.hub.refusals import Refusal
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 from interrupts.reads import selectors
@@ -74,14 +75,14 @@ def test_reopening_supersedes_the_answers_and_records_it_and_the_same_answers_ma
     assert set(Interrupt.objects.filter(run=interrupted).values_list("status", flat=True)) == {"pending"}
     assert not Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).exists()
     kinds = list(AuditEntry.objects.filter(seq__gt=before).values_list("kind", flat=True))
-    assert kinds == [trail.SUPERSEDED, trail.SUPERSEDED, refused.SETTLED]
+    assert kinds == [chain.SUPERSEDED, chain.SUPERSEDED, refused.SETTLED]
     assert interrupted.resumed_by() is None
     for interrupt in asked:
         decisions.decide(interrupt, reviewer, "resolved", {"approved": True})
     again = interrupted.resumed_by()
     assert again is not None and again.pk != resume.pk and again.resume_key != resume.resume_key
     assert [e["payload"] for e in again.input["resume"]] == [e["payload"] for e in resume.input["resume"]]
-    assert trail.verify().ok
+    assert verify.verify().ok
 
 
 def test_resend_queues_one_new_run_with_the_same_answers():

@@ -15,7 +15,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from interrupts.hub import decisions, outbox, runs, trail, wakeup
+from interrupts.hub import decisions, outbox, runs, wakeup
+from interrupts.hub.trail import chain, verify
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 from interrupts.hub.refusals import Refusal
@@ -91,7 +92,7 @@ def test_undo_withdraws_my_decision_and_the_queued_resume():
     assert kinds == ["decision", "decision.superseded", "decision.undone"]
     undone = AuditEntry.objects.get(kind=decisions.UNDONE)
     assert '"outcome":"Rejected"' in undone.content and f'"username":"{me.username}"' in undone.content
-    assert trail.verify(save=False).ok
+    assert verify.verify(save=False).ok
 
 
 def test_deciding_again_after_an_undo_sends_the_new_answer_once():
@@ -101,7 +102,7 @@ def test_deciding_again_after_an_undo_sends_the_new_answer_once():
     decisions.decide(interrupt, me, "resolved", APPROVE)  # the same answer: the same resume key, free again
     [resume] = resumes(interrupt)
     assert resume.input["resume"][0]["payload"] == APPROVE
-    assert trail.verify(save=False).ok
+    assert verify.verify(save=False).ok
 
 
 def test_only_the_author_may_undo_and_nothing_undecided_can_be():
@@ -184,7 +185,7 @@ def test_under_a_quorum_only_my_approval_is_withdrawn():
     [resume] = resumes(interrupt)
     attested = resume.input["resume"][0]["metadata"]["countersign"]["decisions"]
     assert [d["username"] for d in attested] == [bob.username, alice.username]
-    assert trail.verify(save=False).ok
+    assert verify.verify(save=False).ok
 
 
 def test_an_interrupt_past_its_expiry_is_not_reopened_and_one_beside_an_expired_one_is():
@@ -326,7 +327,7 @@ def test_a_claim_during_an_undo_finds_nothing_to_send(monkeypatch):
     decisions.decide(interrupt, me, "resolved", APPROVE)
     _due(interrupt)
     locked, release = threading.Event(), threading.Event()
-    real_record = trail.record
+    real_record = chain.record
 
     def slow_record(*args, **kwargs):
         # Inside the undo's transaction, after the resume's row was locked and deleted.
@@ -334,7 +335,7 @@ def test_a_claim_during_an_undo_finds_nothing_to_send(monkeypatch):
         release.wait(5)
         return real_record(*args, **kwargs)
 
-    monkeypatch.setattr(trail, "record", slow_record)
+    monkeypatch.setattr(chain, "record", slow_record)
     undo_thread, undone = _in_thread(lambda: decisions.undo(interrupt, me))
     assert locked.wait(5)
     claim_thread, claimed = _in_thread(lambda: outbox.claim_due(10, "w"))

@@ -8,6 +8,7 @@ grep; ``list`` never shows it.
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from interrupts.hub import agents
 from interrupts.models import Agent
 from interrupts.protocol import dialects
 
@@ -62,7 +63,7 @@ class Command(BaseCommand):
         except ValidationError as problem:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in problem.message_dict.items())) from None
         created = agent.pk is None
-        agent.save()
+        agents.save(agent)
         self.stdout.write(f"{'Added' if created else 'Updated'} agent {name} at {url}.")
         if created:
             self.stdout.write(f"signing secret: {agent.signing_secret}")
@@ -76,13 +77,13 @@ class Command(BaseCommand):
             raise CommandError(f"No agent named {name!r}.")
         if agent.runs.exists():
             raise CommandError(f"Agent {name} has runs; its history must stay, so it cannot be removed.")
-        agent.delete()
+        agents.delete(agent)
         self.stdout.write(f"Removed agent {name}.")
 
     def do_rotate_secret(self, name, **options):
         agent = Agent.objects.filter(name=name).first()
         if agent is None:
             raise CommandError(f"No agent named {name!r}.")
-        secret = agent.rotate_signing_secret()
+        secret = agents.rotate_signing_secret(agent)
         self.stdout.write(f"Rotated the signing secret of agent {name}; requests are signed with the new one now.")
         self.stdout.write(f"signing secret: {secret}")

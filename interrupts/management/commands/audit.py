@@ -1,7 +1,7 @@
 """The audit trail from the command line: ``audit verify`` recomputes the chain and cross-checks every row.
 
 Rows: decisions (with their interrupts and runs), expiries, agents,
-policies, groups and users, each against its last entry (``trail.verify``).
+policies, groups and users, each against its last entry (``hub.trail.verify``).
 ``--expect-head SEQ:HASH`` holds the chain to heads kept outside the
 database (an export, a webhook delivery, a log line, ``audit head``): the
 only way to see its newest entries deleted, or the chain rewritten whole.
@@ -12,12 +12,13 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from interrupts.hub import trail
+from interrupts.hub.trail import chain
+from interrupts.hub.trail.verify import verify
 
 
-def _head(text: str) -> trail.Head:
+def _head(text: str) -> chain.Head:
     try:
-        return trail.Head.parse(text)
+        return chain.Head.parse(text)
     except ValueError as wrong:
         raise argparse.ArgumentTypeError(str(wrong)) from None
 
@@ -40,14 +41,14 @@ class Command(BaseCommand):
         getattr(self, f"do_{action}")(**options)
 
     def do_head(self, **options):
-        self.stdout.write(str(trail.head()))
+        self.stdout.write(str(chain.head()))
 
     def do_verify(self, expect=(), **options):
         def progress(done: int) -> None:
             self.stderr.write(f"… {done:,} entries verified")
 
-        result = trail.verify(progress=progress, expect=expect)
-        head = trail.Head(result.head_seq, result.head_hash)
+        result = verify(progress=progress, expect=expect)
+        head = chain.Head(result.head_seq, result.head_hash)
         if result.ok:
             self.stdout.write(f"verified {result.entries} entries, head {head}")
             return

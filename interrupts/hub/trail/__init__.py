@@ -1,0 +1,1 @@
+"""The hash-chained audit trail; docs/internals/trail.md maps its modules."""
