@@ -13,7 +13,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import decisions, log, trail
+from interrupts.hub import decisions, events, outcomes, trail
 from interrupts.models import AuditEntry, Interrupt
 
 from . import factories as make
@@ -44,8 +44,8 @@ def raised(subagents: list[str | None]):
         items.append(item)
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": items}}
-    log.append_many(run, [terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [terminal])
+    outcomes.finish(run, terminal)
     return run, list(Interrupt.objects.filter(run=run).order_by("pk"))
 
 

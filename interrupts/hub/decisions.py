@@ -36,7 +36,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from . import claims, notify, policies, log, runs, trail
+from . import claims, notify, outcomes, policies, runs, trail
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -721,14 +721,14 @@ def expire_due(now=None) -> int:
     already covered).
     """
     now = now or timezone.now()
-    # An unreadable expiresAt was recorded as due at once (see log._interrupt_rows).
+    # An unreadable expiresAt was recorded as due at once (see outcomes._interrupt_rows).
     due = Interrupt.objects.filter(status=Interrupt.Status.PENDING, expires_at__lte=now)
     closed = 0
     for run_pk in set(due.values_list("run_id", flat=True)):
         with transaction.atomic():
             lock_batch(run_pk)
             run = Run.objects.select_related("thread", "agent").get(pk=run_pk)
-            count, event = log.expire(run, now)
+            count, event = outcomes.expire(run, now)
             closed += count
             if event is None:
                 continue

@@ -36,7 +36,7 @@ from django.utils import timezone
 from ..conf import settings
 from ..live import relay
 from ..models import Agent, Run, Thread
-from . import log, wakeup
+from . import events, wakeup
 from .refusals import Refusal
 
 
@@ -173,7 +173,7 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
         if not taken:
             return None
         # In the thread's log too, so its page and the audit trail show each try.
-        event = log.note(run, relay.Note.DELIVERY_FAILED, {
+        event = events.note(run, relay.Note.DELIVERY_FAILED, {
             "runId": run.run_id, "attempt": attempt, "code": code, "message": message,
             "retryAt": retry_at.isoformat(),
         })
@@ -209,7 +209,7 @@ def requeue_lost(run: Run, worker: str, message: str) -> bool:
         )
         if not taken:
             return False
-        event = log.note(run, relay.Note.SENT_AGAIN, {
+        event = events.note(run, relay.Note.SENT_AGAIN, {
             "runId": run.run_id, "sent": run.sent_at is not None, "message": message})
         relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
         transaction.on_commit(wakeup.wake)
@@ -224,7 +224,7 @@ def retry_now(run: Run, user=None) -> bool:
             retry_at=timezone.now())
         if not moved:
             return False
-        event = log.note(run, relay.Note.RETRY_REQUESTED, {
+        event = events.note(run, relay.Note.RETRY_REQUESTED, {
             "runId": run.run_id, "by": user.get_username() if user is not None else None})
         relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
         transaction.on_commit(wakeup.wake)

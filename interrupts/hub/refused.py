@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from ..live import relay
 from ..models import Event, Interrupt, Run
-from . import decisions, log, policies, runs, trail
+from . import decisions, events, policies, runs, trail
 from .refusals import Refusal
 
 SETTLED = "resume.settled"
@@ -121,7 +121,7 @@ def _record(run: Run, user, settlement: str, **more) -> None:
         "by": user.get_username(),
         **more,
     }, subject=f"run:{run.pk}")
-    event = log.note(run, relay.Note.REFUSED_ANSWER_SETTLED,
+    event = events.note(run, relay.Note.REFUSED_ANSWER_SETTLED,
                      {"runId": run.run_id, "settlement": settlement, "by": user.get_username(), **more})
     relay.inbox_changed(run.thread_id, event.seq, relay.Reason.SETTLED)
 

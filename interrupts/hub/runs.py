@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..live import relay
-from . import log, wakeup
+from . import outcomes, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import dialects, signing
@@ -564,7 +564,7 @@ def cancel(run: Run, user=None, *, by: str = "") -> bool:
     """Stop a run as an operator: streaming, or queued (waiting for its agent); False if it already ended.
 
     The run fails with a RUN_ERROR ``CANCELLED_BY_OPERATOR`` naming who
-    stopped it, recorded through ``log.fail`` (which closes any pending
+    stopped it, recorded through ``outcomes.fail`` (which closes any pending
     interrupt of the run), so the thread takes input again. The stream stops
     without writing anything after it: at once when this process streams it
     (``wakeup.stop_stream``), otherwise at that process's next batch
@@ -576,7 +576,7 @@ def cancel(run: Run, user=None, *, by: str = "") -> bool:
         raise Refusal("STAFF_ONLY", "Only staff can stop a run.", status=403)
     who = user.get_username() if user is not None else (by or "an operator")
     with transaction.atomic():
-        event = log.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
+        event = outcomes.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
         if event is None:
             return False
         # It may have been listed as waiting for its agent: the inbox drops it.

@@ -17,7 +17,7 @@ from django.db import connection, connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log, outbox, runs, streaming, trail
+from interrupts.hub import accept, decisions, events, outbox, outcomes, runs, streaming, trail
 from interrupts.hub.refusals import Refusal
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.errors import ProtocolError
@@ -43,8 +43,8 @@ def raised(*ids: str) -> Run:
     terminal = finished(body, {"type": "interrupt", "interrupts": [
         {"id": iid, "reason": "confirmation", "message": f"Go on with {iid}?", "responseSchema": SCHEMA,
          "expiresAt": soon()} for iid in ids]})
-    log.append_many(run, [started(body), terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [started(body), terminal])
+    outcomes.finish(run, terminal)
     return Run.objects.select_related("thread", "agent").get(pk=run.pk)
 
 
