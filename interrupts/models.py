@@ -22,6 +22,7 @@ from knox.models import AuthToken
 
 from .conf import MAX_CREDENTIAL_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS
 from .protocol import dialects
+from .transitions import DecisionQuerySet, InterruptQuerySet, RunQuerySet
 
 DIALECT_CHOICES = [(name, dialect.label) for name, dialect in dialects.DIALECTS.items()]
 
@@ -212,6 +213,7 @@ class Run(models.Model):
     """One runId: the input Countersign sent, how the run went and how it ended."""
 
     Status = RunStatus
+    objects = RunQuerySet.as_manager()
     Settlement = Settlement
 
     FINAL_STATUSES = (RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -435,6 +437,7 @@ class Interrupt(models.Model):
     """One item of a run's interrupt outcome, and where it stands."""
 
     Status = InterruptStatus
+    objects = InterruptQuerySet.as_manager()
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interrupts")
     interrupt_id = models.CharField(max_length=200)
@@ -520,6 +523,7 @@ class Decision(models.Model):
     """
 
     Status = DecisionStatus
+    objects = DecisionQuerySet.as_manager()
 
     interrupt = models.ForeignKey(Interrupt, on_delete=models.PROTECT, related_name="decisions")
     user = models.ForeignKey(

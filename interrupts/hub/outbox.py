@@ -115,13 +115,8 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
         if not taken:
             return []
         due = [pk for pk, _ in taken]
-        updated = Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
-            status=Run.Status.STREAMING,
-            claimed_by=worker,
-            started_at=now,
-            retry_at=None,
-            lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
-        )
+        updated = Run.objects.filter(pk__in=due).claim(
+            worker, now, now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS))
         if updated != len(due):  # never, under the row locks or SQLite's one writer; if it were, only ours count
             claimed = set(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
                           .values_list("pk", flat=True))
@@ -166,10 +161,8 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
     retry_at = timezone.now() + timedelta(seconds=retry_delay(attempt))
     last_error = f"{code}: {message}"[:2000]
     with transaction.atomic():
-        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
-            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None, sent_at=None,
-            attempts=attempt, retry_at=retry_at, last_error=last_error,
-        )
+        taken = Run.objects.filter(pk=run.pk).requeue(
+            worker, attempts=attempt, retry_at=retry_at, last_error=last_error)
         if not taken:
             return None
         # In the thread's log too, so its page and the audit trail show each try.
@@ -203,10 +196,7 @@ def requeue_lost(run: Run, worker: str, message: str) -> bool:
     why in the thread's log, in plain words. False if ``worker`` lost the run.
     """
     with transaction.atomic():
-        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
-            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None, sent_at=None,
-            retry_at=None, losses=F("losses") + 1,
-        )
+        taken = Run.objects.filter(pk=run.pk).requeue(worker, retry_at=None, losses=F("losses") + 1)
         if not taken:
             return False
         event = events.note(run, relay.Note.SENT_AGAIN, {

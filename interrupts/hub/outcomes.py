@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from ag_ui.core import Interrupt as WireInterrupt, RunErrorEvent
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from . import events, notify, policies, trail, wakeup
@@ -122,7 +121,7 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
         }.get(kind, Run.Status.SUCCEEDED)
     # Only a run still streaming ends here: one another process already
     # settled (its claim had lapsed) keeps the end it was given.
-    if not Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING).update(**fields):
+    if not Run.objects.filter(pk=run.pk).finish(**fields):
         return
     if fields["status"] == Run.Status.INTERRUPTED:
         Interrupt.objects.bulk_create(raised)
@@ -202,9 +201,7 @@ def expire(run: Run, now) -> tuple[int, Event | None]:
                       f"({interrupt.created_at:%Y-%m-%d %H:%M:%S} UTC)")
         else:
             reason = f"expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC"
-        if Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING).update(
-            status=Interrupt.Status.EXPIRED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1,
-        ):
+        if Interrupt.objects.filter(pk=interrupt.pk).expire(reason[:300], now):
             closed += 1
             trail.record_expiry(interrupt)
             told.append((interrupt, reason[:300]))
@@ -247,22 +244,14 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
     error_code, error_message, fault = code, message, ""
     error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
     with transaction.atomic():
-        ended = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING]).update(
-            status=Run.Status.FAILED, error_code=error_code[:100], error_message=error_message, fault=fault,
-            finished_at=now, lease_until=None,
-        )
+        ended = Run.objects.filter(pk=run.pk).fail(error_code, error_message, fault, now)
         if not ended:
             # Already settled elsewhere: its log must not gain a second ending.
             return None
         event = events.append_own(run, error)
         if run.resume_key is not None:
             notify.refused(run, error_code, error_message)
-        closed = Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING).update(
-            status=Interrupt.Status.CANCELLED,
-            closed_at=now,
-            closed_reason=f"The run failed after raising it ({code}).",
-            version=F("version") + 1,
-        )
+        closed = Interrupt.objects.filter(run=run).cancel_pending(f"The run failed after raising it ({code}).", now)
         if closed:
             thread_pk, seq = run.thread_id, event.seq
             relay.inbox_changed(thread_pk, seq, relay.Reason.CLOSED)
