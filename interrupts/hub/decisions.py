@@ -33,7 +33,7 @@ from datetime import timedelta
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from . import claims, notify, outcomes, policies, runs, trail
@@ -44,6 +44,7 @@ from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema import EDITED_ARGS, apply_edits, approval_payload, supports_edits
 from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
+from ..rules.words import outcome_words
 from .refusals import Refusal
 
 
@@ -58,26 +59,6 @@ def lock_batch(run_pk: int) -> None:
     """
     if connection.features.has_select_for_update:
         Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
-
-
-#: How each action reads once taken, on every page: words, never the wire's ``resolved`` or ``{"approved": false}``.
-OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "respond": "Answered",
-                 "reject": "Rejected", "cancel": "Cancelled"}
-
-
-def outcome_words(decision: Decision) -> str:
-    """What ``decision`` did, in words: "Approved", "Rejected", "Approved with edits", "Answered", "Cancelled"."""
-    if decision.action in OUTCOME_WORDS:
-        return OUTCOME_WORDS[decision.action]
-    # A decision recorded before actions were: read it from the answer, as ``action_of`` does.
-    payload = decision.payload if isinstance(decision.payload, dict) else {}
-    if decision.status == Decision.Status.CANCELLED:
-        return OUTCOME_WORDS["cancel"]
-    if payload.get("approved") is False:
-        return OUTCOME_WORDS["reject"]
-    if payload.get("approved") is True:
-        return OUTCOME_WORDS["edit" if EDITED_ARGS in payload else "approve"]
-    return OUTCOME_WORDS["respond"]
 
 
 def _name(user) -> str:
@@ -378,13 +359,10 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     stale = [d for d in standing if d.user_id == user.pk or not _same_answer(d, checked)
              or policies.refusal(d.user, checked.rule, interrupt) is not None]
     if stale:
-        Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
+        Decision.objects.filter(pk__in=[d.pk for d in stale]).supersede(now)
     counted = len(standing) - len(stale)
     closes = ends_at_once(checked.action) or counted + 1 >= checked.rule.required_approvals
-    change = {"status": checked.status, "closed_at": now} if closes else {}
-    won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
-        version=F("version") + 1, **change
-    )
+    won = Interrupt.objects.filter(pk=interrupt.pk).answer(interrupt.version, checked.status if closes else None, now)
     if not won:
         raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
     # No savepoint: whoever adds a live decision to this interrupt moves its
@@ -423,9 +401,9 @@ def _revisable(interrupt: Interrupt, user, rule: policies.Rule) -> Decision | No
 def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     # Superseding is the one change a decision row accepts (a database trigger
     # refuses any other), and only once: a racing revision loses here.
-    if not Decision.objects.filter(pk=live.pk, superseded_at__isnull=True).update(superseded_at=now):
+    if not Decision.objects.filter(pk=live.pk).supersede(now):
         raise _already_decided(interrupt)
-    Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
+    Interrupt.objects.filter(pk=interrupt.pk).revise(checked.status)
     decision = checked.recorded(interrupt, user)
     trail.record_decision(decision, superseded=True)
     _after_decision(interrupt, user, relay.Reason.REVISED)
@@ -481,10 +459,9 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
             raise Refusal("EXPIRED", f"Interrupt {current.interrupt_id} expired at "
                                      f"{current.expires_at:%Y-%m-%d %H:%M:%S} UTC: reopened, it would only expire.",
                           interrupt_id=current.interrupt_id)
-        Decision.objects.filter(pk=mine.pk, superseded_at__isnull=True).update(superseded_at=now)
+        Decision.objects.filter(pk=mine.pk).supersede(now)
         # Under the batch's lock nobody else moves the version: the UPDATE cannot lose.
-        Interrupt.objects.filter(pk=current.pk, version=current.version).update(
-            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        Interrupt.objects.filter(pk=current.pk, version=current.version).reopen()
         trail.record_supersessions(current)
         trail.record(UNDONE, {
             "decision": mine.pk, "interrupt": current.pk, "interruptId": trail.signable(current.interrupt_id),
@@ -535,9 +512,8 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
         lapsed = [d for d in live if policies.refusal(d.user, rules[interrupt.pk], interrupt) is not None]
         if not lapsed or len(live) - len(lapsed) >= rules[interrupt.pk].required_approvals:
             continue
-        Decision.objects.filter(pk__in=[d.pk for d in lapsed], superseded_at__isnull=True).update(superseded_at=now)
-        Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).update(
-            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        Decision.objects.filter(pk__in=[d.pk for d in lapsed]).supersede(now)
+        Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).reopen()
         trail.record_supersessions(interrupt)
         reopened.append(interrupt)
     return reopened
@@ -787,9 +763,8 @@ def drop_unacknowledged(now=None) -> int:
                 resume = interrupt.run.resumed_by()
                 if resume is not None and not runs.withdraw_resume(resume):
                     continue  # it left before this rule held it: what was sent stands
-                Decision.objects.filter(pk=decision.pk, superseded_at__isnull=True).update(superseded_at=now)
-                Interrupt.objects.filter(pk=interrupt.pk).update(
-                    status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+                Decision.objects.filter(pk=decision.pk).supersede(now)
+                Interrupt.objects.filter(pk=interrupt.pk).reopen()
                 trail.record_supersessions(interrupt)
                 trail.record(UNACKNOWLEDGED, {
                     "decision": decision.pk, "interrupt": interrupt.pk,

@@ -24,11 +24,11 @@ from __future__ import annotations
 import hashlib
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from ..live import relay
-from ..models import Event, Interrupt, Run
+from ..models import Interrupt, Run
+from ..rules.settling import may_have_acted
 from . import decisions, events, policies, runs, trail
 from .refusals import Refusal
 
@@ -36,22 +36,6 @@ SETTLED = "resume.settled"
 
 #: How much of the agent's error message the audit entry keeps (the run keeps it whole).
 MAX_ERROR_IN_TRAIL = 500
-
-#: The agent's events that say nothing of what it did: a run whose agent sent
-#: only these (and failed) did not start acting on the answers, as far as anyone can tell.
-_SILENT = ("RUN_STARTED", "RUN_ERROR")
-
-
-def may_have_acted():
-    """An expression for runs (``Run`` rows) whose agent may have acted on what it was sent.
-
-    It sent events past RUN_STARTED (text, tool calls, results, state), or
-    the process streaming it stopped mid-run (``WORKER_LOST``: nobody saw
-    what happened). Such a refused answer is not sent again (``resend``):
-    the agent could act twice. It can still be reopened or closed.
-    """
-    spoke = Event.objects.filter(run=OuterRef("pk"), from_agent=True).exclude(type__in=_SILENT)
-    return Q(Exists(spoke)) | Q(error_code="WORKER_LOST")
 
 
 def _refused(run: Run) -> Run:
@@ -101,8 +85,7 @@ def settleable_by(user, refused_runs: list[Run]) -> list[Run]:
 
 
 def _settle(run: Run, user, settlement: str, now) -> None:
-    if not Run.objects.filter(pk=run.pk, settlement="").update(settlement=settlement, settled_by=user,
-                                                                settled_at=now):
+    if not Run.objects.filter(pk=run.pk).settle(settlement, user, now):
         raise Refusal("ALREADY_SETTLED", f"Run {run.run_id}'s refused answer was just dealt with by someone else.",
                       status=409)
     run.settlement, run.settled_by, run.settled_at = settlement, user, now
@@ -181,9 +164,8 @@ def reopen(run: Run, user) -> list[Interrupt]:
             run_id=run.parent_id, status__in=[Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED]
         ).select_related("run__thread").order_by("pk"))
         for interrupt in decided:
-            interrupt.decisions.filter(superseded_at__isnull=True).update(superseded_at=now)
-            Interrupt.objects.filter(pk=interrupt.pk).update(
-                status=Interrupt.Status.PENDING, closed_at=None, closed_reason="", version=F("version") + 1)
+            interrupt.decisions.supersede(now)
+            Interrupt.objects.filter(pk=interrupt.pk).reopen()
             trail.record_supersessions(interrupt)
         _record(run, user, Run.Settlement.REOPENED, interruptIds=[i.interrupt_id for i in decided])
         return decided
@@ -200,7 +182,6 @@ def close(run: Run, user) -> list[Interrupt]:
         reason = f"Closed by {user.get_username()} after the agent refused the answer ({run.error_code})."
         closing = list(Interrupt.objects.filter(run_id=run.parent_id).exclude(status=Interrupt.Status.EXPIRED)
                        .order_by("pk"))
-        Interrupt.objects.filter(pk__in=[i.pk for i in closing]).update(
-            status=Interrupt.Status.CANCELLED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1)
+        Interrupt.objects.filter(pk__in=[i.pk for i in closing]).close(Interrupt.Status.CANCELLED, reason[:300], now)
         _record(run, user, Run.Settlement.CLOSED, interruptIds=[i.interrupt_id for i in closing])
         return closing

@@ -17,11 +17,13 @@ from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
-from ..hub import decisions, policies, refused
+from ..hub import policies, refused
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
+from ..rules.settling import may_have_acted
+from ..rules.words import OUTCOME_WORDS, outcome_words
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -264,13 +266,13 @@ def refused_answers(limit: int = 50, thread=None, user=None) -> list[Run]:
     With ``user``: only those they may settle (``refused.settleable_by``;
     the agent's error text is not every colleague's to read). Each carries
     ``acted``: whether the agent may have acted on the answers
-    (``refused.may_have_acted``), when they are not offered to be sent again.
+    (``rules.settling.may_have_acted``), when they are not offered to be sent again.
     """
     found = Run.objects.filter(status=Run.Status.FAILED, resume_key__isnull=False, settlement="")
     if thread is not None:
         found = found.filter(thread=thread)
     rows = list(found.select_related("thread", "agent", "parent").annotate(
-        acted=ExpressionWrapper(refused.may_have_acted(), output_field=BooleanField()),
+        acted=ExpressionWrapper(may_have_acted(), output_field=BooleanField()),
     ).order_by("-finished_at", "-pk")[:limit])
     return rows if user is None or not rows else refused.settleable_by(user, rows)
 
@@ -596,9 +598,9 @@ class AuditRow:
         if i.status == Interrupt.Status.EXPIRED:
             return "Expired"
         if d is None:  # closed without a decision: the run was stopped, or the batch closed
-            return decisions.OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
+            return OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
         # The decision's words are the ones the inbox, the thread page and a refusal say.
-        return decisions.outcome_words(d)
+        return outcome_words(d)
 
     @property
     def comment(self) -> str:

@@ -27,6 +27,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS, THREAD_EVENTS_LIMIT
 from ..hub import claims, decisions, outbox, policies, refusals, refused, replies, runs, trail
 from ..reads import history, selectors
+from ..rules.words import outcome_words
 from .exports import csv_safe
 from .forms import AgentForm, DecideForm, PolicyForm, StartRunForm
 from ..models import Agent, Interrupt, Policy, Run, Thread
@@ -158,7 +159,7 @@ def _decided(member: Interrupt, user, sending: _Sending) -> dict:
     closing = live[-1]
     mine = any(d.user_id == user.pk for d in live)
     return {
-        "words": decisions.outcome_words(closing), "action": closing.action, "decisions": live,
+        "words": outcome_words(closing), "action": closing.action, "decisions": live,
         "names": ", ".join(d.user.get_full_name() or d.user.get_username() for d in live),
         "mine": mine, "undo": mine and sending.undo, "at": closing.created_at,
     }
