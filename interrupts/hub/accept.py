@@ -99,7 +99,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 without_echoes(by_id[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)
             messages = resume_messages(existing.messages or [], wire_input.get("messages") or [],
                                        _concerned(by_id.values()))
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             thread = runs.thread_for(agent, run_input.thread_id)
             if runs.gate_fingerprint(thread) != seen or (messages is not None and thread.messages != existing.messages):
                 continue  # raised, answered or recorded meanwhile: check again against what is there now

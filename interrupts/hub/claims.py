@@ -151,7 +151,7 @@ def claim(interrupt: Interrupt, user, *, take_over: bool = False) -> Claim:
     other = holder(current, now)
     if other is not None and other.pk != user.pk and not take_over:
         raise _held_by(other, current)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         # Only if nobody claimed it meanwhile (or it is still the claim read above).
         unchanged = Q(claimed_by__isnull=True) if current.claimed_by_id is None else Q(
             claimed_by_id=current.claimed_by_id, claimed_at=current.claimed_at)
@@ -192,7 +192,7 @@ def release(interrupt: Interrupt, user) -> None:
         raise Refusal("CLAIMED", f"{_name(other)} holds the claim on interrupt {current.interrupt_id}; only they "
                                  "(or staff) may release it.", status=403, interrupt_id=current.interrupt_id,
                       claimed_by=other.get_username())
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if Interrupt.objects.filter(pk=current.pk, claimed_by=other, claimed_at=current.claimed_at).update(
                 claimed_by=None, claimed_at=None, claim_renewed_at=None):
             trail.record(CLAIM_RELEASED, _content(current, user, holder=other.get_username()),
@@ -214,7 +214,7 @@ def lapse_due(now: datetime | None = None) -> int:
     due = (Interrupt.objects.filter(claimed_by__isnull=False, claim_renewed_at__lte=now - _idle())
            .select_related("run", "claimed_by")[:500])
     for interrupt in due:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             if not Interrupt.objects.filter(pk=interrupt.pk, claimed_by_id=interrupt.claimed_by_id,
                                             claim_renewed_at=interrupt.claim_renewed_at).update(
                     claimed_by=None, claimed_at=None, claim_renewed_at=None):
@@ -251,7 +251,7 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
     wanted = {i.pk for i in found}
     renewed = [i.pk for i in found if i.claimed_by_id == user.pk
                and policies.refusal(user, policies.rule_for(i), i) is None] if found else []
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         held = set(Presence.objects.filter(socket=socket).values_list("interrupt_id", flat=True))
         gone = held - wanted
         if gone:
@@ -270,7 +270,7 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
 
 def left(socket: str) -> set[int]:
     """The socket closed: it has nothing open any more."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         gone = set(Presence.objects.filter(socket=socket).values_list("interrupt_id", flat=True))
         Presence.objects.filter(socket=socket).delete()
         for pk in gone:

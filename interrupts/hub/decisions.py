@@ -323,7 +323,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
     checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen), unsent=unsent)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
@@ -440,7 +440,7 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
     resume is ``withdraw_resume``'s.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         lock_batch(interrupt.run_id)
         current = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
         live = approvals(current)
@@ -701,7 +701,7 @@ def expire_due(now=None) -> int:
     due = Interrupt.objects.filter(status=Interrupt.Status.PENDING, expires_at__lte=now)
     closed = 0
     for run_pk in set(due.values_list("run_id", flat=True)):
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             lock_batch(run_pk)
             run = Run.objects.select_related("thread", "agent").get(pk=run_pk)
             count, event = outcomes.expire(run, now)
@@ -727,7 +727,7 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
     unacknowledged. Under the batch's lock, as every change to a batch.
     """
     for decision in decisions:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             run_pk = Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id)
             lock_batch(run_pk)
             if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
@@ -752,7 +752,7 @@ def drop_unacknowledged(now=None) -> int:
     lapsed = Interrupt.objects.filter(unacknowledged__created_at__lt=cutoff)
     dropped = 0
     for run_pk in set(lapsed.values_list("run_id", flat=True)):
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             lock_batch(run_pk)
             for interrupt in (lapsed.filter(run_id=run_pk).select_related("unacknowledged__user", "run__thread")
                               .order_by("pk")):

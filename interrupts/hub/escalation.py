@@ -45,7 +45,7 @@ def escalate_due(now: datetime | None = None) -> int:
 
 def _escalate(interrupt: Interrupt, policy: Policy, now: datetime) -> bool:
     group = policy.backup_group
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if not Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING,
                                         escalated_at__isnull=True).update(escalated_at=now, escalated_to=group):
             return False  # decided, or escalated by another process, meanwhile

@@ -150,7 +150,7 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
         return []
     events = [event if isinstance(event, Received) else Received.of(event) for event in events]
     state, messages, carry = _folded(run, events)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         # Locked before the thread's sequence numbers, in the order ``fail``
         # takes them (run, then thread): a RUN_ERROR recorded by anyone else
         # either waits for this batch, or is seen here and nothing follows it.

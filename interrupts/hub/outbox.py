@@ -81,6 +81,7 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
     delivering: dict[int, int] = {}  # runs taken that waited for their agent before: pk -> thread
     skipped: set[int] = set()  # agents at their limit, or locked by a concurrent claim
     room: dict[int, int] = {}  # agents this claim has locked: how many more runs each may stream
+    # Not durable: tests hold its row locks inside an outer transaction to race a claim against an undo.
     with transaction.atomic():
         for resumes in (True, False):
             while True:
@@ -160,7 +161,7 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
     attempt = run.attempts + 1
     retry_at = timezone.now() + timedelta(seconds=retry_delay(attempt))
     last_error = f"{code}: {message}"[:2000]
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         taken = Run.objects.filter(pk=run.pk).requeue(
             worker, attempts=attempt, retry_at=retry_at, last_error=last_error)
         if not taken:
@@ -195,7 +196,7 @@ def requeue_lost(run: Run, worker: str, message: str) -> bool:
     runId: the same row, so the same runId and input go out. ``message`` says
     why in the thread's log, in plain words. False if ``worker`` lost the run.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         taken = Run.objects.filter(pk=run.pk).requeue(worker, retry_at=None, losses=F("losses") + 1)
         if not taken:
             return False
@@ -209,7 +210,7 @@ def requeue_lost(run: Run, worker: str, message: str) -> bool:
 
 def retry_now(run: Run, user=None) -> bool:
     """Make a run waiting for its agent due at once (the Retry-now action); False if it is not waiting."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         moved = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED, attempts__gt=0).update(
             retry_at=timezone.now())
         if not moved:

@@ -154,7 +154,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
     notice = " ".join(part for part in (notice, versioning.notice(version)) if part)
     declared = (version or "")[:Agent._meta.get_field("protocol_version").max_length]
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         _finish(run, terminal, raised, now, notice, pending)
         # What the agent says it speaks now; only written when it changed.
         Agent.objects.filter(pk=run.agent_id).exclude(protocol_version=declared).update(protocol_version=declared)
@@ -243,6 +243,7 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
     now = timezone.now()
     error_code, error_message, fault = code, message, ""
     error = dump(RunErrorEvent(code=code, message=message, raw_event=raw))
+    # Not durable: runs.cancel fails a run inside its own transaction (the stop and its audit commit together).
     with transaction.atomic():
         ended = Run.objects.filter(pk=run.pk).fail(error_code, error_message, fault, now)
         if not ended:

@@ -119,7 +119,7 @@ def resend(run: Run, user) -> Run:
     another run.
     """
     refuse_unless_may_settle(user, run)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         if Run.objects.filter(may_have_acted(), pk=run.pk).exists():
@@ -148,7 +148,7 @@ def reopen(run: Run, user) -> list[Interrupt]:
     its ``expiresAt``: it could not be answered again.
     """
     refuse_unless_may_settle(user, run)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         now = timezone.now()
@@ -174,7 +174,7 @@ def reopen(run: Run, user) -> list[Interrupt]:
 def close(run: Run, user) -> list[Interrupt]:
     """End the refused batch: its interrupts close cancelled, and the thread takes new input again."""
     refuse_unless_may_settle(user, run)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         now = timezone.now()

@@ -309,7 +309,7 @@ def start_run(
     if message is not None and len(message) > MAX_MESSAGE_CHARS:
         raise Refusal("TOO_LARGE", f"A message holds at most {MAX_MESSAGE_CHARS:,} characters.", status=400)
     refuse_steering(forwarded_props)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         thread = thread_for(agent, thread_id, title or (message or "")[:80])
         # The thread keeps every message (activity included); the agent gets them without activity (C53).
         messages = list(thread.messages or [])
@@ -575,7 +575,7 @@ def cancel(run: Run, user=None, *, by: str = "") -> bool:
     if user is not None and not user.is_staff:
         raise Refusal("STAFF_ONLY", "Only staff can stop a run.", status=403)
     who = user.get_username() if user is not None else (by or "an operator")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         event = outcomes.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
         if event is None:
             return False
