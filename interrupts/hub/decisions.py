@@ -1,27 +1,8 @@
 """Decide, revise, undo and expire interrupts; the batch's last decision, or expiry, queues the resume.
 
-Who may decide is ``policies``' answer, asked before anything else: the
-permission, the policy's groups and users, no self-approval, and how many
-distinct people must approve. Under a quorum of N an interrupt stays
-pending until N eligible people approve the same answer; one eligible
-rejection or cancel ends it at once (fail closed). A plain approval joins
-the answer already approved (edited args included); an answer that differs
-(edited again, another form answer) supersedes the approvals so far.
-
-The database decides every race: an interrupt moves out of ``pending`` by a
-conditional UPDATE on (pk, status, version), so two reviewers deciding at once
-store exactly one decision, whatever the database, and the loser is told who
-won. The decision, the interrupt's new status and the queued resume commit in
-one transaction.
-
-Everything that looks at agent-supplied data (the responseSchema, the
-proposed args, the interrupt as sent) happens *before* that transaction: on
-SQLite every transaction holds the whole database's write lock, and on
-PostgreSQL the batch's row lock, so a hostile schema checked inside either
-would make every other reviewer wait. An interrupt's raw form, schema and
-proposal never change once raised, so what was checked outside is still
-what the locked part writes; the locked part only re-reads status and
-version, and writes.
+Agent data is checked before the batch's lock is taken, never under it; the
+lock and a conditional update on the interrupt's version decide every race.
+docs/internals/decisions.md has the rules, the races and every refusal code.
 """
 
 from __future__ import annotations
@@ -270,47 +251,11 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
            unsent: bool = False) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
-    Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
-    (no ``decide_interrupt`` permission, or outside the policy's groups and
-    users), then ``SELF_APPROVAL`` (they requested the run and the policy does
-    not allow it). Refused (``ContractViolation``) when the payload fails the
-    responseSchema (``INVALID_PAYLOAD``, or the schema's own refusal:
-    ``INVALID_SCHEMA``, ``REMOTE_REF``, ``UNSAFE_PATTERN``,
-    ``SCHEMA_TOO_LARGE``, ``SCHEMA_TOO_COSTLY``), a cancellation carries a
-    payload (``PAYLOAD_ON_CANCEL``), metadata is not an object or uses a
-    reserved key (``ag-ui``, ``countersign``: ``RESERVED_METADATA_KEY``), the
-    payload cannot be canonicalised for its fingerprint
-    (``UNSIGNABLE_PAYLOAD``), or ``expiresAt`` has passed (``EXPIRED``);
-    refused (``Refusal``) with ``ALREADY_DECIDED`` (409) when the interrupt
-    was decided first, ``CLOSED`` when it closed without a decision,
-    ``TOO_LARGE`` for a comment over ``MAX_COMMENT_CHARS``.
-
-    Under a quorum (``required_approvals`` > 1) the interrupt stays pending
-    until that many distinct eligible people approve the same answer; each
-    approver may change their own answer meanwhile. A plain approval joins
-    another person's standing answer (their edited args, their form answer)
-    only when ``seen`` is that answer's ``answer_digest``, as the page showed
-    it: otherwise ``ANSWER_CHANGED`` (409), so nobody approves args they never
-    saw. An approver who lost their eligibility meanwhile no longer counts.
-    With one approval, the author may change their answer (``revise``) until
-    the batch is sent. ``fresh``: the caller loaded ``interrupt`` with its
-    run in this request, so it is not read again before the lock.
-
-    A card a colleague has claimed (``claims``) is refused with ``CLAIMED``
-    (409) unless ``claim_confirmed``: the inbox and the API ask their
-    reader first; callers with nobody to ask (the gateway) leave it true.
-
-    ``unsent``: the caller replies after commit (``replies``), and calls
-    ``acknowledge`` once that reply has left. Until then the decision is
-    recorded but travels nowhere: a resume it completes is held, and if the
-    process dies first, ``drop_unacknowledged`` takes it back. What reaches
-    the agent is what its reviewers were told was taken.
-
-    The race: policy and answer are checked first, with no lock held (see
-    the module docstring); then the batch is locked, the interrupt re-read,
-    and it changes only by an UPDATE conditional on the version read, so of
-    two reviewers racing for its last approval exactly one closes it and the
-    other is told who.
+    Refusals (NOT_ELIGIBLE, SELF_APPROVAL, CLAIMED, ALREADY_DECIDED, CLOSED,
+    ANSWER_CHANGED, EXPIRED, TOO_LARGE and the contract's codes) are listed in
+    docs/internals/decisions.md. ``fresh``: ``interrupt`` was loaded with its run
+    in this request. ``unsent``: the caller replies after commit and then calls
+    ``acknowledge``; until then the decision travels nowhere.
     """
     now = timezone.now()
     # What is read here only picks the rule and checks the answer (the agent's
@@ -417,27 +362,8 @@ UNDONE = "decision.undone"
 def undo(interrupt: Interrupt, user) -> Interrupt:
     """Withdraw ``user``'s own standing decision on ``interrupt`` while its batch is unsent; the interrupt, pending.
 
-    The decision is superseded (the one change a decision row accepts) and
-    the interrupt waits again: pending, ``closed_at`` cleared, its version
-    moved, so whoever read it before (a page, a racing decision) sees that it
-    changed. If that decision completed the batch, the queued resume is
-    withdrawn too (``runs.withdraw_resume``), but only while no process has
-    taken it: a person's decision holds its resume for
-    COUNTERSIGN_UNDO_SECONDS (``runs.queue_resume``), which is the time an
-    undo has. Under a quorum only ``user``'s approval goes; the others'
-    still count. The trail gets the supersession and a ``decision.undone``
-    entry (who, what, the resume withdrawn); inbox watchers hear of it after commit.
-
-    Refused (``Refusal``) with ``NOT_DECIDED`` (409) when no decision stands
-    on it, ``NOT_YOURS`` (403) when only other people's do, ``ALREADY_SENT``
-    (409) once a process has taken the batch's resume or tried to send it
-    (the agent has the answers, or may have), ``EXPIRED`` (409) when
-    its ``expiresAt`` has passed (pending again, it could only expire).
-
-    The race: everything is read again under the batch's lock, as in
-    ``decide``, so an undo and a decision, revision or other undo of the same
-    batch run one after the other; the race with the outbox taking the
-    resume is ``withdraw_resume``'s.
+    Withdraws the resume it completed while no process has taken it. Refused
+    with NOT_DECIDED, NOT_YOURS, ALREADY_SENT or EXPIRED (docs/internals/decisions.md).
     """
     now = timezone.now()
     with transaction.atomic(durable=True):
@@ -676,25 +602,8 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
 def expire_due(now=None) -> int:
     """Expire every pending interrupt whose ``expiresAt`` has passed (or cannot be read); queue what it completes.
 
-    An expired interrupt can no longer be answered (1.0, C19), but it must
-    still be covered (C14, C20): the batch's resume carries it as
-    ``cancelled``, attested as expired, not as anyone's decision
-    (``runs.resume_entries``). When it was the batch's last open interrupt,
-    the resume is queued here, in the transaction of the expiry (not held:
-    nobody made a decision to undo); otherwise the rest wait for people, and
-    the last decision queues it (``_after_decision``). Returns how many expired.
-
-    The race with a decision: both take the batch's lock (``lock_batch``), so
-    one runs after the other, and the resume is queued once, by whichever
-    leaves nothing open. Decision first: it answers its interrupt, but the
-    due ones are still pending, so it queues nothing; the sweep then expires
-    them and queues the resume with both. Sweep first: the due ones expire
-    while the other waits, so it queues nothing; the decision then closes the
-    last open one and queues it (``_after_decision``). A decision *on* a due
-    interrupt: resolving it is refused with ``EXPIRED`` either way
-    (``_refuse_if_expired`` reads the stored time under the lock); a cancel
-    before the sweep is that person's decision, after it ``EXPIRED`` (it is
-    already covered).
+    Under each batch's lock, so a racing decision and the sweep queue the
+    resume once between them (docs/internals/decisions.md, "Expiry"). Returns how many expired.
     """
     now = now or timezone.now()
     # An unreadable expiresAt was recorded as due at once (see outcomes._interrupt_rows).
@@ -738,14 +647,9 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
 
 
 def drop_unacknowledged(now=None) -> int:
-    """Take back every decision whose reply was never sent (its process died); how many.
+    """Take back every decision whose reply was never sent (its process died) within the grace; how many.
 
-    A decision still unacknowledged COUNTERSIGN_ACK_GRACE_SECONDS after it was
-    recorded was answered by nobody: its reviewer saw an error or nothing,
-    never "taken". It is superseded, its interrupt waits again, and the resume
-    it held is withdrawn (``runs.withdraw_resume``; a resume is held until
-    every decision it carries is acknowledged, so no process has taken it).
-    Each gets a ``decision.unacknowledged`` trail entry.
+    Each is superseded, its interrupt waits again, and the resume it held is withdrawn.
     """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.COUNTERSIGN_ACK_GRACE_SECONDS)

@@ -136,15 +136,9 @@ _CHUNKS = frozenset({"TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK", "REASONING_MESSAGE
 def append_many(run: Run, events: list[Received | dict], worker: str | None = None) -> list[int] | None:
     """Record events of ``run`` (as received, or wire JSON dicts) in order and fold them into the thread, atomically.
 
-    Returns their sequence numbers, or None (nothing written) when the run
-    has ended meanwhile, or ``worker`` no longer holds it: an operator
-    stopped it, or another process settled it. The streamer stops on None.
-    Every event that builds the conversation (text, tool calls and results,
-    reasoning, activity, snapshots, state deltas) updates the thread's
-    messages and state, as an AG-UI client builds them. A
-    terminal event is recorded here but finishes the run only through
-    ``finish``, once the stream has ended cleanly after it. Watchers get one
-    poke, for the last event, after commit.
+    Their sequence numbers, or None (nothing written) when the run has ended or
+    ``worker`` no longer holds it. A terminal event ends the run only through
+    ``outcomes.finish`` (docs/internals/outcomes.md).
     """
     if not events:
         return []

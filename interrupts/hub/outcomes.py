@@ -1,4 +1,7 @@
-"""How runs and interrupts end: a run finishes or fails, its interrupts are raised, closed or expire."""
+"""How runs and interrupts end: a run finishes or fails, its interrupts are raised, closed or expire.
+
+The status changes are ``transitions``' (docs/internals/outcomes.md).
+"""
 
 from __future__ import annotations
 
@@ -135,20 +138,10 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
 
 def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, notice: str = "",
            pending: list[dict] | None = None, version: str | None = None) -> None:
-    """End ``run`` as its terminal event says, once its stream closed cleanly.
+    """End ``run`` as its terminal event says (fail, succeed, cancel, or raise its interrupts), once its stream closed.
 
-    RUN_ERROR fails it with the agent's code; RUN_FINISHED succeeds, is
-    cancelled, or (interrupt outcome) raises one pending ``Interrupt`` per
-    item, with the tool call's name and proposed args from ``proposal``.
-    ``terminal`` is the end as the agent's dialect reads it
-    (``protocol.dialects``); ``notice`` what the dialect noticed.
-    ``pending``: the tool calls the run left for its client
-    (``streaming.left_to_client``). ``version``: the protocolVersion its
-    RUN_STARTED declared, kept on the agent (None: it declared none), and
-    warned about in the notice when newer or unreadable (C66, C67).
-
-    An interrupt whose ``expiresAt`` had already passed when it was raised
-    is due at once: the supervisor is woken to sweep it (``decisions.expire_due``).
+    ``terminal``: the end as the agent's dialect reads it; ``notice``: what the dialect noticed;
+    ``pending``: tool calls left for its client; ``version``: the protocolVersion its RUN_STARTED declared.
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
@@ -176,13 +169,8 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
 def expire(run: Run, now) -> tuple[int, Event | None]:
     """Expire ``run``'s pending interrupts that are past their ``expiresAt``: (how many expired, the note).
 
-    Only those: the rest of the batch stays open for people (1.0, C20: an
-    expired interrupt is still covered, abandoned with ``cancelled``, when
-    the batch is resumed; ``runs.resume_entries``). Each says why, each
-    expiry is in the audit trail, and one CUSTOM note of Countersign's lists
-    them in the log. Called by the expiry sweep (``decisions.expire_due``),
-    which holds the batch's lock and queues the resume when nothing is left
-    open. Must be called inside the transaction of the change.
+    Only those: the rest of the batch stays open for people (1.0, C20). Must
+    be called inside the expiry sweep's transaction (``decisions.expire_due``).
     """
     late = list(Interrupt.objects.filter(run=run, status=Interrupt.Status.PENDING, expires_at__lte=now)
                 .order_by("pk"))
@@ -224,12 +212,9 @@ def _raised_expired(interrupt: Interrupt) -> bool:
 
 
 def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
-    """End ``run`` as failed with a RUN_ERROR of Countersign's own, recorded in its log.
+    """End ``run`` as failed with a RUN_ERROR of Countersign's own, recorded in its log; None if it had ended.
 
-    Used for every fault of a stream (HTTP error, refused connection, timeout,
-    malformed or misplaced events): the run never stays "streaming", and the
-    log says why. Interrupts the run may have raised are closed, since the
-    stream that raised them cannot be trusted.
+    Its pending interrupts close too: the stream that raised them cannot be trusted.
     """
     if isinstance(raw, (str, bytes)) and len(raw) > MAX_RAW_IN_ERROR:
         raw = raw[:MAX_RAW_IN_ERROR] + (b"..." if isinstance(raw, bytes) else "…")

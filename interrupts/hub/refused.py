@@ -1,22 +1,10 @@
-"""Answers the agent refused: a resumed run that failed, and what people do about it.
+"""Answers the agent refused: a resumed run that failed, and how people settle it.
 
-A resume can fail like any run: the agent answers RUN_ERROR (before or after
-RUN_STARTED), an HTTP error, a broken stream, or cannot be reached at all.
-Its batch's interrupts were decided, so without this module nothing would be
-pending and nobody could answer again: the answers would be lost. Instead a
-failed resumed run is *refused* (``Run.refused``) until someone settles it,
-and while it is the thread takes no new input (``runs.refuse_if_refused``).
-Three ways to settle it, each one function here, each under the batch's lock
-(``decisions.lock_batch``) so two people settling at once do it once:
-
-* ``resend``: the same answers again as a new run (a transient failure);
-* ``reopen``: the batch's interrupts return to pending, their answers
-  superseded (kept in the audit trail); a new decision makes a new resume;
-* ``close``: the batch's interrupts end cancelled and the thread moves on.
-
-Staff may settle any refused answer; otherwise only someone eligible to
-decide every interrupt of the batch (``policies.refusal``). Each settlement
-is an audit entry (``resume.settled``) and a note in the thread's log.
+A failed resume stays *refused* (``Run.refused``), and its thread takes no new
+input, until someone settles it under the batch's lock, once: ``resend`` the
+same answers, ``reopen`` the interrupts for new ones, or ``close`` them
+cancelled. Staff may settle any; others only if eligible for every interrupt
+of the batch. Each settlement is an audit entry and a note in the thread's log.
 """
 
 from __future__ import annotations
