@@ -34,6 +34,7 @@ from ..conf import MAX_PRESENCE_CARDS, settings
 from ..live import relay
 from ..models import Interrupt, Presence
 from . import policies, trail
+from ..rules import eligibility
 from .refusals import Refusal
 
 CLAIM_TAKEN = "claim.taken"
@@ -144,7 +145,7 @@ def claim(interrupt: Interrupt, user, *, take_over: bool = False) -> Claim:
     """
     now = timezone.now()
     current = Interrupt.objects.select_related("run", "claimed_by").get(pk=interrupt.pk)
-    policies.refuse_unless_eligible(user, policies.rule_for(current), current)
+    policies.refuse_unless_eligible(user, eligibility.rule_for(current), current)
     if current.status != Interrupt.Status.PENDING:
         raise Refusal("CLOSED", f"Interrupt {current.interrupt_id} is no longer pending: there is nothing to claim.",
                       interrupt_id=current.interrupt_id)
@@ -250,7 +251,7 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
                  .select_related("run")) if user is not None else []
     wanted = {i.pk for i in found}
     renewed = [i.pk for i in found if i.claimed_by_id == user.pk
-               and policies.refusal(user, policies.rule_for(i), i) is None] if found else []
+               and policies.refusal(user, eligibility.rule_for(i), i) is None] if found else []
     with transaction.atomic(durable=True):
         held = set(Presence.objects.filter(socket=socket).values_list("interrupt_id", flat=True))
         gone = held - wanted

@@ -18,6 +18,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from . import claims, notify, outcomes, policies, runs, trail
+from ..rules import eligibility
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -177,7 +178,7 @@ class _Checked:
     edited_args: object
     comment: str
     action: str
-    rule: policies.Rule
+    rule: eligibility.Rule
     # The standing answer the reviewer saw (``answer_digest``), or None: a plain
     # approval joins another person's answer only if it is the one they saw.
     seen: str | None = None
@@ -205,7 +206,7 @@ class _Checked:
 
 
 def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
-           rule: policies.Rule, seen: str | None) -> _Checked:
+           rule: eligibility.Rule, seen: str | None) -> _Checked:
     """Every check of the answer against what the agent sent, done outside any transaction."""
     if len(comment) > MAX_COMMENT_CHARS:
         raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
@@ -262,7 +263,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     # part of an interrupt never changes; its status is read again under the
     # lock), so an instance the request has just loaded with its run will do.
     current = interrupt if fresh else Interrupt.objects.select_related("run").get(pk=interrupt.pk)
-    rule = policies.rule_for(current)
+    rule = eligibility.rule_for(current)
     policies.refuse_unless_eligible(user, rule, current)
     claims.refuse_if_claimed(current, user, claim_confirmed, now)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
@@ -328,7 +329,7 @@ def approvals(interrupt: Interrupt) -> list[Decision]:
     return list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
 
 
-def _revisable(interrupt: Interrupt, user, rule: policies.Rule) -> Decision | None:
+def _revisable(interrupt: Interrupt, user, rule: eligibility.Rule) -> Decision | None:
     """``user``'s live decision on a decided interrupt, if they may still replace it.
 
     Only a decision taken alone (one approval required) that closed the
@@ -429,7 +430,7 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
                   .exclude(pk__in=list(decided)).select_related("run"))
     if not closed:
         return []
-    rules = policies.rules_held(closed)
+    rules = eligibility.rules_held(closed)
     reopened = []
     for interrupt in closed:
         live = approvals(interrupt)
@@ -540,7 +541,7 @@ def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry],
     ``RESERVED_METADATA_KEY``, ``UNSIGNABLE_PAYLOAD``; and copies the tool
     args each approval will run, which may be large.
     """
-    rules = policies.rules_held(interrupts.values())
+    rules = eligibility.rules_held(interrupts.values())
     answers = {}
     for entry in entries:
         interrupt = interrupts[entry.interrupt_id]

@@ -18,6 +18,7 @@ from ..live import relay
 from ..models import Interrupt, Run
 from ..rules.settling import may_have_acted
 from . import decisions, events, policies, runs, trail
+from ..rules import eligibility
 from .refusals import Refusal
 
 SETTLED = "resume.settled"
@@ -50,7 +51,7 @@ def _refusals(user, refused_runs: list[Run]) -> dict[int, Refusal | None]:
     # The policies in force now, not the one stored on each interrupt: that is
     # kept current for pending interrupts only, and these were decided.
     batch = list(Interrupt.objects.filter(run_id__in=list(parents)).select_related("run"))
-    rules = policies.rules_held(batch)
+    rules = eligibility.rules_held(batch)
     found: dict[int, Refusal | None] = {run.pk: None for run in refused_runs}
     for interrupt in batch:
         pk = parents[interrupt.run_id]
@@ -64,12 +65,6 @@ def refuse_unless_may_settle(user, run: Run) -> None:
     problem = _refusals(user, [run])[run.pk]
     if problem is not None:
         raise problem
-
-
-def settleable_by(user, refused_runs: list[Run]) -> list[Run]:
-    """The refused runs ``user`` may settle (``refuse_unless_may_settle``), in order."""
-    refusals = _refusals(user, refused_runs)
-    return [run for run in refused_runs if refusals[run.pk] is None]
 
 
 def _settle(run: Run, user, settlement: str, now) -> None:

@@ -26,6 +26,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from ..conf import AUDIT_PAGE_SIZE, INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS, THREAD_EVENTS_LIMIT
 from ..hub import claims, decisions, outbox, policies, refusals, refused, replies, runs, trail
+from ..rules import eligibility, settling, targets
 from ..reads import history, selectors
 from ..rules.words import outcome_words
 from .exports import csv_safe
@@ -67,7 +68,7 @@ def home(request):
 # --- the inbox ------------------------------------------------------------------
 
 
-def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: list,
+def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals: list,
                   viewers: dict | None = None) -> dict:
     schema = interrupt.response_schema
     refused = policies.refusal(user, rule, interrupt)
@@ -92,7 +93,7 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         "standing": (standing := decisions.standing_answer(approvals)),
         "seen": decisions.answer_digest(standing),
         # The policy's target time, when it sets one: on track, at risk or breached.
-        "target": policies.target(interrupt, rule, timezone.now()),
+        "target": targets.target(interrupt, rule, timezone.now()),
         # Past its expiresAt, not swept yet: only a cancel is still taken (C19, C20).
         "past_expiry": interrupt.expires_at is not None and interrupt.expires_at <= timezone.now(),
     }
@@ -100,7 +101,7 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
 
 def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
                    rules: dict | None = None, viewers: dict | None = None) -> dict:
-    rules = rules if rules is not None else policies.rules_for(batch.pending)
+    rules = rules if rules is not None else eligibility.rules_for(batch.pending)
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
     viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
     cards = {i.pk: {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
@@ -177,7 +178,7 @@ def inbox(request):
     groups = selectors.inbox_batches(page.object_list)
     page.object_list = [i for b in groups for i in b.pending]
     resumed = selectors.resumed_by(b.run.pk for b in groups)
-    rules = policies.rules_for(page.object_list, in_force)
+    rules = eligibility.rules_for(page.object_list, in_force)
     viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
     context = {
         "filters": filters,
@@ -199,7 +200,7 @@ def inbox(request):
 
 def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False):
     whole = selectors.batch(interrupt.run)
-    rules = policies.rules_for(whole.pending, selectors.policies_in_force(request))
+    rules = eligibility.rules_for(whole.pending, selectors.policies_in_force(request))
     context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), request.user, errors, rules=rules),
                "now": timezone.now()}
     if errors and interrupt not in whole.pending:
@@ -407,7 +408,7 @@ def thread_detail(request, thread_id: str):
         "start_form": StartRunForm(initial={"agent": thread.agent.name}),
         "runs": history.runs(thread),
         # Every refused answer holds the thread; each person sees those they may settle.
-        "refused_answers": refused.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
+        "refused_answers": settling.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
         "refused_held": bool(held),
         "settle_actions": SETTLE_ACTIONS,
     })
@@ -422,7 +423,7 @@ def thread_events(request, thread_id: str):
     except ValueError:
         after = 0
     held = selectors.refused_answers(thread=thread)
-    refused_answers = refused.settleable_by(request.user, held)
+    refused_answers = settling.settleable_by(request.user, held)
     if request.GET.get("part") == "refused":
         # The answers the agent refused, as the thread page shows them: it
         # asks when the count it holds (X-Refused) is not the thread's.
