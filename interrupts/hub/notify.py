@@ -1,6 +1,6 @@
 """Telling people: signed webhooks and emails, queued in the change they report, sent by the supervisor.
 
-Producers (``log``, ``decisions``, ``escalation``) call ``raised``,
+Producers (``outcomes``, ``decisions``, ``escalation``) call ``raised``,
 ``decided``, ``expired``, ``refused`` and ``escalated`` inside the
 transaction that makes the change, so a change that rolls back queues
 nothing and one that commits is never lost: each writes ``Delivery`` rows
