@@ -23,7 +23,7 @@ from ..protocol import capabilities, dialects
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
 from ..rules.settling import may_have_acted, settleable_by
-from ..rules.words import OUTCOME_WORDS, outcome_words
+from ..rules import words
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -598,9 +598,9 @@ class AuditRow:
         if i.status == Interrupt.Status.EXPIRED:
             return "Expired"
         if d is None:  # closed without a decision: the run was stopped, or the batch closed
-            return OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
+            return words.OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
         # The decision's words are the ones the inbox, the thread page and a refusal say.
-        return outcome_words(d)
+        return words.outcome_words(d)
 
     @property
     def comment(self) -> str:
