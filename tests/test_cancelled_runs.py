@@ -11,7 +11,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import decisions, log
+from interrupts.hub import decisions, events, outcomes
 from interrupts.models import Run
 
 from . import factories as make
@@ -25,8 +25,8 @@ def ended_cancelled(run: Run) -> Run:
     run.refresh_from_db()
     ids = {"threadId": run.thread.thread_id, "runId": run.run_id}
     terminal = {"type": "RUN_FINISHED", **ids, "outcome": {"type": "cancelled"}}
-    log.append_many(run, [{"type": "RUN_STARTED", **ids}, terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [{"type": "RUN_STARTED", **ids}, terminal])
+    outcomes.finish(run, terminal)
     return Run.objects.get(pk=run.pk)
 
 

@@ -4,8 +4,8 @@ forms labelled in words, and a JSON tree that counts its keys in English."""
 import pytest
 from django.utils import timezone
 
-from interrupts.hub import decisions
 from interrupts.reads import selectors
+from interrupts.rules.words import outcome_words
 
 from . import factories as make
 
@@ -35,7 +35,7 @@ def test_the_audit_says_what_the_inbox_and_thread_page_say(action, decided):
     decision = make.decision(interrupt, make.user(), status=status, action=action,
                              payload=decided.get("payload"), edited_args=decided.get("edited_args"))
     [row] = selectors.audit_rows([interrupt])
-    assert row.outcome == decisions.outcome_words(decision)
+    assert row.outcome == outcome_words(decision)
 
 
 def test_the_words_are_defined_once():

@@ -78,6 +78,8 @@ LAYERS = [
     ("sdk", ["interrupts.sdk"]),
     ("conf", ["interrupts.conf"]),
     ("models", ["interrupts.models"]),
+    # Read-only predicates and words shared by the hub and the reads: below both, and below every leaf of hub/.
+    ("rules", ["interrupts.rules"]),
     # Leaves every service may use: refusals, waking the supervisor, the agent
     # HTTP client, and broadcasting after commit.
     ("leaves", ["interrupts.hub.refusals", "interrupts.hub.wakeup", "interrupts.hub.egress", "interrupts.live.relay"]),
@@ -151,11 +153,16 @@ def layer_of(module: str) -> int:
 
 def test_the_layer_map_knows_the_rooms_of_the_design():
     graph = app_imports()
-    for module in ("interrupts.hub.outbox", "interrupts.hub.accept", "interrupts.hub.wakeup", "interrupts.hub.log",
-                   "interrupts.hub.refusals", "interrupts.reads.selectors", "interrupts.live.relay",
+    for module in ("interrupts.hub.outbox", "interrupts.hub.accept", "interrupts.hub.wakeup", "interrupts.hub.events",
+                   "interrupts.hub.outcomes", "interrupts.hub.refusals", "interrupts.reads.selectors", "interrupts.live.relay",
                    "interrupts.live.consumers", "interrupts.web.inbox", "interrupts.conf"):
         assert module in graph, module
     assert layer_of("interrupts.hub.wakeup") < layer_of("interrupts.hub.runs") < layer_of("interrupts.reads.selectors")
+    assert layer_of("interrupts.models") < layer_of("interrupts.rules.words") < layer_of("interrupts.hub.refusals")
+    # The reads take their predicates and words from rules, not from the write side.
+    assert "interrupts.rules.words" in graph["interrupts.reads.selectors"]
+    assert not [(module, target) for module, targets in graph.items() if module.startswith("interrupts.reads")
+                for target in targets if target.startswith("interrupts.hub")]
     assert layer_of("interrupts.demo.views") > layer_of("interrupts.sdk.driver")
 
 
@@ -167,6 +174,18 @@ def test_every_import_points_down_or_across():
         if layer_of(target) > layer_of(module)
     ]
     assert upward == []
+
+
+def test_the_layer_test_sees_rules_reaching_into_the_hub_or_the_reads():
+    fake = APP / "rules" / "_upward_probe.py"
+    fake.write_text("from ..hub import refusals\nfrom ..reads import selectors\n")
+    try:
+        graph = app_imports()
+    finally:
+        fake.unlink()
+    found = graph["interrupts.rules._upward_probe"]
+    assert {"interrupts.hub.refusals", "interrupts.reads.selectors"} <= found
+    assert all(layer_of(target) > layer_of("interrupts.rules._upward_probe") for target in found)
 
 
 def test_no_import_cycle():
@@ -200,3 +219,36 @@ def test_the_layer_test_sees_an_upward_import(tmp_path, monkeypatch):
         fake.unlink()
     assert "interrupts.reads.selectors" in graph["interrupts.hub._upward_probe"]
     assert layer_of("interrupts.reads.selectors") > layer_of("interrupts.hub._upward_probe")
+
+
+# --- Transitions have one home: an interrupt's version moves only in interrupts/models/transitions.py ---
+
+TRANSITIONS = APP / "models" / "transitions.py"
+
+
+def version_bumps() -> list[str]:
+    """Every ``F("version")`` outside the transitions: a version moved by hand, apart from its status change."""
+    found = []
+    for path in sorted(APP.rglob("*.py")):
+        if path == TRANSITIONS or "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "F"
+                    and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "version"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_only_the_transitions_move_a_version():
+    assert "F(\"version\")" in TRANSITIONS.read_text()
+    assert version_bumps() == []
+
+
+def test_the_version_test_sees_a_bump_by_hand():
+    fake = APP / "hub" / "_version_probe.py"
+    fake.write_text("from django.db import models\n\nBUMP = {\"version\": models.F(\"version\") + 1}\n")
+    try:
+        found = version_bumps()
+    finally:
+        fake.unlink()
+    assert found == ["interrupts/hub/_version_probe.py:3"]

@@ -13,8 +13,9 @@ import re
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import decisions, log
+from interrupts.hub import decisions
 from interrupts.hub.trail import content as trail_content, verify
+from interrupts.hub import events, outcomes
 from interrupts.models import AuditEntry, Interrupt
 
 from . import factories as make
@@ -45,8 +46,8 @@ def raised(subagents: list[str | None]):
         items.append(item)
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": items}}
-    log.append_many(run, [terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [terminal])
+    outcomes.finish(run, terminal)
     return run, list(Interrupt.objects.filter(run=run).order_by("pk"))
 
 

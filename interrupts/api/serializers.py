@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..hub import agents, claims, decisions, policies
+from ..rules import eligibility, targets
 from ..conf import (ACTIONS, BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS,
                     MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
@@ -281,7 +282,7 @@ class InterruptSerializer(serializers.ModelSerializer):
     def get_target(self, interrupt) -> dict | None:
         if interrupt.status != Interrupt.Status.PENDING:
             return None
-        found = policies.target(interrupt, self._rule(interrupt), timezone.now())
+        found = targets.target(interrupt, self._rule(interrupt), timezone.now())
         return {"due_at": found.due_at, "state": found.state} if found else None
 
     claim = serializers.SerializerMethodField(
@@ -303,12 +304,12 @@ class InterruptSerializer(serializers.ModelSerializer):
     def get_supports_edits(self, interrupt) -> bool:
         return supports_edits(interrupt.response_schema)
 
-    def _rule(self, interrupt) -> policies.Rule:
+    def _rule(self, interrupt) -> eligibility.Rule:
         # Judged by the policies the view read once for the request (its context's "policies").
         rules = self.context.get("rules")
         if rules is None or interrupt.pk not in rules:
             page = getattr(self.parent, "instance", None)
-            rules = self.context["rules"] = policies.rules_for(list(page) if page is not None else [interrupt],
+            rules = self.context["rules"] = eligibility.rules_for(list(page) if page is not None else [interrupt],
                                                                self.context.get("policies"))
         return rules[interrupt.pk]
 

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import agents, claims, decisions, outbox, policies, refused, replies, runs
+from ..rules import eligibility
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
@@ -251,7 +252,7 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         if scope not in ("all", "mine"):
             raise ValidationError({"scope": "One of all, mine."})
         if scope == "mine":
-            queryset = queryset.filter(policies.decidable_by(self.request.user,
+            queryset = queryset.filter(eligibility.decidable_by(self.request.user,
                                                              selectors.policies_in_force(self.request)))
         wanted = params.get("status", Interrupt.Status.PENDING)
         if wanted != "all":

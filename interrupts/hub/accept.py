@@ -48,33 +48,12 @@ ACCEPT_ATTEMPTS = 3
 def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> Accepted:
     """Hold a client's RunAgentInput to the contract and record it as a run of this process.
 
-    New input and resumes become a run claimed by ``worker`` (the gateway
-    streams it at once); a resume's answers are recorded as decisions by
-    ``user``, racing the inbox fairly: whoever answers first wins, the other
-    gets ``ALREADY_RESOLVED``. A replay of the last accepted resume returns
-    the run it started, and nothing is sent to the agent again.
-
-    Every contract rule, the answers' schemas included, is checked before
-    the transaction, against the thread as read then; under the lock only
-    ``gate_fingerprint`` confirms the thread is unchanged. If it changed
-    (interrupts raised or answered meanwhile), the check runs again, at most
-    ``ACCEPT_ATTEMPTS`` times, then ``THREAD_BUSY`` (409). Other refusals:
-    the contract's codes, ``INVALID_ID``, ``AGENT_MISMATCH``,
-    ``DUPLICATE_RUN_ID``, ``RUN_IN_PROGRESS``, ``TOO_LARGE`` (a history of more
-    than ``MAX_HISTORY_MESSAGES`` messages), ``AGENT_AT_CAPACITY``
-    when the agent already streams COUNTERSIGN_MAX_AGENT_STREAMS runs
-    (counted over every process, under the agent's row lock as in
-    ``claim_due``; a resume counts like a new run, a replay calls nobody and
-    is never refused). A refused input leaves nothing behind, not even a
-    resume's decisions: the client may send it again.
-
-    A resume sends the thread's record (its state, its messages) with the
-    client's messages the record lacks after them; a history that
-    contradicts the record or the decisions is refused, ``HISTORY_CONFLICT``
-    or ``HISTORY_ANSWERS_INTERRUPT`` (``contract.history``). A framework key
-    a client copied onto an entry (TanStack's continuation) is taken when it
-    equals the one Countersign writes, else ``RESERVED_METADATA_DIFFERS``
-    (``contract.echoes``).
+    A resume's answers become decisions by ``user``, racing the inbox fairly
+    (the loser gets ALREADY_RESOLVED); a replay returns the run it started.
+    Everything is checked before the transaction; under the lock only
+    ``gate_fingerprint`` confirms the thread is unchanged, else the check runs
+    again (THREAD_BUSY after ``ACCEPT_ATTEMPTS``). A refused input leaves
+    nothing behind. Refusal codes: docs/internals/decisions.md, "Gateway input".
     """
     runs.check_id("threadId", run_input.thread_id)
     runs.check_id("runId", run_input.run_id)
@@ -99,7 +78,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 without_echoes(by_id[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)
             messages = resume_messages(existing.messages or [], wire_input.get("messages") or [],
                                        _concerned(by_id.values()))
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             thread = runs.thread_for(agent, run_input.thread_id)
             if runs.gate_fingerprint(thread) != seen or (messages is not None and thread.messages != existing.messages):
                 continue  # raised, answered or recorded meanwhile: check again against what is there now

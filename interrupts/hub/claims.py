@@ -35,6 +35,7 @@ from ..live import relay
 from ..models import Interrupt, Presence
 from . import policies
 from .trail import chain
+from ..rules import eligibility
 from .refusals import Refusal
 
 CLAIM_TAKEN = "claim.taken"
@@ -145,14 +146,14 @@ def claim(interrupt: Interrupt, user, *, take_over: bool = False) -> Claim:
     """
     now = timezone.now()
     current = Interrupt.objects.select_related("run", "claimed_by").get(pk=interrupt.pk)
-    policies.refuse_unless_eligible(user, policies.rule_for(current), current)
+    policies.refuse_unless_eligible(user, eligibility.rule_for(current), current)
     if current.status != Interrupt.Status.PENDING:
         raise Refusal("CLOSED", f"Interrupt {current.interrupt_id} is no longer pending: there is nothing to claim.",
                       interrupt_id=current.interrupt_id)
     other = holder(current, now)
     if other is not None and other.pk != user.pk and not take_over:
         raise _held_by(other, current)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         # Only if nobody claimed it meanwhile (or it is still the claim read above).
         unchanged = Q(claimed_by__isnull=True) if current.claimed_by_id is None else Q(
             claimed_by_id=current.claimed_by_id, claimed_at=current.claimed_at)
@@ -193,7 +194,7 @@ def release(interrupt: Interrupt, user) -> None:
         raise Refusal("CLAIMED", f"{_name(other)} holds the claim on interrupt {current.interrupt_id}; only they "
                                  "(or staff) may release it.", status=403, interrupt_id=current.interrupt_id,
                       claimed_by=other.get_username())
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if Interrupt.objects.filter(pk=current.pk, claimed_by=other, claimed_at=current.claimed_at).update(
                 claimed_by=None, claimed_at=None, claim_renewed_at=None):
             chain.record(CLAIM_RELEASED, _content(current, user, holder=other.get_username()),
@@ -215,7 +216,7 @@ def lapse_due(now: datetime | None = None) -> int:
     due = (Interrupt.objects.filter(claimed_by__isnull=False, claim_renewed_at__lte=now - _idle())
            .select_related("run", "claimed_by")[:500])
     for interrupt in due:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             if not Interrupt.objects.filter(pk=interrupt.pk, claimed_by_id=interrupt.claimed_by_id,
                                             claim_renewed_at=interrupt.claim_renewed_at).update(
                     claimed_by=None, claimed_at=None, claim_renewed_at=None):
@@ -251,8 +252,8 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
                  .select_related("run")) if user is not None else []
     wanted = {i.pk for i in found}
     renewed = [i.pk for i in found if i.claimed_by_id == user.pk
-               and policies.refusal(user, policies.rule_for(i), i) is None] if found else []
-    with transaction.atomic():
+               and policies.refusal(user, eligibility.rule_for(i), i) is None] if found else []
+    with transaction.atomic(durable=True):
         held = set(Presence.objects.filter(socket=socket).values_list("interrupt_id", flat=True))
         gone = held - wanted
         if gone:
@@ -271,7 +272,7 @@ def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
 
 def left(socket: str) -> set[int]:
     """The socket closed: it has nothing open any more."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         gone = set(Presence.objects.filter(socket=socket).values_list("interrupt_id", flat=True))
         Presence.objects.filter(socket=socket).delete()
         for pk in gone:

@@ -1,27 +1,8 @@
 """Decide, revise, undo and expire interrupts; the batch's last decision, or expiry, queues the resume.
 
-Who may decide is ``policies``' answer, asked before anything else: the
-permission, the policy's groups and users, no self-approval, and how many
-distinct people must approve. Under a quorum of N an interrupt stays
-pending until N eligible people approve the same answer; one eligible
-rejection or cancel ends it at once (fail closed). A plain approval joins
-the answer already approved (edited args included); an answer that differs
-(edited again, another form answer) supersedes the approvals so far.
-
-The database decides every race: an interrupt moves out of ``pending`` by a
-conditional UPDATE on (pk, status, version), so two reviewers deciding at once
-store exactly one decision, whatever the database, and the loser is told who
-won. The decision, the interrupt's new status and the queued resume commit in
-one transaction.
-
-Everything that looks at agent-supplied data (the responseSchema, the
-proposed args, the interrupt as sent) happens *before* that transaction: on
-SQLite every transaction holds the whole database's write lock, and on
-PostgreSQL the batch's row lock, so a hostile schema checked inside either
-would make every other reviewer wait. An interrupt's raw form, schema and
-proposal never change once raised, so what was checked outside is still
-what the locked part writes; the locked part only re-reads status and
-version, and writes.
+Agent data is checked before the batch's lock is taken, never under it; the
+lock and a conditional update on the interrupt's version decide every race.
+docs/internals/decisions.md has the rules, the races and every refusal code.
 """
 
 from __future__ import annotations
@@ -33,12 +14,13 @@ from datetime import timedelta
 
 from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from . import claims, policies, log, runs
+from . import claims, outcomes, policies, runs
 from .notify import enqueue
 from .trail import chain, content
+from ..rules import eligibility
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
@@ -46,6 +28,7 @@ from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema.edits import EDITED_ARGS, apply_edits, approval_payload, supports_edits
 from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
+from ..rules.words import outcome_words
 from .refusals import Refusal
 
 
@@ -60,26 +43,6 @@ def lock_batch(run_pk: int) -> None:
     """
     if connection.features.has_select_for_update:
         Run.objects.select_for_update().filter(pk=run_pk).values_list("pk", flat=True).first()
-
-
-#: How each action reads once taken, on every page: words, never the wire's ``resolved`` or ``{"approved": false}``.
-OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "respond": "Answered",
-                 "reject": "Rejected", "cancel": "Cancelled"}
-
-
-def outcome_words(decision: Decision) -> str:
-    """What ``decision`` did, in words: "Approved", "Rejected", "Approved with edits", "Answered", "Cancelled"."""
-    if decision.action in OUTCOME_WORDS:
-        return OUTCOME_WORDS[decision.action]
-    # A decision recorded before actions were: read it from the answer, as ``action_of`` does.
-    payload = decision.payload if isinstance(decision.payload, dict) else {}
-    if decision.status == Decision.Status.CANCELLED:
-        return OUTCOME_WORDS["cancel"]
-    if payload.get("approved") is False:
-        return OUTCOME_WORDS["reject"]
-    if payload.get("approved") is True:
-        return OUTCOME_WORDS["edit" if EDITED_ARGS in payload else "approve"]
-    return OUTCOME_WORDS["respond"]
 
 
 def _name(user) -> str:
@@ -217,7 +180,7 @@ class _Checked:
     edited_args: object
     comment: str
     action: str
-    rule: policies.Rule
+    rule: eligibility.Rule
     # The standing answer the reviewer saw (``answer_digest``), or None: a plain
     # approval joins another person's answer only if it is the one they saw.
     seen: str | None = None
@@ -245,7 +208,7 @@ class _Checked:
 
 
 def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
-           rule: policies.Rule, seen: str | None) -> _Checked:
+           rule: eligibility.Rule, seen: str | None) -> _Checked:
     """Every check of the answer against what the agent sent, done outside any transaction."""
     if len(comment) > MAX_COMMENT_CHARS:
         raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
@@ -291,60 +254,24 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
            unsent: bool = False) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
-    Refused (``Refusal``, 403) when ``user`` may not decide it: ``NOT_ELIGIBLE``
-    (no ``decide_interrupt`` permission, or outside the policy's groups and
-    users), then ``SELF_APPROVAL`` (they requested the run and the policy does
-    not allow it). Refused (``ContractViolation``) when the payload fails the
-    responseSchema (``INVALID_PAYLOAD``, or the schema's own refusal:
-    ``INVALID_SCHEMA``, ``REMOTE_REF``, ``UNSAFE_PATTERN``,
-    ``SCHEMA_TOO_LARGE``, ``SCHEMA_TOO_COSTLY``), a cancellation carries a
-    payload (``PAYLOAD_ON_CANCEL``), metadata is not an object or uses a
-    reserved key (``ag-ui``, ``countersign``: ``RESERVED_METADATA_KEY``), the
-    payload cannot be canonicalised for its fingerprint
-    (``UNSIGNABLE_PAYLOAD``), or ``expiresAt`` has passed (``EXPIRED``);
-    refused (``Refusal``) with ``ALREADY_DECIDED`` (409) when the interrupt
-    was decided first, ``CLOSED`` when it closed without a decision,
-    ``TOO_LARGE`` for a comment over ``MAX_COMMENT_CHARS``.
-
-    Under a quorum (``required_approvals`` > 1) the interrupt stays pending
-    until that many distinct eligible people approve the same answer; each
-    approver may change their own answer meanwhile. A plain approval joins
-    another person's standing answer (their edited args, their form answer)
-    only when ``seen`` is that answer's ``answer_digest``, as the page showed
-    it: otherwise ``ANSWER_CHANGED`` (409), so nobody approves args they never
-    saw. An approver who lost their eligibility meanwhile no longer counts.
-    With one approval, the author may change their answer (``revise``) until
-    the batch is sent. ``fresh``: the caller loaded ``interrupt`` with its
-    run in this request, so it is not read again before the lock.
-
-    A card a colleague has claimed (``claims``) is refused with ``CLAIMED``
-    (409) unless ``claim_confirmed``: the inbox and the API ask their
-    reader first; callers with nobody to ask (the gateway) leave it true.
-
-    ``unsent``: the caller replies after commit (``replies``), and calls
-    ``acknowledge`` once that reply has left. Until then the decision is
-    recorded but travels nowhere: a resume it completes is held, and if the
-    process dies first, ``drop_unacknowledged`` takes it back. What reaches
-    the agent is what its reviewers were told was taken.
-
-    The race: policy and answer are checked first, with no lock held (see
-    the module docstring); then the batch is locked, the interrupt re-read,
-    and it changes only by an UPDATE conditional on the version read, so of
-    two reviewers racing for its last approval exactly one closes it and the
-    other is told who.
+    Refusals (NOT_ELIGIBLE, SELF_APPROVAL, CLAIMED, ALREADY_DECIDED, CLOSED,
+    ANSWER_CHANGED, EXPIRED, TOO_LARGE and the contract's codes) are listed in
+    docs/internals/decisions.md. ``fresh``: ``interrupt`` was loaded with its run
+    in this request. ``unsent``: the caller replies after commit and then calls
+    ``acknowledge``; until then the decision travels nowhere.
     """
     now = timezone.now()
     # What is read here only picks the rule and checks the answer (the agent's
     # part of an interrupt never changes; its status is read again under the
     # lock), so an instance the request has just loaded with its run will do.
     current = interrupt if fresh else Interrupt.objects.select_related("run").get(pk=interrupt.pk)
-    rule = policies.rule_for(current)
+    rule = eligibility.rule_for(current)
     policies.refuse_unless_eligible(user, rule, current)
     claims.refuse_if_claimed(current, user, claim_confirmed, now)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
     checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen), unsent=unsent)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
@@ -380,13 +307,10 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     stale = [d for d in standing if d.user_id == user.pk or not _same_answer(d, checked)
              or policies.refusal(d.user, checked.rule, interrupt) is not None]
     if stale:
-        Decision.objects.filter(pk__in=[d.pk for d in stale], superseded_at__isnull=True).update(superseded_at=now)
+        Decision.objects.filter(pk__in=[d.pk for d in stale]).supersede(now)
     counted = len(standing) - len(stale)
     closes = ends_at_once(checked.action) or counted + 1 >= checked.rule.required_approvals
-    change = {"status": checked.status, "closed_at": now} if closes else {}
-    won = Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING, version=interrupt.version).update(
-        version=F("version") + 1, **change
-    )
+    won = Interrupt.objects.filter(pk=interrupt.pk).answer(interrupt.version, checked.status if closes else None, now)
     if not won:
         raise _already_decided(Interrupt.objects.get(pk=interrupt.pk))
     # No savepoint: whoever adds a live decision to this interrupt moves its
@@ -407,7 +331,7 @@ def approvals(interrupt: Interrupt) -> list[Decision]:
     return list(interrupt.decisions.filter(superseded_at__isnull=True).select_related("user").order_by("pk"))
 
 
-def _revisable(interrupt: Interrupt, user, rule: policies.Rule) -> Decision | None:
+def _revisable(interrupt: Interrupt, user, rule: eligibility.Rule) -> Decision | None:
     """``user``'s live decision on a decided interrupt, if they may still replace it.
 
     Only a decision taken alone (one approval required) that closed the
@@ -425,9 +349,9 @@ def _revisable(interrupt: Interrupt, user, rule: policies.Rule) -> Decision | No
 def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     # Superseding is the one change a decision row accepts (a database trigger
     # refuses any other), and only once: a racing revision loses here.
-    if not Decision.objects.filter(pk=live.pk, superseded_at__isnull=True).update(superseded_at=now):
+    if not Decision.objects.filter(pk=live.pk).supersede(now):
         raise _already_decided(interrupt)
-    Interrupt.objects.filter(pk=interrupt.pk).update(status=checked.status, version=F("version") + 1)
+    Interrupt.objects.filter(pk=interrupt.pk).revise(checked.status)
     decision = checked.recorded(interrupt, user)
     chain.record_decision(decision, superseded=True)
     _after_decision(interrupt, user, relay.Reason.REVISED)
@@ -441,30 +365,11 @@ UNDONE = "decision.undone"
 def undo(interrupt: Interrupt, user) -> Interrupt:
     """Withdraw ``user``'s own standing decision on ``interrupt`` while its batch is unsent; the interrupt, pending.
 
-    The decision is superseded (the one change a decision row accepts) and
-    the interrupt waits again: pending, ``closed_at`` cleared, its version
-    moved, so whoever read it before (a page, a racing decision) sees that it
-    changed. If that decision completed the batch, the queued resume is
-    withdrawn too (``runs.withdraw_resume``), but only while no process has
-    taken it: a person's decision holds its resume for
-    COUNTERSIGN_UNDO_SECONDS (``runs.queue_resume``), which is the time an
-    undo has. Under a quorum only ``user``'s approval goes; the others'
-    still count. The trail gets the supersession and a ``decision.undone``
-    entry (who, what, the resume withdrawn); inbox watchers hear of it after commit.
-
-    Refused (``Refusal``) with ``NOT_DECIDED`` (409) when no decision stands
-    on it, ``NOT_YOURS`` (403) when only other people's do, ``ALREADY_SENT``
-    (409) once a process has taken the batch's resume or tried to send it
-    (the agent has the answers, or may have), ``EXPIRED`` (409) when
-    its ``expiresAt`` has passed (pending again, it could only expire).
-
-    The race: everything is read again under the batch's lock, as in
-    ``decide``, so an undo and a decision, revision or other undo of the same
-    batch run one after the other; the race with the outbox taking the
-    resume is ``withdraw_resume``'s.
+    Withdraws the resume it completed while no process has taken it. Refused
+    with NOT_DECIDED, NOT_YOURS, ALREADY_SENT or EXPIRED (docs/internals/decisions.md).
     """
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         lock_batch(interrupt.run_id)
         current = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
         live = approvals(current)
@@ -483,10 +388,9 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
             raise Refusal("EXPIRED", f"Interrupt {current.interrupt_id} expired at "
                                      f"{current.expires_at:%Y-%m-%d %H:%M:%S} UTC: reopened, it would only expire.",
                           interrupt_id=current.interrupt_id)
-        Decision.objects.filter(pk=mine.pk, superseded_at__isnull=True).update(superseded_at=now)
+        Decision.objects.filter(pk=mine.pk).supersede(now)
         # Under the batch's lock nobody else moves the version: the UPDATE cannot lose.
-        Interrupt.objects.filter(pk=current.pk, version=current.version).update(
-            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        Interrupt.objects.filter(pk=current.pk, version=current.version).reopen()
         chain.record_supersessions(current)
         chain.record(UNDONE, {
             "decision": mine.pk, "interrupt": current.pk, "interruptId": content.signable(current.interrupt_id),
@@ -528,7 +432,7 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
                   .exclude(pk__in=list(decided)).select_related("run"))
     if not closed:
         return []
-    rules = policies.rules_held(closed)
+    rules = eligibility.rules_held(closed)
     reopened = []
     for interrupt in closed:
         live = approvals(interrupt)
@@ -537,9 +441,8 @@ def _reopen_lapsed(run: Run, now, decided: Iterable[int] = ()) -> list[Interrupt
         lapsed = [d for d in live if policies.refusal(d.user, rules[interrupt.pk], interrupt) is not None]
         if not lapsed or len(live) - len(lapsed) >= rules[interrupt.pk].required_approvals:
             continue
-        Decision.objects.filter(pk__in=[d.pk for d in lapsed], superseded_at__isnull=True).update(superseded_at=now)
-        Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).update(
-            status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+        Decision.objects.filter(pk__in=[d.pk for d in lapsed]).supersede(now)
+        Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.RESOLVED).reopen()
         chain.record_supersessions(interrupt)
         reopened.append(interrupt)
     return reopened
@@ -640,7 +543,7 @@ def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry],
     ``RESERVED_METADATA_KEY``, ``UNSIGNABLE_PAYLOAD``; and copies the tool
     args each approval will run, which may be large.
     """
-    rules = policies.rules_held(interrupts.values())
+    rules = eligibility.rules_held(interrupts.values())
     answers = {}
     for entry in entries:
         interrupt = interrupts[entry.interrupt_id]
@@ -702,35 +605,18 @@ def record_resume(interrupted: Run, prepared: PreparedResume, user) -> bool:
 def expire_due(now=None) -> int:
     """Expire every pending interrupt whose ``expiresAt`` has passed (or cannot be read); queue what it completes.
 
-    An expired interrupt can no longer be answered (1.0, C19), but it must
-    still be covered (C14, C20): the batch's resume carries it as
-    ``cancelled``, attested as expired, not as anyone's decision
-    (``runs.resume_entries``). When it was the batch's last open interrupt,
-    the resume is queued here, in the transaction of the expiry (not held:
-    nobody made a decision to undo); otherwise the rest wait for people, and
-    the last decision queues it (``_after_decision``). Returns how many expired.
-
-    The race with a decision: both take the batch's lock (``lock_batch``), so
-    one runs after the other, and the resume is queued once, by whichever
-    leaves nothing open. Decision first: it answers its interrupt, but the
-    due ones are still pending, so it queues nothing; the sweep then expires
-    them and queues the resume with both. Sweep first: the due ones expire
-    while the other waits, so it queues nothing; the decision then closes the
-    last open one and queues it (``_after_decision``). A decision *on* a due
-    interrupt: resolving it is refused with ``EXPIRED`` either way
-    (``_refuse_if_expired`` reads the stored time under the lock); a cancel
-    before the sweep is that person's decision, after it ``EXPIRED`` (it is
-    already covered).
+    Under each batch's lock, so a racing decision and the sweep queue the
+    resume once between them (docs/internals/decisions.md, "Expiry"). Returns how many expired.
     """
     now = now or timezone.now()
-    # An unreadable expiresAt was recorded as due at once (see log._interrupt_rows).
+    # An unreadable expiresAt was recorded as due at once (see outcomes._interrupt_rows).
     due = Interrupt.objects.filter(status=Interrupt.Status.PENDING, expires_at__lte=now)
     closed = 0
     for run_pk in set(due.values_list("run_id", flat=True)):
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             lock_batch(run_pk)
             run = Run.objects.select_related("thread", "agent").get(pk=run_pk)
-            count, event = log.expire(run, now)
+            count, event = outcomes.expire(run, now)
             closed += count
             if event is None:
                 continue
@@ -753,7 +639,7 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
     unacknowledged. Under the batch's lock, as every change to a batch.
     """
     for decision in decisions:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             run_pk = Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id)
             lock_batch(run_pk)
             if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
@@ -764,21 +650,16 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
 
 
 def drop_unacknowledged(now=None) -> int:
-    """Take back every decision whose reply was never sent (its process died); how many.
+    """Take back every decision whose reply was never sent (its process died) within the grace; how many.
 
-    A decision still unacknowledged COUNTERSIGN_ACK_GRACE_SECONDS after it was
-    recorded was answered by nobody: its reviewer saw an error or nothing,
-    never "taken". It is superseded, its interrupt waits again, and the resume
-    it held is withdrawn (``runs.withdraw_resume``; a resume is held until
-    every decision it carries is acknowledged, so no process has taken it).
-    Each gets a ``decision.unacknowledged`` trail entry.
+    Each is superseded, its interrupt waits again, and the resume it held is withdrawn.
     """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.COUNTERSIGN_ACK_GRACE_SECONDS)
     lapsed = Interrupt.objects.filter(unacknowledged__created_at__lt=cutoff)
     dropped = 0
     for run_pk in set(lapsed.values_list("run_id", flat=True)):
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             lock_batch(run_pk)
             for interrupt in (lapsed.filter(run_id=run_pk).select_related("unacknowledged__user", "run__thread")
                               .order_by("pk")):
@@ -789,9 +670,8 @@ def drop_unacknowledged(now=None) -> int:
                 resume = interrupt.run.resumed_by()
                 if resume is not None and not runs.withdraw_resume(resume):
                     continue  # it left before this rule held it: what was sent stands
-                Decision.objects.filter(pk=decision.pk, superseded_at__isnull=True).update(superseded_at=now)
-                Interrupt.objects.filter(pk=interrupt.pk).update(
-                    status=Interrupt.Status.PENDING, closed_at=None, version=F("version") + 1)
+                Decision.objects.filter(pk=decision.pk).supersede(now)
+                Interrupt.objects.filter(pk=interrupt.pk).reopen()
                 chain.record_supersessions(interrupt)
                 chain.record(UNACKNOWLEDGED, {
                     "decision": decision.pk, "interrupt": interrupt.pk,

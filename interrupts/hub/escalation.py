@@ -4,7 +4,7 @@ The supervisor's sweep (``escalate_due``) finds pending interrupts past
 their target (``Policy.target_minutes`` from when they were raised) whose
 policy names a ``backup_group``, and escalates each once: the backup group,
 as it is named then, may decide it from now on besides the policy's own
-people (``policies.refusal``, ``policies.eligible``), its members are told
+people (``policies.refusal``, ``eligibility.eligible``), its members are told
 (``notify.escalated``), the card says so, and the trail has an
 ``interrupt.escalated`` entry. With several processes sweeping at once, a
 conditional UPDATE decides which one escalates it: it is told and recorded
@@ -46,7 +46,7 @@ def escalate_due(now: datetime | None = None) -> int:
 
 def _escalate(interrupt: Interrupt, policy: Policy, now: datetime) -> bool:
     group = policy.backup_group
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if not Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING,
                                         escalated_at__isnull=True).update(escalated_at=now, escalated_to=group):
             return False  # decided, or escalated by another process, meanwhile

@@ -36,7 +36,7 @@ from django.utils import timezone
 from ..conf import settings
 from ..live import relay
 from ..models import Agent, Run, Thread
-from . import log, wakeup
+from . import events, wakeup
 from .refusals import Refusal
 
 
@@ -81,6 +81,7 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
     delivering: dict[int, int] = {}  # runs taken that waited for their agent before: pk -> thread
     skipped: set[int] = set()  # agents at their limit, or locked by a concurrent claim
     room: dict[int, int] = {}  # agents this claim has locked: how many more runs each may stream
+    # Not durable: tests hold its row locks inside an outer transaction to race a claim against an undo.
     with transaction.atomic():
         for resumes in (True, False):
             while True:
@@ -115,13 +116,8 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
         if not taken:
             return []
         due = [pk for pk, _ in taken]
-        updated = Run.objects.filter(pk__in=due, status=Run.Status.QUEUED).update(
-            status=Run.Status.STREAMING,
-            claimed_by=worker,
-            started_at=now,
-            retry_at=None,
-            lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS),
-        )
+        updated = Run.objects.filter(pk__in=due).claim(
+            worker, now, now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS))
         if updated != len(due):  # never, under the row locks or SQLite's one writer; if it were, only ours count
             claimed = set(Run.objects.filter(pk__in=due, claimed_by=worker, status=Run.Status.STREAMING)
                           .values_list("pk", flat=True))
@@ -165,15 +161,13 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
     attempt = run.attempts + 1
     retry_at = timezone.now() + timedelta(seconds=retry_delay(attempt))
     last_error = f"{code}: {message}"[:2000]
-    with transaction.atomic():
-        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
-            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None, sent_at=None,
-            attempts=attempt, retry_at=retry_at, last_error=last_error,
-        )
+    with transaction.atomic(durable=True):
+        taken = Run.objects.filter(pk=run.pk).requeue(
+            worker, attempts=attempt, retry_at=retry_at, last_error=last_error)
         if not taken:
             return None
         # In the thread's log too, so its page and the audit trail show each try.
-        event = log.note(run, relay.Note.DELIVERY_FAILED, {
+        event = events.note(run, relay.Note.DELIVERY_FAILED, {
             "runId": run.run_id, "attempt": attempt, "code": code, "message": message,
             "retryAt": retry_at.isoformat(),
         })
@@ -202,14 +196,11 @@ def requeue_lost(run: Run, worker: str, message: str) -> bool:
     runId: the same row, so the same runId and input go out. ``message`` says
     why in the thread's log, in plain words. False if ``worker`` lost the run.
     """
-    with transaction.atomic():
-        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
-            status=Run.Status.QUEUED, claimed_by="", lease_until=None, started_at=None, sent_at=None,
-            retry_at=None, losses=F("losses") + 1,
-        )
+    with transaction.atomic(durable=True):
+        taken = Run.objects.filter(pk=run.pk).requeue(worker, retry_at=None, losses=F("losses") + 1)
         if not taken:
             return False
-        event = log.note(run, relay.Note.SENT_AGAIN, {
+        event = events.note(run, relay.Note.SENT_AGAIN, {
             "runId": run.run_id, "sent": run.sent_at is not None, "message": message})
         relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
         transaction.on_commit(wakeup.wake)
@@ -219,12 +210,12 @@ def requeue_lost(run: Run, worker: str, message: str) -> bool:
 
 def retry_now(run: Run, user=None) -> bool:
     """Make a run waiting for its agent due at once (the Retry-now action); False if it is not waiting."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         moved = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED, attempts__gt=0).update(
             retry_at=timezone.now())
         if not moved:
             return False
-        event = log.note(run, relay.Note.RETRY_REQUESTED, {
+        event = events.note(run, relay.Note.RETRY_REQUESTED, {
             "runId": run.run_id, "by": user.get_username() if user is not None else None})
         relay.inbox_changed(run.thread_id, event.seq, relay.Reason.DELIVERY)
         transaction.on_commit(wakeup.wake)

@@ -1,22 +1,10 @@
-"""Answers the agent refused: a resumed run that failed, and what people do about it.
+"""Answers the agent refused: a resumed run that failed, and how people settle it.
 
-A resume can fail like any run: the agent answers RUN_ERROR (before or after
-RUN_STARTED), an HTTP error, a broken stream, or cannot be reached at all.
-Its batch's interrupts were decided, so without this module nothing would be
-pending and nobody could answer again: the answers would be lost. Instead a
-failed resumed run is *refused* (``Run.refused``) until someone settles it,
-and while it is the thread takes no new input (``runs.refuse_if_refused``).
-Three ways to settle it, each one function here, each under the batch's lock
-(``decisions.lock_batch``) so two people settling at once do it once:
-
-* ``resend``: the same answers again as a new run (a transient failure);
-* ``reopen``: the batch's interrupts return to pending, their answers
-  superseded (kept in the audit trail); a new decision makes a new resume;
-* ``close``: the batch's interrupts end cancelled and the thread moves on.
-
-Staff may settle any refused answer; otherwise only someone eligible to
-decide every interrupt of the batch (``policies.refusal``). Each settlement
-is an audit entry (``resume.settled``) and a note in the thread's log.
+A failed resume stays *refused* (``Run.refused``), and its thread takes no new
+input, until someone settles it under the batch's lock, once: ``resend`` the
+same answers, ``reopen`` the interrupts for new ones, or ``close`` them
+cancelled. Staff may settle any; others only if eligible for every interrupt
+of the batch. Each settlement is an audit entry and a note in the thread's log.
 """
 
 from __future__ import annotations
@@ -24,12 +12,13 @@ from __future__ import annotations
 import hashlib
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from ..live import relay
-from ..models import Event, Interrupt, Run
-from . import decisions, log, policies, runs
+from ..models import Interrupt, Run
+from ..rules import eligibility
+from ..rules.settling import may_have_acted
+from . import decisions, events, policies, runs
 from .trail import chain
 from .refusals import Refusal
 
@@ -37,22 +26,6 @@ SETTLED = "resume.settled"
 
 #: How much of the agent's error message the audit entry keeps (the run keeps it whole).
 MAX_ERROR_IN_TRAIL = 500
-
-#: The agent's events that say nothing of what it did: a run whose agent sent
-#: only these (and failed) did not start acting on the answers, as far as anyone can tell.
-_SILENT = ("RUN_STARTED", "RUN_ERROR")
-
-
-def may_have_acted():
-    """An expression for runs (``Run`` rows) whose agent may have acted on what it was sent.
-
-    It sent events past RUN_STARTED (text, tool calls, results, state), or
-    the process streaming it stopped mid-run (``WORKER_LOST``: nobody saw
-    what happened). Such a refused answer is not sent again (``resend``):
-    the agent could act twice. It can still be reopened or closed.
-    """
-    spoke = Event.objects.filter(run=OuterRef("pk"), from_agent=True).exclude(type__in=_SILENT)
-    return Q(Exists(spoke)) | Q(error_code="WORKER_LOST")
 
 
 def _refused(run: Run) -> Run:
@@ -79,7 +52,7 @@ def _refusals(user, refused_runs: list[Run]) -> dict[int, Refusal | None]:
     # The policies in force now, not the one stored on each interrupt: that is
     # kept current for pending interrupts only, and these were decided.
     batch = list(Interrupt.objects.filter(run_id__in=list(parents)).select_related("run"))
-    rules = policies.rules_held(batch)
+    rules = eligibility.rules_held(batch)
     found: dict[int, Refusal | None] = {run.pk: None for run in refused_runs}
     for interrupt in batch:
         pk = parents[interrupt.run_id]
@@ -95,15 +68,8 @@ def refuse_unless_may_settle(user, run: Run) -> None:
         raise problem
 
 
-def settleable_by(user, refused_runs: list[Run]) -> list[Run]:
-    """The refused runs ``user`` may settle (``refuse_unless_may_settle``), in order."""
-    refusals = _refusals(user, refused_runs)
-    return [run for run in refused_runs if refusals[run.pk] is None]
-
-
 def _settle(run: Run, user, settlement: str, now) -> None:
-    if not Run.objects.filter(pk=run.pk, settlement="").update(settlement=settlement, settled_by=user,
-                                                                settled_at=now):
+    if not Run.objects.filter(pk=run.pk).settle(settlement, user, now):
         raise Refusal("ALREADY_SETTLED", f"Run {run.run_id}'s refused answer was just dealt with by someone else.",
                       status=409)
     run.settlement, run.settled_by, run.settled_at = settlement, user, now
@@ -122,7 +88,7 @@ def _record(run: Run, user, settlement: str, **more) -> None:
         "by": user.get_username(),
         **more,
     }, subject=f"run:{run.pk}")
-    event = log.note(run, relay.Note.REFUSED_ANSWER_SETTLED,
+    event = events.note(run, relay.Note.REFUSED_ANSWER_SETTLED,
                      {"runId": run.run_id, "settlement": settlement, "by": user.get_username(), **more})
     relay.inbox_changed(run.thread_id, event.seq, relay.Reason.SETTLED)
 
@@ -137,7 +103,7 @@ def resend(run: Run, user) -> Run:
     another run.
     """
     refuse_unless_may_settle(user, run)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         if Run.objects.filter(may_have_acted(), pk=run.pk).exists():
@@ -166,7 +132,7 @@ def reopen(run: Run, user) -> list[Interrupt]:
     its ``expiresAt``: it could not be answered again.
     """
     refuse_unless_may_settle(user, run)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         now = timezone.now()
@@ -182,9 +148,8 @@ def reopen(run: Run, user) -> list[Interrupt]:
             run_id=run.parent_id, status__in=[Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED]
         ).select_related("run__thread").order_by("pk"))
         for interrupt in decided:
-            interrupt.decisions.filter(superseded_at__isnull=True).update(superseded_at=now)
-            Interrupt.objects.filter(pk=interrupt.pk).update(
-                status=Interrupt.Status.PENDING, closed_at=None, closed_reason="", version=F("version") + 1)
+            interrupt.decisions.supersede(now)
+            Interrupt.objects.filter(pk=interrupt.pk).reopen()
             chain.record_supersessions(interrupt)
         _record(run, user, Run.Settlement.REOPENED, interruptIds=[i.interrupt_id for i in decided])
         return decided
@@ -193,7 +158,7 @@ def reopen(run: Run, user) -> list[Interrupt]:
 def close(run: Run, user) -> list[Interrupt]:
     """End the refused batch: its interrupts close cancelled, and the thread takes new input again."""
     refuse_unless_may_settle(user, run)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         decisions.lock_batch(run.parent_id)
         run = _refused(run)
         now = timezone.now()
@@ -201,7 +166,6 @@ def close(run: Run, user) -> list[Interrupt]:
         reason = f"Closed by {user.get_username()} after the agent refused the answer ({run.error_code})."
         closing = list(Interrupt.objects.filter(run_id=run.parent_id).exclude(status=Interrupt.Status.EXPIRED)
                        .order_by("pk"))
-        Interrupt.objects.filter(pk__in=[i.pk for i in closing]).update(
-            status=Interrupt.Status.CANCELLED, closed_at=now, closed_reason=reason[:300], version=F("version") + 1)
+        Interrupt.objects.filter(pk__in=[i.pk for i in closing]).close(Interrupt.Status.CANCELLED, reason[:300], now)
         _record(run, user, Run.Settlement.CLOSED, interruptIds=[i.interrupt_id for i in closing])
         return closing

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..live import relay
-from . import log, wakeup
+from . import outcomes, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import dialects, signing
@@ -309,7 +309,7 @@ def start_run(
     if message is not None and len(message) > MAX_MESSAGE_CHARS:
         raise Refusal("TOO_LARGE", f"A message holds at most {MAX_MESSAGE_CHARS:,} characters.", status=400)
     refuse_steering(forwarded_props)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         thread = thread_for(agent, thread_id, title or (message or "")[:80])
         # The thread keeps every message (activity included); the agent gets them without activity (C53).
         messages = list(thread.messages or [])
@@ -564,7 +564,7 @@ def cancel(run: Run, user=None, *, by: str = "") -> bool:
     """Stop a run as an operator: streaming, or queued (waiting for its agent); False if it already ended.
 
     The run fails with a RUN_ERROR ``CANCELLED_BY_OPERATOR`` naming who
-    stopped it, recorded through ``log.fail`` (which closes any pending
+    stopped it, recorded through ``outcomes.fail`` (which closes any pending
     interrupt of the run), so the thread takes input again. The stream stops
     without writing anything after it: at once when this process streams it
     (``wakeup.stop_stream``), otherwise at that process's next batch
@@ -575,8 +575,8 @@ def cancel(run: Run, user=None, *, by: str = "") -> bool:
     if user is not None and not user.is_staff:
         raise Refusal("STAFF_ONLY", "Only staff can stop a run.", status=403)
     who = user.get_username() if user is not None else (by or "an operator")
-    with transaction.atomic():
-        event = log.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
+    with transaction.atomic(durable=True):
+        event = outcomes.fail(run, "CANCELLED_BY_OPERATOR", f"Stopped by {who}.")
         if event is None:
             return False
         # It may have been listed as waiting for its agent: the inbox drops it.

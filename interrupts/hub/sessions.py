@@ -26,6 +26,6 @@ def end_all(user) -> int:
     keys = [session.session_key for session in
             Session.objects.filter(expire_date__gt=timezone.now()).only("session_key", "session_data").iterator()
             if session.get_decoded().get(SESSION_KEY) == owner]
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         deleted, _ = Session.objects.filter(session_key__in=keys).delete()
     return deleted

@@ -27,7 +27,8 @@ import httpx
 from ag_ui.core import Interrupt as WireInterrupt
 from django.db import InterfaceError, OperationalError, connection
 
-from . import crashpoints, dbthreads, egress, log, outbox
+from . import crashpoints, dbthreads, egress, outbox
+from . import events, outcomes
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
 from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
@@ -85,7 +86,7 @@ class WritesFailed(Exception):
 # Events (and their bytes) read but not yet written, at most: past either the
 # reader waits for the writer, so a database slower than the agent cannot make
 # the hub hold a run's whole stream in memory. Large: each batch costs the
-# writer a few waits for the GIL whatever its size (see log._next_seq).
+# writer a few waits for the GIL whatever its size (see events._next_seq).
 MAX_PENDING = 16384
 MAX_PENDING_BYTES = 16 * 1024 * 1024
 
@@ -239,7 +240,7 @@ def unrecordable(interrupts: Sequence[WireInterrupt]) -> tuple[str, str] | None:
     id exactly, so it can be neither cut nor stored.
     """
     # Ids only: this runs on the event loop, and checking the interrupts'
-    # schemas (log.finish does that, on a worker thread) is work the
+    # schemas (outcomes.finish does that, on a worker thread) is work the
     # agent can make long.
     interrupts = list(interrupts)
     if len(interrupts) > MAX_INTERRUPTS:
@@ -299,9 +300,9 @@ def recover(run: Run, worker: str) -> None:
     if terminal is not None:
         ending = Ending.of(dialect, lifecycle, terminal, customs, run.run_id)
         if ending.refused is not None:
-            log.fail(run, *ending.refused)
+            outcomes.fail(run, *ending.refused)
         else:
-            log.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
+            outcomes.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
                        notice=" ".join(filter(None, [ending.notice, _unknown_outcome_notice(unknown)])),
                        pending=left_to_client(lifecycle, run.input, ending.terminal, asked_before(run)),
                        version=lifecycle.declared_version)
@@ -319,15 +320,15 @@ def recover(run: Run, worker: str) -> None:
                                          "recorded; it is sent again with the same run id, which the agent "
                                          "declares it acts on only once.")
     elif sent:
-        log.fail(run, "WORKER_LOST",
+        outcomes.fail(run, "WORKER_LOST",
                  f"The process streaming this {kind} ({who}) stopped after the request went to the agent, before "
                  "its answer was recorded. It was not sent again: the agent may have acted on it.")
     elif run.origin == Run.Origin.GATEWAY:
-        log.fail(run, "WORKER_LOST",
+        outcomes.fail(run, "WORKER_LOST",
                  f"The process streaming this {kind} ({who}) stopped before the request left; the client that "
                  "sent it may send it again.")
     else:
-        log.fail(run, "WORKER_LOST",
+        outcomes.fail(run, "WORKER_LOST",
                  f"The process that was to send this {kind} stopped {run.losses + 1} times holding it, before the "
                  "request left; it is not sent again automatically.")
 
@@ -374,20 +375,20 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return found
 
 
-def _append(run: Run, batch: list[log.Received], worker: str, after_seq: int,
+def _append(run: Run, batch: list[events.Received], worker: str, after_seq: int,
             retrying: bool = False) -> list[int] | None:
-    """``log.append_many``; after a lost connection, first whether the batch committed before it broke."""
+    """``events.append_many``; after a lost connection, first whether the batch committed before it broke."""
     if retrying:
         seqs = list(Event.objects.filter(run_id=run.pk, from_agent=True, seq__gt=after_seq)
                     .order_by("seq").values_list("seq", flat=True))
         if len(seqs) == len(batch):
             # It did. The thread's conversation is read again for the next batch: the
-            # one carried (``log._Carry``) predates this batch.
+            # one carried (``events._Carry``) predates this batch.
             run.__dict__.pop("_conversation_carry", None)
             return seqs
         if seqs:
             raise RuntimeError(f"run {run.run_id}: {len(seqs)} of a batch of {len(batch)} events recorded")
-    return log.append_many(run, batch, worker)
+    return events.append_many(run, batch, worker)
 
 
 class RunStreamer:
@@ -414,7 +415,7 @@ class RunStreamer:
         # reading while the writer records what came before, and the writer
         # takes everything pending at once: a fast agent's events share
         # transactions, and a slow one's are not delayed.
-        self.pending: list[log.Received] = []
+        self.pending: list[events.Received] = []
         self.pending_bytes = 0
         self.more = asyncio.Event()  # set when events are pending, or reading is over
         self.room = asyncio.Event()  # cleared while MAX_PENDING events wait
@@ -427,7 +428,7 @@ class RunStreamer:
         # The batch being written on a database thread now: a cancelled writer
         # cannot stop that thread, so whatever follows waits for it.
         self.in_flight: asyncio.Future | None = None
-        self.in_flight_batch: list[log.Received] = []
+        self.in_flight_batch: list[events.Received] = []
         # What the input as stored held that AG-UI does not define, left out when sent (C17).
         self.left_out: list[str] = []
         self.unknown_outcome: str | None = None
@@ -490,7 +491,7 @@ class RunStreamer:
                 crashpoints.reached("events", self.run, self.events_recorded)
             self._tell_batch(seqs, batch)
 
-    def _tell_batch(self, seqs: list[int], batch: list[log.Received]) -> None:
+    def _tell_batch(self, seqs: list[int], batch: list[events.Received]) -> None:
         if seqs and seqs[-1] <= self.told:
             return  # told already
         for seq, event in zip(seqs, batch):
@@ -537,7 +538,7 @@ class RunStreamer:
 
     async def _fail(self, code: str, message: str, raw=None) -> None:
         await self._writes_settled()
-        event = await self._persist(log.fail, self.run, code, message, raw)
+        event = await self._persist(outcomes.fail, self.run, code, message, raw)
         if event is not None:
             self._tell(event.seq, event.payload)
         else:  # ended elsewhere first (an operator, another process): theirs is the ending
@@ -579,12 +580,12 @@ class RunStreamer:
             # A streamed token, the most frequent event: what the conversation needs of it is
             # read off the event already parsed, rather than decoding its text a second time.
             payload = _delta_payload(kind, event)
-        if payload is None and (self.listener is not None or kind in log.FOLDED or self.lifecycle.finished
+        if payload is None and (self.listener is not None or kind in events.FOLDED or self.lifecycle.finished
                                 or kind == "CUSTOM"):
             payload = json.loads(frame.data)
         if kind == "CUSTOM" and self.dialect.keeps(payload):
             self.customs.append(payload)
-        self.pending.append(log.Received(kind, frame.data, payload))
+        self.pending.append(events.Received(kind, frame.data, payload))
         self.pending_bytes += len(frame.data)
         if self.lifecycle.finished:
             # As received (interrupts keep every field the agent sent), less an outcome 1.0 does not define (C3).
@@ -651,7 +652,7 @@ class RunStreamer:
         asked = await database(asked_before)(self.run) if self.lifecycle.pending_tool_calls() else set()
         notice = " ".join(filter(None, [ending.notice, _left_out_notice(self.left_out),
                                         _unknown_outcome_notice(self.unknown_outcome)]))
-        await self._persist(log.finish, self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
+        await self._persist(outcomes.finish, self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
                             notice=notice,
                             pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
                             version=self.lifecycle.declared_version)

@@ -22,7 +22,8 @@ from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from . import relay, standing
-from ..hub import claims, policies
+from ..hub import claims
+from ..rules import eligibility
 from ..reads import selectors
 from ..models import Thread
 
@@ -393,7 +394,7 @@ def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
     removed from Reviewers, or deactivated, must stop seeing work counted as theirs.
     """
     pending = selectors.pending_count()
-    in_force = policies.in_force() if users else []
+    in_force = eligibility.in_force() if users else []
     fresh = get_user_model().objects.filter(pk__in=list(users), is_active=True).in_bulk()
     counted = {pk: json.dumps({"type": "mine", "pending": pending,
                                "mine": selectors.waiting_count(fresh[pk], in_force) if pk in fresh else 0})

@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 
 from .threads import Run
+from .transitions import DecisionQuerySet, InterruptQuerySet
 
 
 class InterruptStatus(models.TextChoices):
@@ -21,6 +22,7 @@ class Interrupt(models.Model):
     """One item of a run's interrupt outcome, and where it stands."""
 
     Status = InterruptStatus
+    objects = InterruptQuerySet.as_manager()
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interrupts")
     interrupt_id = models.CharField(max_length=200)
@@ -48,7 +50,7 @@ class Interrupt(models.Model):
     closed_reason = models.CharField(max_length=300, blank=True)
     # The policy that governs it (null: the site default), resolved when it is
     # raised and again whenever policies change: what the inbox's "waiting for
-    # me" filters on. Deciding resolves it afresh (``policies.rule_for``).
+    # me" filters on. Deciding resolves it afresh (``eligibility.rule_for``).
     policy = models.ForeignKey("Policy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # Who said "I am reviewing this" (``claims``): held while renewed within
     # COUNTERSIGN_CLAIM_IDLE_SECONDS, then it lapses. A claim bars nobody; a
@@ -103,6 +105,7 @@ class Decision(models.Model):
     """
 
     Status = DecisionStatus
+    objects = DecisionQuerySet.as_manager()
 
     interrupt = models.ForeignKey(Interrupt, on_delete=models.PROTECT, related_name="decisions")
     user = models.ForeignKey(

@@ -9,6 +9,7 @@ from django.db.models import Q
 from ..conf import MAX_TITLE_CHARS
 from .agents import Agent
 from .fields import ExactJSONField
+from .transitions import RunQuerySet
 
 
 class Thread(models.Model):
@@ -54,6 +55,7 @@ class Run(models.Model):
     """One runId: the input Countersign sent, how the run went and how it ended."""
 
     Status = RunStatus
+    objects = RunQuerySet.as_manager()
     Settlement = Settlement
 
     FINAL_STATUSES = (RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)

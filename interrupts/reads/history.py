@@ -30,11 +30,11 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from ..conf import settings
-from ..hub import decisions
 from ..models import Decision, Event, Interrupt, Run, Thread
 from ..protocol import storable
 from ..protocol.errors import ProtocolError
 from ..protocol.state import apply_delta, json_size
+from ..rules.words import OUTCOME_WORDS, outcome_words
 from . import selectors
 
 # A state larger than this is shown whole at each snapshot, not compared
@@ -149,7 +149,7 @@ def _next_state(state, kind: str, payload: dict, max_bytes: int):
         return UNKNOWN
     try:
         return apply_delta(state, payload.get("delta"), max_bytes=max_bytes)
-    except ProtocolError:  # DeltaRefused: the thread kept its state (hub.log._folded)
+    except ProtocolError:  # DeltaRefused: the thread kept its state (hub.events._folded)
         return state
 
 
@@ -286,8 +286,8 @@ def fold(events, said: dict[str, str] | None = None, raised: dict[str, dict] | N
 
 # --- decisions, in words ---------------------------------------------------------------
 
-# Each answer's words ("Approved", "Rejected", ...) are decisions.outcome_words', as on every page.
-_WORDS_ACTION = {words: action for action, words in decisions.OUTCOME_WORDS.items()}
+# Each answer's words ("Approved", "Rejected", ...) are rules.words.outcome_words', as on every page.
+_WORDS_ACTION = {words: action for action, words in OUTCOME_WORDS.items()}
 
 
 DECISION_COLUMNS = ("run__run_id", "interrupt_id", "status", "closed_at", "closed_reason",
@@ -313,7 +313,7 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
         closed[run_id, interrupt_id] = (status, closed_at, closed_reason)
         if pk is None:
             continue
-        words = decisions.outcome_words(Decision(action=action, status=decided, payload=payload))
+        words = outcome_words(Decision(action=action, status=decided, payload=payload))
         answer = None
         if words == "Answered" and payload is not None:
             answer = _quoted(payload)

@@ -123,7 +123,7 @@ def _pending(since: datetime, now: datetime) -> list[dict]:
         .alias(due=due)
         .values(agent=F("run__agent__name"), kind=F("reason")).order_by("agent", "kind")
         .annotate(count=Count("pk"),
-                  # As policies.target reads it: breached once now reaches created_at + target.
+                  # As targets.target reads it: breached once now reaches created_at + target.
                   breached=Count("pk", filter=Q(policy__target_minutes__gt=0, due__lte=now)),
                   escalated=Count("pk", filter=Q(escalated_at__isnull=False)),
                   escalated_in_period=Count("pk", filter=Q(escalated_at__gte=since)))

@@ -17,11 +17,13 @@ from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
-from ..hub import decisions, policies, refused
+from ..rules import eligibility
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
+from ..rules.settling import may_have_acted, settleable_by
+from ..rules import words
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -37,16 +39,16 @@ def pending_count() -> int:
 
 
 def policies_in_force(request=None) -> list[Policy]:
-    """Every policy, most specific first (``policies.in_force``), read once per request.
+    """Every policy, most specific first (``eligibility.in_force``), read once per request.
 
     The page, its cards and the header's badge judge by the same list: three
     queries per request instead of three for each of them.
     """
     if request is None:
-        return policies.in_force()
+        return eligibility.in_force()
     found = getattr(request, "_countersign_policies", None)
     if found is None:
-        found = request._countersign_policies = policies.in_force()
+        found = request._countersign_policies = eligibility.in_force()
     return found
 
 
@@ -59,13 +61,13 @@ def waiting_count(user, in_force: list[Policy] | None = None) -> int:
     decisions. With 100,000 pending, a count of ``decidable_by`` joined every
     row to its run and its decisions (~40 ms on PostgreSQL).
     """
-    in_force = policies.in_force() if in_force is None else in_force
-    reach = policies.reach(user, in_force)
+    in_force = eligibility.in_force() if in_force is None else in_force
+    reach = eligibility.reach(user, in_force)
     if reach is None or not reach.any:
         return 0
     pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
-    waiting = Count("pk") - _count(pending.filter(pk__in=policies.decided_by(user))
-                                   .filter(policies.eligible(user, in_force)))
+    waiting = Count("pk") - _count(pending.filter(pk__in=eligibility.decided_by(user))
+                                   .filter(eligibility.eligible(user, in_force)))
     if reach.others_only or reach.site_default or reach.backed_up:
         waiting -= _count(pending.filter(reach.requester_barred, run__requested_by=user))
     return pending.filter(reach.admitted).aggregate(n=waiting)["n"] or 0
@@ -119,7 +121,7 @@ def inbox(filters: InboxFilters, now: datetime | None = None, user=None, in_forc
     now = now or timezone.now()
     queryset = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
     if filters.scope == "mine" and user is not None:
-        queryset = queryset.filter(policies.decidable_by(user, in_force))
+        queryset = queryset.filter(eligibility.decidable_by(user, in_force))
     if filters.agent:
         queryset = queryset.filter(run__agent__name=filters.agent)
     if filters.reason:
@@ -261,18 +263,18 @@ def resumed_by(run_pks) -> dict[int, Run]:
 def refused_answers(limit: int = 50, thread=None, user=None) -> list[Run]:
     """Resumed runs that failed and that nobody has dealt with yet (``hub.refused``), latest first.
 
-    With ``user``: only those they may settle (``refused.settleable_by``;
+    With ``user``: only those they may settle (``settling.settleable_by``;
     the agent's error text is not every colleague's to read). Each carries
     ``acted``: whether the agent may have acted on the answers
-    (``refused.may_have_acted``), when they are not offered to be sent again.
+    (``rules.settling.may_have_acted``), when they are not offered to be sent again.
     """
     found = Run.objects.filter(status=Run.Status.FAILED, resume_key__isnull=False, settlement="")
     if thread is not None:
         found = found.filter(thread=thread)
     rows = list(found.select_related("thread", "agent", "parent").annotate(
-        acted=ExpressionWrapper(refused.may_have_acted(), output_field=BooleanField()),
+        acted=ExpressionWrapper(may_have_acted(), output_field=BooleanField()),
     ).order_by("-finished_at", "-pk")[:limit])
-    return rows if user is None or not rows else refused.settleable_by(user, rows)
+    return rows if user is None or not rows else settleable_by(user, rows)
 
 
 def awaiting_agent(limit: int = 50) -> list[Run]:
@@ -510,7 +512,7 @@ def latest_notice(agent) -> dict:
 def policies_overview(in_force: list[Policy] | None = None) -> list:
     """Every policy with its agent, groups and users, by agent (every agent first); no query given
     ``in_force`` (``policies_in_force``), 3 otherwise."""
-    found = policies.in_force() if in_force is None else in_force
+    found = eligibility.in_force() if in_force is None else in_force
     return sorted(found, key=lambda p: (p.agent.name if p.agent else "", p.specificity), reverse=False)
 
 
@@ -596,9 +598,9 @@ class AuditRow:
         if i.status == Interrupt.Status.EXPIRED:
             return "Expired"
         if d is None:  # closed without a decision: the run was stopped, or the batch closed
-            return decisions.OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
+            return words.OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
         # The decision's words are the ones the inbox, the thread page and a refusal say.
-        return decisions.outcome_words(d)
+        return words.outcome_words(d)
 
     @property
     def comment(self) -> str:

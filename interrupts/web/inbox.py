@@ -22,6 +22,7 @@ from ..protocol.inert import args_form
 from ..protocol.schema.edits import EDITED_ARGS, approval_payload, supports_edits
 from ..protocol.schema.payloads import payload_errors
 from ..reads import selectors
+from ..rules import eligibility, targets, words
 from .forms import DecideForm
 from .navigation import back_to, htmx_or_redirect, without, without_page
 from .settle import SETTLE_ACTIONS
@@ -31,7 +32,7 @@ def home(request):
     return redirect("inbox")
 
 
-def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: list,
+def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals: list,
                   viewers: dict | None = None) -> dict:
     schema = interrupt.response_schema
     refused = policies.refusal(user, rule, interrupt)
@@ -56,7 +57,7 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
         "standing": (standing := decisions.standing_answer(approvals)),
         "seen": decisions.answer_digest(standing),
         # The policy's target time, when it sets one: on track, at risk or breached.
-        "target": policies.target(interrupt, rule, timezone.now()),
+        "target": targets.target(interrupt, rule, timezone.now()),
         # Past its expiresAt, not swept yet: only a cancel is still taken (C19, C20).
         "past_expiry": interrupt.expires_at is not None and interrupt.expires_at <= timezone.now(),
     }
@@ -64,7 +65,7 @@ def _card_context(interrupt: Interrupt, rule: policies.Rule, user, approvals: li
 
 def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
                    rules: dict | None = None, viewers: dict | None = None) -> dict:
-    rules = rules if rules is not None else policies.rules_for(batch.pending)
+    rules = rules if rules is not None else eligibility.rules_for(batch.pending)
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
     viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
     cards = {i.pk: {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
@@ -123,7 +124,7 @@ def _decided(member: Interrupt, user, sending: _Sending) -> dict:
     closing = live[-1]
     mine = any(d.user_id == user.pk for d in live)
     return {
-        "words": decisions.outcome_words(closing), "action": closing.action, "decisions": live,
+        "words": words.outcome_words(closing), "action": closing.action, "decisions": live,
         "names": ", ".join(d.user.get_full_name() or d.user.get_username() for d in live),
         "mine": mine, "undo": mine and sending.undo, "at": closing.created_at,
     }
@@ -141,7 +142,7 @@ def inbox(request):
     groups = selectors.inbox_batches(page.object_list)
     page.object_list = [i for b in groups for i in b.pending]
     resumed = selectors.resumed_by(b.run.pk for b in groups)
-    rules = policies.rules_for(page.object_list, in_force)
+    rules = eligibility.rules_for(page.object_list, in_force)
     viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
     context = {
         "filters": filters,
@@ -163,7 +164,7 @@ def inbox(request):
 
 def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False):
     whole = selectors.batch(interrupt.run)
-    rules = policies.rules_for(whole.pending, selectors.policies_in_force(request))
+    rules = eligibility.rules_for(whole.pending, selectors.policies_in_force(request))
     context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), request.user, errors, rules=rules),
                "now": timezone.now()}
     if errors and interrupt not in whole.pending:

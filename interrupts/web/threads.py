@@ -9,10 +9,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from ..conf import THREAD_EVENTS_LIMIT
-from ..hub import refused, runs
+from ..hub import runs
 from ..models import Run, Thread
 from ..protocol.errors import ProtocolError
 from ..reads import history, selectors
+from ..rules import settling
 from .forms import StartRunForm
 from .navigation import safe_next
 from .settle import SETTLE_ACTIONS
@@ -39,7 +40,7 @@ def thread_detail(request, thread_id: str):
         "start_form": StartRunForm(initial={"agent": thread.agent.name}),
         "runs": history.runs(thread),
         # Every refused answer holds the thread; each person sees those they may settle.
-        "refused_answers": refused.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
+        "refused_answers": settling.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
         "refused_held": bool(held),
         "settle_actions": SETTLE_ACTIONS,
     })
@@ -54,7 +55,7 @@ def thread_events(request, thread_id: str):
     except ValueError:
         after = 0
     held = selectors.refused_answers(thread=thread)
-    refused_answers = refused.settleable_by(request.user, held)
+    refused_answers = settling.settleable_by(request.user, held)
     if request.GET.get("part") == "refused":
         # The answers the agent refused, as the thread page shows them: it
         # asks when the count it holds (X-Refused) is not the thread's.

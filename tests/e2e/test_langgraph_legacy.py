@@ -12,7 +12,8 @@ interrupts reach the inbox and go back in the form ag-ui-langgraph takes.
 import httpx
 import pytest
 
-from interrupts.hub import log, outbox, runs, streaming
+from interrupts.hub import outbox, runs, streaming
+from interrupts.hub import events as event_log
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.dialects.langgraph_legacy import CANCELLED, METADATA_KEY, interrupt_id
 
@@ -206,7 +207,7 @@ def test_a_run_recovered_from_its_recorded_events_raises_the_same_interrupts():
             *({"type": "CUSTOM", "name": "on_interrupt", "value": f'{{"message": "{m}"}}',
                "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", ids)),
             {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}]
-    assert log.append_many(run, sent, "w")
+    assert event_log.append_many(run, sent, "w")
     streaming.recover(run, "test-worker")
     raised = list(Interrupt.objects.filter(run=run).order_by("pk").values_list("interrupt_id", "message", "raw"))
     assert [(i, m) for i, m, _ in raised] == [(interrupt_id(run.run_id, 0), "a"), (interrupt_id(run.run_id, 1), "b")]

@@ -12,7 +12,7 @@ from ag_ui.core import RunAgentInput
 from django.db import connection
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log
+from interrupts.hub import accept, decisions, outcomes
 from interrupts.models import Decision, Interrupt, Run
 from interrupts.protocol.errors import ContractViolation
 from interrupts.hub.refusals import Refusal
@@ -117,13 +117,13 @@ def test_an_interrupt_that_expires_while_its_answer_is_checked_is_refused(monkey
 
 
 def test_interrupts_are_flagged_before_the_run_is_finished_under_the_lock(monkeypatch):
-    seen = spy(monkeypatch, log, "interrupt_problems")
+    seen = spy(monkeypatch, outcomes, "interrupt_problems")
     run = make.run(status="streaming")
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [
                     {"id": "i-1", "reason": "confirmation", "responseSchema": SCHEMA},
                     {"id": "i-2", "reason": "input_required", "responseSchema": {"type": "nonsense"}}]}}
-    log.finish(run, terminal)
+    outcomes.finish(run, terminal)
     assert seen == [False, False]
     raised = {i.interrupt_id: i for i in Interrupt.objects.filter(run=run)}
     assert raised["i-1"].problems == []

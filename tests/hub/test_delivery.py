@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interrupts.hub import log, outbox, streaming
+from interrupts.hub import events, outbox, streaming
 from interrupts.live import relay
 from interrupts.models import Event, Run
 from interrupts.protocol import capabilities
@@ -61,7 +61,7 @@ def test_a_run_never_sent_is_queued_again_with_its_run_id_and_input_and_the_log_
 def test_a_run_sent_to_an_agent_that_dedupes_is_queued_again():
     agent = make.agent(capabilities={"custom": {capabilities.DEDUPES_RUN_ID: True}})
     run = lapsed_run(thread_obj=make.thread(agent=agent), sent_at=timezone.now())
-    log.append_many(run, [started(run)])  # a partial answer
+    events.append_many(run, [started(run)])  # a partial answer
     streaming.recover(run, WORKER)
     again = Run.objects.get(pk=run.pk)
     assert (again.status, again.error_code) == ("queued", "")
@@ -83,7 +83,7 @@ def test_a_run_sent_to_any_other_agent_goes_to_a_person_who_is_told_it_may_have_
 
 def test_a_run_whose_terminal_event_was_recorded_ends_as_it_said_even_unsent_by_the_record():
     run = lapsed_run(sent_at=timezone.now())
-    log.append_many(run, [started(run), finished(run)])
+    events.append_many(run, [started(run), finished(run)])
     streaming.recover(run, WORKER)
     assert Run.objects.get(pk=run.pk).status == "succeeded"
 
@@ -91,11 +91,11 @@ def test_a_run_whose_terminal_event_was_recorded_ends_as_it_said_even_unsent_by_
 def test_after_a_re_send_only_the_new_answer_counts():
     agent = make.agent(capabilities={"custom": {capabilities.DEDUPES_RUN_ID: True}})
     run = lapsed_run(thread_obj=make.thread(agent=agent), sent_at=timezone.now())
-    log.append_many(run, [started(run), {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}])
+    events.append_many(run, [started(run), {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}])
     streaming.recover(run, WORKER)  # sent again; the SDK replays the whole run
     assert outbox.claim_due(10, WORKER) == [(run.pk, True)]
     assert outbox.mark_sent(run.pk, WORKER)
-    log.append_many(run, [started(run), finished(run)])
+    events.append_many(run, [started(run), finished(run)])
     run = Run.objects.select_related("thread", "agent").get(pk=run.pk)
     run.claimed_by, run.lease_until = WORKER, timezone.now() - timedelta(seconds=1)
     Run.objects.filter(pk=run.pk).update(lease_until=run.lease_until)
@@ -139,7 +139,7 @@ def test_only_an_explicit_true_in_custom_declares_dedupe():
 def test_a_recorded_answer_proves_the_run_left_even_without_the_mark():
     # A run claimed before the delivery record existed: its events say it reached the agent.
     run = lapsed_run()
-    log.append_many(run, [started(run)])
+    events.append_many(run, [started(run)])
     streaming.recover(run, WORKER)
     lost = Run.objects.get(pk=run.pk)
     assert (lost.status, lost.error_code) == ("failed", "WORKER_LOST")

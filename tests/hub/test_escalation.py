@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 from interrupts.hub import decisions, escalation, policies
 from interrupts.hub.trail import verify
+from interrupts.rules import eligibility, targets
 from interrupts.hub.refusals import Refusal
 from interrupts.models import AuditEntry, Interrupt
 from interrupts.reads import selectors
@@ -95,7 +96,7 @@ def test_the_card_and_the_api_say_it_escalated(team, client):
     shown = api.get(f"/api/interrupts/{late.pk}/").json()
     assert shown["escalated_to"] == "On call" and shown["escalated_at"]
     assert shown["can_decide"] is True
-    assert policies.target(late, policies.rule_for(late), timezone.now()).state == "breached"
+    assert targets.target(late, eligibility.rule_for(late), timezone.now()).state == "breached"
 
 
 def test_the_audit_page_tells_the_claims_and_the_escalation(team, client):

@@ -1,4 +1,4 @@
-"""An interrupt raised with an ``expiresAt`` already past never waits (``log.finish``, ``decisions.expire_due``).
+"""An interrupt raised with an ``expiresAt`` already past never waits (``outcomes.finish``, ``decisions.expire_due``).
 
 It is expired at once with a reason that says so, on the card, in the API and
 in the audit trail (an expiry entry each). 1.0 (C19, C20, C14): it can no
@@ -18,8 +18,9 @@ from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import decisions, log, outbox, runs, streaming
+from interrupts.hub import decisions, outbox, runs, streaming
 from interrupts.hub.trail import chain, verify
+from interrupts.hub import events, outcomes
 from interrupts.hub.refusals import Refusal
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Event, Interrupt, Run
@@ -55,8 +56,8 @@ def raised(items: list[dict]) -> Run:
     run = make.run(status="streaming")
     ids = {"threadId": run.thread.thread_id, "runId": run.run_id}
     terminal = {"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": items}}
-    log.append_many(run, [{"type": "RUN_STARTED", **ids}, terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [{"type": "RUN_STARTED", **ids}, terminal])
+    outcomes.finish(run, terminal)
     decisions.expire_due()  # what the supervisor, woken by finish, does at once
     return Run.objects.select_related("thread", "agent").get(pk=run.pk)
 

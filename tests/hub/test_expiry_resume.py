@@ -17,8 +17,9 @@ from django.db import connection, connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log, outbox, runs, streaming
+from interrupts.hub import accept, decisions, outbox, runs, streaming
 from interrupts.hub.trail import verify
+from interrupts.hub import events, outcomes
 from interrupts.hub.refusals import Refusal
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.errors import ProtocolError
@@ -44,8 +45,8 @@ def raised(*ids: str) -> Run:
     terminal = finished(body, {"type": "interrupt", "interrupts": [
         {"id": iid, "reason": "confirmation", "message": f"Go on with {iid}?", "responseSchema": SCHEMA,
          "expiresAt": soon()} for iid in ids]})
-    log.append_many(run, [started(body), terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [started(body), terminal])
+    outcomes.finish(run, terminal)
     return Run.objects.select_related("thread", "agent").get(pk=run.pk)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import decisions, log, outbox, runs, streaming
+from interrupts.hub import decisions, outbox, runs, streaming
+from interrupts.hub import events as event_log
 from interrupts.models import Agent, Interrupt, Run
 from interrupts.protocol import dialects, signing
 from interrupts.protocol.dialects.langgraph_legacy import METADATA_KEY, interrupt_id
@@ -30,7 +31,7 @@ def recorded(agent: Agent, events: list[dict]) -> Run:
     run = Run.objects.select_related("thread", "agent").get(pk=run.pk)
     ids = {"threadId": run.thread.thread_id, "runId": run.run_id}
     sent = [{**event, **{k: v for k, v in ids.items() if k in event}} for event in events]
-    assert log.append_many(run, sent, "w")
+    assert event_log.append_many(run, sent, "w")
     streaming.recover(run, "w")
     return Run.objects.select_related("thread", "agent").get(pk=run.pk)
 

@@ -15,10 +15,10 @@ from django.core import mail
 from django.db import transaction
 from django.utils import timezone
 
-from interrupts.hub import decisions, log
+from interrupts.hub import decisions
 from interrupts.hub.notify import email as notify_email, enqueue, webhooks
-from interrupts.models import (Delivery, DeliveryAttempt, EmailNotice, Interrupt, NotificationPreference, Run,
-                               Webhook)
+from interrupts.hub import events, outcomes
+from interrupts.models import (Delivery, DeliveryAttempt, EmailNotice, Interrupt, NotificationPreference, Webhook)
 from interrupts.protocol import signing
 from interrupts.sdk.verify import check_signature
 
@@ -70,8 +70,8 @@ def raise_on(run, *items):
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [
                     {"id": i, "reason": "confirmation", "message": "Send the report?"} for i in items]}}
-    log.append_many(run, [terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [terminal])
+    outcomes.finish(run, terminal)
     return list(Interrupt.objects.filter(run=run).order_by("pk"))
 
 
@@ -172,8 +172,8 @@ def test_decisions_expiries_and_refused_answers_are_each_queued_once():
     decisions.expire_due()
     assert list(Delivery.objects.filter(event="expired").values_list("interrupt", flat=True)) == [second.pk]
     resume = make.run(run.thread, parent=run, status="streaming", resume_key="k-1")
-    log.fail(resume, "AGENT_REFUSED", "no thanks")
-    log.fail(resume, "AGENT_REFUSED", "no thanks")  # already ended: nothing more
+    outcomes.fail(resume, "AGENT_REFUSED", "no thanks")
+    outcomes.fail(resume, "AGENT_REFUSED", "no thanks")  # already ended: nothing more
     [refused] = Delivery.objects.filter(event="refused")
     assert json.loads(refused.body)["refusal"] == {"runId": resume.run_id, "code": "AGENT_REFUSED",
                                                    "message": "no thanks", "interrupts": ["i-1", "i-2"]}
@@ -185,8 +185,8 @@ def test_agent_text_is_bounded_json_data_and_ascii():
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [
                     {"id": "i-1", "reason": "x", "message": "<script>é" + "m" * 50_000}]}}
-    log.append_many(run, [terminal])
-    log.finish(run, terminal)
+    events.append_many(run, [terminal])
+    outcomes.finish(run, terminal)
     text = Delivery.objects.get().body
     assert text.isascii() and len(text) < 5000
     message = json.loads(text)["interrupt"]["message"]

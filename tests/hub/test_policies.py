@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from interrupts.hub import decisions, policies, runs
+from interrupts.rules import eligibility, targets
 from interrupts.reads import selectors
 from interrupts.models import Decision, Interrupt, Run
 from interrupts.protocol import signing
@@ -104,7 +105,7 @@ def test_the_most_specific_policy_wins():
     make.policy(name="agent's", agent=agent, groups=[finance])
     make.policy(name="agent's mail", agent=agent, tool_name="send_email", groups=[legal])
     make.policy(name="any agent's payments", reason="payment", tool_name="send_email", required_approvals=2)
-    rule = lambda i: policies.rule_for(i).name  # noqa: E731
+    rule = lambda i: eligibility.rule_for(i).name  # noqa: E731
     assert rule(raised(other)) == "everyone's"
     assert rule(raised(agent, interrupt_id="a")) == "agent's"
     assert rule(raised(agent, tool_name="send_email", interrupt_id="b")) == "agent's mail"
@@ -115,7 +116,7 @@ def test_the_most_specific_policy_wins():
 
 
 def test_without_policies_the_site_default_admits_every_reviewer_but_the_requester():
-    assert policies.rule_for(raised()) == policies.SITE_DEFAULT
+    assert eligibility.rule_for(raised()) == eligibility.SITE_DEFAULT
     requester = make.user()
     assert refused_code(lambda: decisions.decide(raised(requester=requester, interrupt_id="x"), requester,
                                                  "resolved", APPROVE)) == "SELF_APPROVAL"
@@ -211,9 +212,9 @@ def test_a_tool_policy_beats_a_reason_policy_the_agent_could_pick():
     make.policy(name="low risk", reason="countersign:lowrisk", allow_self_approval=True)
     make.policy(name="chat", agent=agent, reason="chat", allow_self_approval=True)
     make.policy(name="money", tool_name="transferFunds", required_approvals=3)
-    assert policies.rule_for(raised(reason="countersign:lowrisk", tool_name="transferFunds")).name == "money"
+    assert eligibility.rule_for(raised(reason="countersign:lowrisk", tool_name="transferFunds")).name == "money"
     # Even a reason policy on the agent itself: the agent chooses its reason, not the tool it calls.
-    assert policies.rule_for(raised(agent, reason="chat", tool_name="transferFunds", interrupt_id="x")).name \
+    assert eligibility.rule_for(raised(agent, reason="chat", tool_name="transferFunds", interrupt_id="x")).name \
         == "money"
 
 
@@ -223,14 +224,14 @@ def test_a_policy_whose_named_groups_were_deleted_admits_nobody():
     reviewer = make.user()
     interrupt = raised(agent)
     finance.delete()
-    rule = policies.rule_for(interrupt)
+    rule = eligibility.rule_for(interrupt)
     assert rule.restricted and not rule.admits(reviewer) and "nobody" in rule.waiting_for
     assert refused_code(lambda: decisions.decide(interrupt, reviewer, "resolved", APPROVE)) == "NOT_ELIGIBLE"
     assert selectors.waiting_count(reviewer) == 0
     # Naming people again, on purpose, by staff, opens it to them.
     policy = policies.Policy.objects.get(name="finance only")
     policies.save(policy, users=[reviewer])
-    assert policies.rule_for(interrupt).admits(reviewer)
+    assert eligibility.rule_for(interrupt).admits(reviewer)
     decisions.decide(interrupt, reviewer, "resolved", APPROVE)
 
 
@@ -487,7 +488,7 @@ def test_waiting_for_me_follows_policy_changes_and_stays_one_plain_filter(django
     # A hundred policies make a filter a hundred terms long, not ten thousand.
     for n in range(100):
         make.policy(agent=make.agent(), reason=f"r-{n}")
-    sql = str(Interrupt.objects.filter(policies.decidable_by(reviewer)).query)
+    sql = str(Interrupt.objects.filter(eligibility.decidable_by(reviewer)).query)
     assert len(sql) < 5_000, len(sql)
 
 
@@ -524,9 +525,9 @@ def test_a_policy_s_target_time_says_whether_a_request_is_on_track_at_risk_or_br
     make.policy(agent=agent, target_minutes=10)
     interrupt = raised(agent)
     now = interrupt.created_at + timedelta(minutes=minutes_ago)
-    found = policies.target(interrupt, policies.rule_for(interrupt), now)
+    found = targets.target(interrupt, eligibility.rule_for(interrupt), now)
     assert (found.state, found.due_at) == (state, interrupt.created_at + timedelta(minutes=10))
-    assert policies.target(raised(make.agent()), policies.SITE_DEFAULT, timezone.now()) is None
+    assert targets.target(raised(make.agent()), eligibility.SITE_DEFAULT, timezone.now()) is None
 
 
 def test_the_card_shows_a_breached_target():

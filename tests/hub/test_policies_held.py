@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from interrupts.hub import decisions, policies
+from interrupts.rules import eligibility
 from interrupts.hub.refusals import Refusal
 from interrupts.models import Interrupt
 
@@ -44,11 +45,11 @@ def status(interrupt) -> str:
 def test_while_nothing_changes_the_policies_cost_one_query_per_decision():
     agent = make.agent()
     make.policy(agent=agent, groups=[Group.objects.get(name="Reviewers")])
-    policies.rule_for(raised(agent))  # whatever this process held before, it holds these now
+    eligibility.rule_for(raised(agent))  # whatever this process held before, it holds these now
     for _ in range(3):
         interrupt = raised(agent)
         with CaptureQueriesContext(connection) as read:
-            policies.rule_for(interrupt)
+            eligibility.rule_for(interrupt)
         assert len(read) == 1
         assert refusal_of(interrupt, make.user()) is None  # decisions are appended: still held
 
@@ -57,12 +58,12 @@ def test_a_policy_saved_is_in_force_for_the_next_decision():
     agent = make.agent()
     policy = make.policy(agent=agent)
     first, second = raised(agent), raised(agent)
-    assert policies.rule_for(first).required_approvals == 1
+    assert eligibility.rule_for(first).required_approvals == 1
     policy.required_approvals = 2
     policies.save(policy)
     decisions.decide(second, make.user(), "resolved", APPROVE)
     assert status(second) == "pending"  # one of two approvals
-    assert policies.rule_for(first).required_approvals == 2
+    assert eligibility.rule_for(first).required_approvals == 2
 
 
 def test_a_policy_added_removed_or_whose_members_change_is_in_force_for_the_next_decision():
@@ -85,13 +86,13 @@ def test_a_group_renamed_or_a_named_user_deleted_is_in_force_for_the_next_decisi
     shippers = Group.objects.create(name="Shippers")
     named = make.user(username="named")
     make.policy(agent=agent, groups=[shippers], users=[named])
-    assert policies.rule_for(raised(agent)).waiting_for == "Shippers, named"
+    assert eligibility.rule_for(raised(agent)).waiting_for == "Shippers, named"
     shippers.name = "Carriers"
     shippers.save()
-    assert policies.rule_for(raised(agent)).waiting_for == "Carriers, named"
+    assert eligibility.rule_for(raised(agent)).waiting_for == "Carriers, named"
     named.delete()
     shippers.delete()
-    rule = policies.rule_for(raised(agent))
+    rule = eligibility.rule_for(raised(agent))
     assert rule.waiting_for.startswith("nobody") and not rule.admits(make.user())
 
 
@@ -99,23 +100,23 @@ def test_a_group_renamed_or_a_named_user_deleted_is_in_force_for_the_next_decisi
 def test_policies_read_in_a_transaction_that_rolled_back_are_not_kept():
     agent = make.agent()
     interrupt = raised(agent)
-    assert policies.rule_for(interrupt).name == "site default"
+    assert eligibility.rule_for(interrupt).name == "site default"
     with pytest.raises(RuntimeError), transaction.atomic():
         make.policy(name="never committed", agent=agent, required_approvals=3)
-        assert policies.rule_for(interrupt).name == "never committed"
+        assert eligibility.rule_for(interrupt).name == "never committed"
         raise RuntimeError("roll back")
-    assert policies.rule_for(interrupt).name == "site default"
+    assert eligibility.rule_for(interrupt).name == "site default"
     # The trail grows again from where it was rolled back to: the same seq, another entry.
     make.policy(name="committed", agent=agent)
-    assert policies.rule_for(interrupt).name == "committed"
+    assert eligibility.rule_for(interrupt).name == "committed"
 
 
 def test_a_change_made_around_the_trail_is_in_force_within_the_held_time(monkeypatch):
     agent = make.agent()
     policy = make.policy(agent=agent)
     interrupt = raised(agent)
-    assert policies.rule_for(interrupt).required_approvals == 1
+    assert eligibility.rule_for(interrupt).required_approvals == 1
     with connection.cursor() as cursor:  # raw SQL: no signal, no entry
         cursor.execute("UPDATE interrupts_policy SET required_approvals = 2 WHERE id = %s", [policy.pk])
-    monkeypatch.setattr(policies, "HELD_SECONDS", 0)
-    assert policies.rule_for(interrupt).required_approvals == 2
+    monkeypatch.setattr(eligibility, "HELD_SECONDS", 0)
+    assert eligibility.rule_for(interrupt).required_approvals == 2

@@ -6,8 +6,9 @@ import pytest
 from ag_ui.core import RunAgentInput
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, log, refused, runs
+from interrupts.hub import accept, decisions, refused, runs
 from interrupts.hub.trail import chain, verify
+from interrupts.hub import outcomes
 from interrupts.hub.refusals import Refusal
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 from interrupts.reads import selectors
@@ -30,7 +31,7 @@ def refused_batch(count=1, agent=None):
         decisions.decide(interrupt, reviewer, "resolved", {"approved": True})
     resume = interrupted.resumed_by()
     Run.objects.filter(pk=resume.pk).update(status="streaming")
-    log.fail(resume, "STALE_APPROVAL", "The approval came too late.")
+    outcomes.fail(resume, "STALE_APPROVAL", "The approval came too late.")
     resume.refresh_from_db()
     return interrupted, asked, resume, reviewer
 
@@ -104,7 +105,7 @@ def test_closing_cancels_the_batch_and_lets_the_thread_go_on():
 
 def fail_again(run):
     Run.objects.filter(pk=run.pk).update(status="streaming")
-    log.fail(run, "STALE_APPROVAL", "Still too late.")
+    outcomes.fail(run, "STALE_APPROVAL", "Still too late.")
     run.refresh_from_db()
     return run
 

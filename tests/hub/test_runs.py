@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from interrupts.hub import decisions, runs, wakeup
 from interrupts.hub.refusals import Refusal
@@ -276,51 +276,65 @@ def test_a_run_that_already_ended_is_not_stopped_again():
 # --- the wake-up after commit --------------------------------------------------------------------
 
 
+def probe_inside(monkeypatch, module, name: str, heard: list, fail: bool = False) -> list:
+    """Wrap ``module.name``, which runs inside the action's own (durable) transaction; what ``heard`` held then."""
+    original, seen = getattr(module, name), []
+
+    def probe(*args, **kwargs):
+        found = original(*args, **kwargs)
+        seen.append(list(heard))
+        if fail:
+            raise RuntimeError("the change fails after queueing")
+        return found
+
+    monkeypatch.setattr(module, name, probe)
+    return seen
+
+
 @committed
-def test_the_supervisor_is_woken_only_once_the_queued_run_is_committed(listener):
+def test_the_supervisor_is_woken_only_once_the_queued_run_is_committed(listener, monkeypatch):
     agent = make.agent()
-    with transaction.atomic():
-        run = runs.start_run(agent, message="hi")
-        assert listener.woken == []  # not yet: another process could not see the run
+    seen = probe_inside(monkeypatch, runs, "enqueue", listener.woken)
+    run = runs.start_run(agent, message="hi")
+    assert seen == [[]]  # not yet: another process could not see the run
     assert listener.woken == [False]
     assert Run.objects.filter(pk=run.pk).exists()
 
 
 @committed
-def test_a_rolled_back_run_wakes_nobody(listener):
+def test_a_rolled_back_run_wakes_nobody(listener, monkeypatch):
     agent = make.agent()
-    with pytest.raises(RuntimeError), transaction.atomic():
+    probe_inside(monkeypatch, runs, "enqueue", listener.woken, fail=True)
+    with pytest.raises(RuntimeError):
         runs.start_run(agent, message="hi")
-        raise RuntimeError("the request failed after queueing")
     assert listener.woken == []
     assert not Run.objects.exists()
 
 
 @committed
-def test_a_queued_resume_wakes_after_the_decision_commits(listener):
+def test_a_queued_resume_wakes_after_the_decision_commits(listener, monkeypatch):
     run, interrupt = interrupted_run()
-    with transaction.atomic():
-        decisions.decide(interrupt, make.user(), "resolved", {"approved": True})
-        assert listener.woken == []
+    seen = probe_inside(monkeypatch, decisions.notify, "decided", listener.woken)
+    decisions.decide(interrupt, make.user(), "resolved", {"approved": True})
+    assert seen == [[]]
     assert listener.woken == [False]
 
 
 @committed
-def test_a_rolled_back_resume_wakes_nobody(listener):
+def test_a_rolled_back_resume_wakes_nobody(listener, monkeypatch):
     run, interrupt = interrupted_run()
-    with pytest.raises(RuntimeError), transaction.atomic():
+    probe_inside(monkeypatch, decisions.notify, "decided", listener.woken, fail=True)
+    with pytest.raises(RuntimeError):
         decisions.decide(interrupt, make.user(), "resolved", {"approved": True})
-        raise RuntimeError("rolled back")
     assert listener.woken == []
     assert not Run.objects.filter(parent=run).exists()
 
 
 @committed
-def test_stopping_a_run_tells_the_stream_only_after_commit(listener):
+def test_stopping_a_run_tells_the_stream_only_after_commit(listener, monkeypatch):
     run = make.run(status="streaming")
-    with pytest.raises(RuntimeError), transaction.atomic():
+    seen = probe_inside(monkeypatch, runs.outcomes, "fail", listener.stopped, fail=True)
+    with pytest.raises(RuntimeError):
         runs.cancel(run, make.user(is_staff=True))
-        assert listener.stopped == []
-        raise RuntimeError("rolled back")
-    assert listener.stopped == []
+    assert seen == [[]] and listener.stopped == []
     assert Run.objects.get(pk=run.pk).status == "streaming"

@@ -503,7 +503,7 @@ async def test_writes_that_keep_failing_leave_the_run_to_recovery_not_to_a_dead_
     from django.db import OperationalError
     from django.utils import timezone
 
-    from interrupts.hub import log
+    from interrupts.hub import events
 
     settings.COUNTERSIGN_LEASE_SECONDS = 0.3
     monkeypatch.setattr(streaming, "WRITE_RETRY_SECONDS", 0.5)
@@ -513,7 +513,7 @@ async def test_writes_that_keep_failing_leave_the_run_to_recovery_not_to_a_dead_
         tries.append(1)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(log, "append_many", lost)
+    monkeypatch.setattr(events, "append_many", lost)
     run = await sync_to_async(claimed_run)(f"{agent.url}/chat/")
     told = await streamed(run.pk)  # returns: the task does not die with the error
     assert told == [None] and len(tries) > 1

@@ -19,6 +19,7 @@ from interrupts.hub import decisions, outbox, runs, wakeup
 from interrupts.hub.trail import chain, verify
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
+from interrupts.rules.words import OUTCOME_WORDS, outcome_words
 from interrupts.hub.refusals import Refusal
 
 from .. import factories as make
@@ -218,11 +219,11 @@ def test_the_inbox_hears_of_an_undo(monkeypatch):
 
 def test_words_for_each_outcome():
     interrupt, me = raised(), make.user()
-    words = [decisions.outcome_words(Decision(action=action)) for action in decisions.OUTCOME_WORDS]
+    words = [outcome_words(Decision(action=action)) for action in OUTCOME_WORDS]
     assert words == ["Approved", "Approved with edits", "Answered", "Rejected", "Cancelled"]
     # Decisions recorded before actions were are read from the answer.
-    assert decisions.outcome_words(Decision(status="resolved", payload=REJECT)) == "Rejected"
-    assert decisions.outcome_words(Decision(status="cancelled")) == "Cancelled"
+    assert outcome_words(Decision(status="resolved", payload=REJECT)) == "Rejected"
+    assert outcome_words(Decision(status="cancelled")) == "Cancelled"
     decisions.decide(interrupt, me, "resolved", REJECT)
     problem = refusal(decisions.decide, interrupt, make.user(first_name="Bob"), "resolved", APPROVE)
     assert (problem.details["decided_by_name"], problem.details["outcome"]) == (me.username, "Rejected")

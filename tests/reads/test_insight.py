@@ -139,7 +139,7 @@ def test_pending_now_by_agent_and_reason_with_breaches_and_escalations():
     mailer, deployer = make.agent(name="mailer-p"), make.agent(name="deployer-p")
     quick = make.policy(agent=mailer, target_minutes=10)
     pending(mailer, timedelta(minutes=11), policy=quick, escalated_ago=timedelta(minutes=1))  # past its target
-    pending(mailer, timedelta(minutes=10), policy=quick)  # exactly at it: breached, as policies.target says
+    pending(mailer, timedelta(minutes=10), policy=quick)  # exactly at it: breached, as targets.target says
     pending(mailer, timedelta(minutes=9), policy=quick, reason="tool_call")  # not yet
     pending(deployer, timedelta(days=3), reason="tool_call")  # no target: never breached
 

@@ -2,7 +2,7 @@
 
 ``Inboxes._rounds`` counts "mine" with the first socket's ``scope["user"]``,
 loaded once at connect: its ``_perm_cache`` (ModelBackend) and
-``_countersign_group_ids`` (policies._group_ids) and ``is_active`` never
+``_countersign_group_ids`` (eligibility._group_ids) and ``is_active`` never
 change afterwards. Nothing re-checks the session either, so a socket whose
 user logged out (session deleted) or was deactivated keeps hearing every
 change and a count of what waits "for them".

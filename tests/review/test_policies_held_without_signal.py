@@ -1,6 +1,6 @@
 """Review: ORM writes that send no signal change who may decide with no trail entry, so the held policies stay.
 
-``policies._held`` trusts that every change to a policy appends a trail entry;
+``eligibility.held_policies`` trusts that every change to a policy appends a trail entry;
 ``QuerySet.update``, ``bulk_update`` and rows created on the m2m's through
 model send no post_save/m2m_changed, so another process (and this one) decides
 under the old policy for up to HELD_SECONDS, and the trail never records it.
@@ -9,7 +9,7 @@ under the old policy for up to HELD_SECONDS, and the trail never records it.
 import pytest
 from django.contrib.auth.models import Group
 
-from interrupts.hub import policies
+from interrupts.rules import eligibility
 from interrupts.models import Policy
 
 from .. import factories as make
@@ -22,9 +22,9 @@ def test_a_policy_tightened_by_a_queryset_update_is_in_force_for_the_next_decisi
     agent = make.agent()
     policy = make.policy(agent=agent)
     interrupt = raised(agent)
-    assert policies.rule_for(interrupt).required_approvals == 1
+    assert eligibility.rule_for(interrupt).required_approvals == 1
     Policy.objects.filter(pk=policy.pk).update(required_approvals=2)
-    assert policies.rule_for(raised(agent)).required_approvals == 2
+    assert eligibility.rule_for(raised(agent)).required_approvals == 2
 
 
 def test_a_policy_narrowed_through_its_m2m_rows_is_in_force_for_the_next_decision():

@@ -2,7 +2,7 @@
 
 ``RunStreamer._take`` checks ``json.loads(frame.data)`` for NUL and lone
 surrogates (``storable.problem``), and pydantic validates the same decoded
-view; both keep the *last* of two equal keys. ``log.append_many`` then stores
+view; both keep the *last* of two equal keys. ``events.append_many`` then stores
 ``frame.data`` itself (PostgreSQL ``json`` keeps it verbatim), so the first,
 shadowed value (``\\u0000``, ``\\ud800``) is stored unchecked. On PostgreSQL
 every ``->``/``->>`` on such a row, a ``::jsonb`` cast, and migration 0017's
@@ -12,7 +12,7 @@ reverse (``payload::jsonb``) then fail.
 import pytest
 from django.db import connection
 
-from interrupts.hub import log, streaming
+from interrupts.hub import events, streaming
 from interrupts.models import Event, Run
 from interrupts.protocol.sse import SSEFrame
 
@@ -47,7 +47,7 @@ def test_a_stored_event_stays_queryable():
         streamer._take(SSEFrame(text))
     except streaming.Fault:
         return  # refused at the door: nothing unqueryable is stored
-    assert log.append_many(run, streamer.pending, "w")
+    assert events.append_many(run, streamer.pending, "w")
     # What ExactJSONField's docstring promises: json "still answers -> and ->>" (the ORM's
     # payload__x="ok" fails on json for another reason: "operator does not exist: json = jsonb").
     with connection.cursor() as cursor:

@@ -17,6 +17,7 @@ from django.utils import timezone
 from ...conf import MAX_DIGEST_ITEMS, MAX_NOTIFY_TEXT_CHARS, settings
 from ...live import relay
 from ...models import Decision, Delivery, EmailChoice, EmailNotice, Interrupt, NotifyEvent, Run, Webhook
+from ...rules import eligibility
 from .. import policies
 from ..trail import chain
 
@@ -46,11 +47,11 @@ def raised(run: Run, interrupts: list[Interrupt]) -> None:
         return
     for interrupt in interrupts:
         interrupt.run = run
-    rules = policies.rules_held(interrupts)
+    rules = eligibility.rules_held(interrupts)
     _queue_webhooks(NotifyEvent.RAISED, [(f"raised:interrupt:{i.pk}", i, rules[i.pk], {}) for i in interrupts])
     now = timezone.now()
     # One email per person for the batch, listing what they may decide: a batch of twenty is one message.
-    reviewers: dict[policies.Rule, list[tuple[int, str]]] = {}
+    reviewers: dict[eligibility.Rule, list[tuple[int, str]]] = {}
     told: dict[int, tuple[str, list[Interrupt]]] = {}
     for interrupt in interrupts:
         if interrupt.expires_at is not None and interrupt.expires_at <= now:
@@ -73,7 +74,7 @@ def decided(interrupt: Interrupt, user) -> None:
     if decision is None:
         return
     interrupt.status = Interrupt.objects.values_list("status", flat=True).get(pk=interrupt.pk)
-    rule = policies.rule_for(interrupt)
+    rule = eligibility.rule_for(interrupt)
     extra = {"decision": {
         "id": decision.pk, "by": user.get_username(), "userId": user.pk, "action": decision.action,
         "status": decision.status, "comment": bounded(decision.comment), "at": iso_time(decision.created_at),
@@ -88,7 +89,7 @@ def expired(run: Run, closed: list[tuple[Interrupt, str]]) -> None:
         return
     for interrupt, reason in closed:
         interrupt.run, interrupt.status, interrupt.closed_reason = run, Interrupt.Status.EXPIRED, reason
-    rules = policies.rules_held([i for i, _ in closed])
+    rules = eligibility.rules_held([i for i, _ in closed])
     _queue_webhooks(NotifyEvent.EXPIRED, [(f"expired:interrupt:{i.pk}", i, rules[i.pk], {"closedReason": why})
                                           for i, why in closed])
 
@@ -96,7 +97,7 @@ def expired(run: Run, closed: list[tuple[Interrupt, str]]) -> None:
 def escalated(interrupt: Interrupt) -> None:
     """``interrupt`` missed its target and escalated to ``interrupt.escalated_to``: webhooks, and its members."""
     group = interrupt.escalated_to
-    rule = policies.rule_for(interrupt)
+    rule = eligibility.rule_for(interrupt)
     key = f"escalated:interrupt:{interrupt.pk}"
     extra = {"escalatedTo": group.name if group else None, "escalatedAt": iso_time(interrupt.escalated_at)}
     _queue_webhooks(NotifyEvent.ESCALATED, [(key, interrupt, rule, extra)])
@@ -116,7 +117,7 @@ def refused(run: Run, code: str, message: str) -> None:
     if not hooks:
         return
     batch = list(Interrupt.objects.filter(run_id=run.parent_id).select_related("run__agent", "run__thread"))
-    rules = policies.rules_held(batch)
+    rules = eligibility.rules_held(batch)
     refusal = {"runId": run.run_id, "code": bounded(code, 100), "message": bounded(message),
                "interrupts": [i.interrupt_id for i in batch]}
     matched = [h for h in hooks if any(_in_scope(h, i, rules[i.pk]) for i in batch) or _unscoped(h)]
@@ -140,7 +141,7 @@ def _unscoped(hook: Webhook) -> bool:
     return hook.group_id is None and hook.policy_id is None
 
 
-def _in_scope(hook: Webhook, interrupt: Interrupt, rule: policies.Rule) -> bool:
+def _in_scope(hook: Webhook, interrupt: Interrupt, rule: eligibility.Rule) -> bool:
     if _unscoped(hook):
         return True
     if hook.policy_id is not None and interrupt.policy_id == hook.policy_id:
@@ -149,7 +150,7 @@ def _in_scope(hook: Webhook, interrupt: Interrupt, rule: policies.Rule) -> bool:
                                           or interrupt.escalated_to_id == hook.group_id)
 
 
-def _queue_webhooks(event: str, items: list[tuple[str, Interrupt, policies.Rule, dict]],
+def _queue_webhooks(event: str, items: list[tuple[str, Interrupt, eligibility.Rule, dict]],
                     hooks: list[Webhook] | None = None) -> None:
     hooks = _hooks_for(event) if hooks is None else hooks
     if not hooks:
@@ -200,9 +201,9 @@ def _body(event: str, key: str, interrupt: Interrupt | None, run: Run, extra: di
     return json.dumps(document, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
-def _reviewers(rule: policies.Rule, requester_id: int | None, allow_self: bool):
+def _reviewers(rule: eligibility.Rule, requester_id: int | None, allow_self: bool):
     """(pk, email choice) of everyone ``rule`` admits who has an email address and wants email (one query)."""
-    app, codename = policies.DECIDE_PERMISSION.split(".")
+    app, codename = eligibility.DECIDE_PERMISSION.split(".")
     holds = (Q(is_superuser=True)
              | Q(user_permissions__codename=codename, user_permissions__content_type__app_label=app)
              | Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app))

@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from ...hub.policies import REVIEWERS_GROUP
+from ...rules.eligibility import REVIEWERS_GROUP
 
 USERNAME = "reviewer"
 PASSWORD = "countersign"

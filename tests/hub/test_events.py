@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from interrupts.hub import decisions, log, runs
+from interrupts.hub import decisions, events, outcomes, runs
 from interrupts.live import relay
 from interrupts.models import Interrupt, Run
 
@@ -41,8 +41,8 @@ def test_each_recorded_event_is_broadcast_with_its_sequence_number(listening):
     subscribe, received = listening
     run = make.run()
     subscribe(relay.thread_group(run.thread_id))
-    log.append_many(run, [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id}])
-    log.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}}])
+    events.append_many(run, [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id}])
+    events.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}}])
     messages = received()
     assert [(m["seq"], m["event_type"]) for m in messages] == [(1, "RUN_STARTED"), (2, "STATE_SNAPSHOT")]
     run.thread.refresh_from_db()
@@ -57,8 +57,8 @@ def test_an_interrupt_outcome_raises_interrupts_and_tells_the_inbox(listening):
                 "outcome": {"type": "interrupt", "interrupts": [
                     {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-a"},
                     {"id": "i-2", "reason": "input_required", "expiresAt": "tomorrow"}]}}
-    log.append_many(run, [terminal])
-    log.finish(run, terminal, lambda tool_call_id: ("sendEmail", {"to": "x@y.com"}, []))
+    events.append_many(run, [terminal])
+    outcomes.finish(run, terminal, lambda tool_call_id: ("sendEmail", {"to": "x@y.com"}, []))
     first, second = Interrupt.objects.filter(run=run).order_by("pk")
     assert (first.tool_name, first.proposed_args) == ("sendEmail", {"to": "x@y.com"})
     # An unreadable expiry is flagged and due at once, never "no expiry".
@@ -100,8 +100,8 @@ def test_a_run_settled_elsewhere_keeps_its_end():
     run = make.run(status="failed")
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [{"id": "i-1", "reason": "confirmation"}]}}
-    log.finish(run, terminal)
-    assert log.fail(run, "LATE", "late") is None
+    outcomes.finish(run, terminal)
+    assert outcomes.fail(run, "LATE", "late") is None
     assert Run.objects.get(pk=run.pk).status == "failed"
     assert not Interrupt.objects.filter(run=run).exists()
     assert not run.events.exists()
@@ -131,18 +131,18 @@ def test_a_state_delta_is_applied_outside_the_transaction_and_a_copy_bomb_change
     from django.db import connection
 
     seen = []
-    real = log.conversation.fold
+    real = events.conversation.fold
 
     def noted(*args, **kwargs):
         seen.append(connection.in_atomic_block)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(log.conversation, "fold", noted)
+    monkeypatch.setattr(events.conversation, "fold", noted)
     run = make.run(status="streaming")
-    log.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"a": [1, 2, 3]}},
+    events.append_many(run, [{"type": "STATE_SNAPSHOT", "snapshot": {"a": [1, 2, 3]}},
                                 {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/b", "value": 1}]}])
     bomb = [{"op": "copy", "from": "", "path": f"/k{n}"} for n in range(40)]
-    seqs = log.append_many(run, [{"type": "STATE_DELTA", "delta": bomb},
+    seqs = events.append_many(run, [{"type": "STATE_DELTA", "delta": bomb},
                                        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/b", "value": 2}]}])
     assert seen == [False, False]  # one fold per batch, neither inside the transaction
     run.thread.refresh_from_db()
@@ -158,7 +158,7 @@ def test_agent_text_longer_than_its_column_is_cut_and_flagged_and_kept_whole_as_
     raw = {"id": "i-long", "reason": long_reason, "toolCallId": "tc-1"}
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
                 "outcome": {"type": "interrupt", "interrupts": [raw]}}
-    log.finish(run, terminal, lambda _id: (long_tool, {}, []))
+    outcomes.finish(run, terminal, lambda _id: (long_tool, {}, []))
     [interrupt] = Interrupt.objects.filter(run=run)
     assert len(interrupt.reason) == 200 and interrupt.reason.endswith("…")
     assert len(interrupt.tool_name) == 200
@@ -196,7 +196,7 @@ def test_a_doubtful_proposal_reaches_the_interrupt_as_a_warning_for_its_reviewer
     for event in (started(run.thread.thread_id, run.run_id), *proposal("tc-1"),
                   snapshot(assistant_calling("tc-1", "sendMail", '{"to": "evil@x.com"}')), terminal):
         lifecycle.accept(event)
-    log.finish(run, terminal.model_dump(by_alias=True, exclude_none=True), proposals(lifecycle, run.thread))
+    outcomes.finish(run, terminal.model_dump(by_alias=True, exclude_none=True), proposals(lifecycle, run.thread))
     [interrupt] = Interrupt.objects.filter(run=run)
     assert (interrupt.tool_name, interrupt.proposed_args) == ("sendEmail", ARGS)  # the stream wins
     doubts = [p for p in interrupt.problems if p["code"] == "DOUBTFUL_PROPOSAL"]
@@ -204,14 +204,14 @@ def test_a_doubtful_proposal_reaches_the_interrupt_as_a_warning_for_its_reviewer
     assert {p["interrupt_id"] for p in doubts} == {"approve-tc-1"}
 
 
-@pytest.mark.parametrize("count", [3, log.COPY_ROWS + 8])  # PostgreSQL: by INSERT, then by COPY
+@pytest.mark.parametrize("count", [3, events.COPY_ROWS + 8])  # PostgreSQL: by INSERT, then by COPY
 def test_a_batch_is_stored_in_order_as_the_text_received_and_numbered_after_what_came_before(count):
     from django.db import connection
 
     run = make.run(status=Run.Status.STREAMING, claimed_by="w")
-    log.append_many(run, [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id}], "w")
+    events.append_many(run, [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id}], "w")
     texts = [f'{{"type":"TEXT_MESSAGE_CONTENT", "messageId":"m", "delta":"\\u00e9 {n}"}}' for n in range(count)]
-    seqs = log.append_many(run, [log.Received("TEXT_MESSAGE_CONTENT", text) for text in texts], "w")
+    seqs = events.append_many(run, [events.Received("TEXT_MESSAGE_CONTENT", text) for text in texts], "w")
     assert seqs == list(range(2, count + 2))
     with connection.cursor() as cursor:
         cursor.execute("SELECT seq, CAST(payload AS TEXT) FROM interrupts_event WHERE run_id = %s AND seq > 1 "
@@ -220,7 +220,7 @@ def test_a_batch_is_stored_in_order_as_the_text_received_and_numbered_after_what
     assert [event.payload["delta"] for event in run.events.filter(seq__gt=1).order_by("seq")] == [
         f"é {n}" for n in range(count)]
     # A run its worker no longer holds takes nothing more.
-    assert log.append_many(run, [log.Received("TEXT_MESSAGE_END", '{"type":"TEXT_MESSAGE_END","messageId":"m"}')],
+    assert events.append_many(run, [events.Received("TEXT_MESSAGE_END", '{"type":"TEXT_MESSAGE_END","messageId":"m"}')],
                            "another-worker") is None
     assert run.events.count() == count + 1
 
@@ -244,7 +244,7 @@ def test_c47_a_streamed_tool_call_without_snapshot_is_in_the_thread_and_the_resu
          {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "progress", "content": {"step": 1}}],
     ]
     for batch in batches:
-        assert log.append_many(run, batch) is not None
+        assert events.append_many(run, batch) is not None
     turn = {"id": "a1", "role": "assistant", "content": "Deleting it", "toolCalls": [
         {"id": "tc-1", "type": "function", "function": {"name": "deleteRepo", "arguments": '{"repo": "acme/web"}'}}]}
     thread.refresh_from_db()
@@ -261,9 +261,9 @@ def test_c47_a_streamed_tool_call_without_snapshot_is_in_the_thread_and_the_resu
 
 def test_c59_a_failed_delta_keeps_the_state_and_the_next_batch_builds_on_it():
     run = make.run(make.thread(state={"n": 1}), status="streaming")
-    log.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1},
+    events.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1},
                                                             {"op": "test", "path": "/n", "value": 5}]}])
-    log.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": 2}]}])
+    events.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": 2}]}])
     run.thread.refresh_from_db()
     assert run.thread.state == {"n": 2}
 

@@ -1,0 +1,224 @@
+"""The event log: the only writer of Event rows, each numbered within its thread (``Thread.last_seq``).
+
+``append_many`` records what an agent said, in the batches it arrives in, and
+folds it into the thread's conversation; ``append_own`` and ``note`` add
+Countersign's own events. Watchers are poked after commit through ``relay``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import closing
+
+from ag_ui.core import CustomEvent
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ..conf import settings
+from ..live import relay
+from ..models import Event, Run, Thread
+from ..protocol import conversation
+from ..protocol.wire import dump
+
+logger = logging.getLogger(__name__)
+
+
+def _next_seq(thread_pk: int, count: int = 1) -> int:
+    """Reserve ``count`` sequence numbers of the thread; the last one."""
+    # The UPDATE takes the thread row's write lock (PostgreSQL) or the
+    # database's (SQLite, IMMEDIATE): two writers can never get one number.
+    # One statement (RETURNING) rather than an UPDATE and a SELECT: each
+    # statement gives up the GIL, and a database thread waits up to 5 ms to
+    # get it back from a busy event loop.
+    quote = connection.ops.quote_name
+    meta = Thread._meta
+    last_seq, updated_at = (quote(meta.get_field(name).column) for name in ("last_seq", "updated_at"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET {last_seq} = {last_seq} + %s, {updated_at} = %s "
+            f"WHERE {quote(meta.pk.column)} = %s RETURNING {last_seq}",
+            [count, connection.ops.adapt_datetimefield_value(timezone.now()), thread_pk])
+        return cursor.fetchone()[0]
+
+
+
+
+def append_own(run: Run, payload: dict) -> Event:
+    """Record an event of Countersign's own (not the agent's): a RUN_ERROR, a note."""
+    seq = _next_seq(run.thread_id)
+    event = Event.objects.create(
+        thread_id=run.thread_id, run=run, seq=seq, type=payload["type"], payload=payload, from_agent=False
+    )
+    thread_pk, event_type = run.thread_id, payload["type"]
+    relay.event_appended(thread_pk, seq, event_type)
+    return event
+
+
+class Received:
+    """One agent event as it arrived: its type, its JSON text exactly as sent, and that text decoded.
+
+    ``payload`` may be None for an event whose content the hub never reads
+    (the streamer decodes only what it needs: snapshots, deltas, the
+    terminal event): the text is what is stored.
+    """
+
+    __slots__ = ("type", "text", "payload")
+
+    def __init__(self, type: str, text: str, payload: dict | None = None) -> None:
+        self.type, self.text, self.payload = type, text, payload
+
+    @classmethod
+    def of(cls, payload: dict) -> Received:
+        return cls(payload["type"], json.dumps(payload), payload)
+
+
+# Events whose content folds into the thread (or closes a chunk stream that does): the streamer decodes them.
+FOLDED = conversation.FOLDED_TYPES
+# Of those, the ones that can change the thread's messages, or its state.
+_MESSAGE_TYPES = FOLDED - {"STATE_SNAPSHOT", "STATE_DELTA", "RUN_FINISHED", "RUN_ERROR", "STEP_STARTED",
+                           "STEP_FINISHED", "REASONING_START", "REASONING_END", "CUSTOM", "SUBAGENT_FINISHED",
+                           "SUBAGENT_ERROR"}
+_STATE_TYPES = frozenset({"STATE_SNAPSHOT", "STATE_DELTA"})
+
+# What a batch of events leaves unchanged in the thread (its state, its messages).
+_UNCHANGED = object()
+
+
+class _Carry:
+    """What the streamer's run carries from one batch to the next: the conversation folded so far.
+
+    Only the run streaming now writes its thread's messages and state (a thread
+    streams one run at a time), so the thread is read once per run, not once
+    per batch; ``openers`` reopen a chunk stream a batch left open.
+    """
+
+    __slots__ = ("messages", "state", "openers")
+
+    def __init__(self, messages: list, state: object, openers: list) -> None:
+        self.messages, self.state, self.openers = messages, state, openers
+
+
+def _folded(run: Run, events: list[Received]) -> tuple[object, object, _Carry | None]:
+    """The thread's state and messages after ``events`` (``_UNCHANGED`` where none of them says), and the carry.
+
+    Every event that builds the conversation is folded (``protocol.conversation``),
+    as an AG-UI client folds it. Worked out before ``append_many``'s
+    transaction: a STATE_DELTA is the agent's JSON Patch, and applying it is
+    work the agent chooses (see ``protocol.state``), never to be done holding
+    the database's write lock.
+    """
+    kinds = {event.type for event in events}
+    messages_change, state_changes = bool(kinds & _MESSAGE_TYPES), bool(kinds & _STATE_TYPES)
+    if not messages_change and not state_changes:
+        return _UNCHANGED, _UNCHANGED, None
+    carry = getattr(run, "_conversation_carry", None)
+    if carry is None:
+        messages, state = Thread.objects.values_list("messages", "state").get(pk=run.thread_id)
+        carry = _Carry(messages or [], state, [])
+    payloads = [event.payload if event.payload is not None else json.loads(event.text)
+                for event in events if event.type in FOLDED]
+    folded = conversation.fold(carry.openers + payloads, carry.messages, carry.state,
+                               max_state_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
+    for warning in folded.warnings:
+        # The event stays in the log; the thread keeps what could be built (C59).
+        logger.warning("run %s: %s", run.run_id, warning)
+    openers = conversation.chunk_openers(payloads, carry.openers) if carry.openers or kinds & _CHUNKS else []
+    # A state no event touched keeps its stored spelling (None stays None rather than fold's {}).
+    state = folded.state if state_changes else carry.state
+    return (state if state_changes else _UNCHANGED, folded.messages if messages_change else _UNCHANGED,
+            _Carry(folded.messages, state, openers))
+
+
+_CHUNKS = frozenset({"TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK", "REASONING_MESSAGE_CHUNK"})
+
+
+def append_many(run: Run, events: list[Received | dict], worker: str | None = None) -> list[int] | None:
+    """Record events of ``run`` (as received, or wire JSON dicts) in order and fold them into the thread, atomically.
+
+    Their sequence numbers, or None (nothing written) when the run has ended or
+    ``worker`` no longer holds it. A terminal event ends the run only through
+    ``outcomes.finish`` (docs/internals/outcomes.md).
+    """
+    if not events:
+        return []
+    events = [event if isinstance(event, Received) else Received.of(event) for event in events]
+    state, messages, carry = _folded(run, events)
+    with transaction.atomic(durable=True):
+        # Locked before the thread's sequence numbers, in the order ``fail``
+        # takes them (run, then thread): a RUN_ERROR recorded by anyone else
+        # either waits for this batch, or is seen here and nothing follows it.
+        # On PostgreSQL a locked row changed meanwhile is re-checked on its new
+        # version; SQLite's IMMEDIATE transactions run one writer at a time.
+        holding = Run.objects.select_for_update().filter(
+            pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.STREAMING])
+        if worker is not None:
+            holding = holding.filter(status=Run.Status.STREAMING, claimed_by=worker)
+        if not holding.exists():
+            return None
+        last = _next_seq(run.thread_id, len(events))
+        seqs = list(range(last - len(events) + 1, last + 1))
+        _insert_events(run, seqs, events)
+        if state is not _UNCHANGED:
+            Thread.objects.filter(pk=run.thread_id).update(state=state)
+        if messages is not _UNCHANGED:
+            Thread.objects.filter(pk=run.thread_id).update(messages=messages)
+        thread_pk, event_type = run.thread_id, events[-1].type
+        relay.event_appended(thread_pk, last, event_type)
+    if carry is not None:
+        run._conversation_carry = carry
+    return seqs
+
+
+# Rows per INSERT on SQLite: 7 parameters each, within the 32,766 SQLite
+# allows by default; a statement per 500 rows cost the writer a wait for the
+# GIL each (see _next_seq).
+INSERT_ROWS = 4096
+# From this many rows PostgreSQL takes them by COPY; a smaller batch (a slow
+# agent's event, a terminal one) by INSERT, one round trip where COPY takes two.
+COPY_ROWS = 32
+EVENT_COLUMNS = ("thread", "run", "seq", "type", "payload", "from_agent", "received_at")
+
+
+def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
+    # Not bulk_create: building a model instance and its SQL per event cost
+    # ~140 µs, most of the relay's time. PostgreSQL takes a large batch by
+    # COPY (~40 µs a row, against ~140 µs for a multi-row INSERT, whose
+    # parameters psycopg quotes one by one); SQLite by multi-row INSERT.
+    # Agent events only: they need no save() logic (the table is
+    # append-only, guarded by triggers) and no signals.
+    meta = Event._meta
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    columns = ", ".join(quote(meta.get_field(name).column) for name in EVENT_COLUMNS)
+    received = connection.ops.adapt_datetimefield_value(timezone.now())
+    # The payload column takes the agent's text as sent (json on PostgreSQL, text on SQLite).
+    thread_pk, run_pk = run.thread_id, run.pk
+    rows = [(thread_pk, run_pk, seq, event.type[:64], event.text, True, received)
+            for seq, event in zip(seqs, events)]
+    # The driver's own cursor, on the same connection (so in the same transaction
+    # as the sequence numbers), with Django's error translation kept: Django's
+    # cursor rewrites the SQL's placeholders on every call, and under DEBUG
+    # logged each 500-row INSERT by quoting its 3,500 parameters with a query
+    # of their own.
+    connection.ensure_connection()
+    with connection.wrap_database_errors, closing(connection.connection.cursor()) as cursor:
+        postgresql = connection.vendor == "postgresql"
+        if postgresql and len(rows) >= COPY_ROWS:
+            with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        placeholders = "(" + ", ".join(["%s" if postgresql else "?"] * len(EVENT_COLUMNS)) + ")"
+        for start in range(0, len(rows), INSERT_ROWS):
+            chunk = rows[start:start + INSERT_ROWS]
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(chunk))}",
+                           [value for row in chunk for value in row])
+
+
+def note(run: Run, name: str, value: dict) -> Event:
+    """Record a Countersign event (a CUSTOM event, not the agent's) in the thread's log.
+
+    Must be called inside the transaction of the change it reports.
+    """
+    return append_own(run, dump(CustomEvent(name=name, value=value)))

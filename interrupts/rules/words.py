@@ -1,0 +1,25 @@
+"""How a decision reads to people, the same on every page, export and notification."""
+
+from __future__ import annotations
+
+from ..models import Decision
+from ..protocol.schema.edits import EDITED_ARGS
+
+#: How each action reads once taken, on every page: words, never the wire's ``resolved`` or ``{"approved": false}``.
+OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "respond": "Answered",
+                 "reject": "Rejected", "cancel": "Cancelled"}
+
+
+def outcome_words(decision: Decision) -> str:
+    """What ``decision`` did, in words: "Approved", "Rejected", "Approved with edits", "Answered", "Cancelled"."""
+    if decision.action in OUTCOME_WORDS:
+        return OUTCOME_WORDS[decision.action]
+    # A decision recorded before actions were: read it from the answer, as ``action_of`` does.
+    payload = decision.payload if isinstance(decision.payload, dict) else {}
+    if decision.status == Decision.Status.CANCELLED:
+        return OUTCOME_WORDS["cancel"]
+    if payload.get("approved") is False:
+        return OUTCOME_WORDS["reject"]
+    if payload.get("approved") is True:
+        return OUTCOME_WORDS["edit" if EDITED_ARGS in payload else "approve"]
+    return OUTCOME_WORDS["respond"]
