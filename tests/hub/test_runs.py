@@ -314,7 +314,7 @@ def test_a_rolled_back_run_wakes_nobody(listener, monkeypatch):
 @committed
 def test_a_queued_resume_wakes_after_the_decision_commits(listener, monkeypatch):
     run, interrupt = interrupted_run()
-    seen = probe_inside(monkeypatch, decisions.notify, "decided", listener.woken)
+    seen = probe_inside(monkeypatch, decisions.enqueue, "decided", listener.woken)
     decisions.decide(interrupt, make.user(), "resolved", {"approved": True})
     assert seen == [[]]
     assert listener.woken == [False]
@@ -323,7 +323,7 @@ def test_a_queued_resume_wakes_after_the_decision_commits(listener, monkeypatch)
 @committed
 def test_a_rolled_back_resume_wakes_nobody(listener, monkeypatch):
     run, interrupt = interrupted_run()
-    probe_inside(monkeypatch, decisions.notify, "decided", listener.woken, fail=True)
+    probe_inside(monkeypatch, decisions.enqueue, "decided", listener.woken, fail=True)
     with pytest.raises(RuntimeError):
         decisions.decide(interrupt, make.user(), "resolved", {"approved": True})
     assert listener.woken == []
