@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from interrupts.models import Interrupt, Run
 from interrupts.reads import metrics
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

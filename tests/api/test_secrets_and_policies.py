@@ -7,7 +7,7 @@ from django.contrib.auth.models import Group
 
 from interrupts.models import Agent, Policy
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

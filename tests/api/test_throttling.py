@@ -8,7 +8,7 @@ from rest_framework.throttling import UserRateThrottle
 
 from interrupts.hub.tokens import FailedTokenThrottle
 
-from . import factories
+from .. import factories
 
 pytestmark = pytest.mark.django_db
 

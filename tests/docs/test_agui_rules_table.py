@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "agui-1.0.md"
 ROW = re.compile(r"^\| (C\d+) \| (.+?) \| (applies|does not apply, because .+?) \| (.+?) \|$")
 

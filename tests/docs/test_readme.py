@@ -10,7 +10,7 @@ from django.urls import path
 
 from interrupts.sdk.views import agent_view
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def readme_agent():
@@ -75,7 +75,7 @@ def test_the_readme_script_verifies_a_real_chain_export_and_catches_an_edit(tmp_
     from interrupts.hub import trail
     from interrupts.models import AuditEntry
 
-    from . import factories
+    from .. import factories
 
     reviewer = factories.user(is_staff=True)
     for n in range(3):

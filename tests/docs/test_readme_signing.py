@@ -5,7 +5,7 @@ from pathlib import Path
 
 from interrupts.protocol import signing
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 SECTION = README.split("## Verifying Countersign's signature", 1)[1].split("\n## ", 1)[0]
 
 

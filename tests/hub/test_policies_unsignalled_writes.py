@@ -13,7 +13,7 @@ from interrupts.hub import policies
 from interrupts.models import Policy
 
 from .. import factories as make
-from ..hub.test_policies_held import raised, refusal_of
+from .test_policies_held import raised, refusal_of
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from interrupts.models import Agent
 
-from . import factories
+from .. import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from interrupts.models import Decision, Event, Interrupt, Run
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

@@ -51,7 +51,7 @@ def test_forms_and_serializers_enforce_the_same_limits():
 def test_the_card_bounds_a_comment_as_the_form_does(client):
     from django.urls import reverse
 
-    from . import factories as make
+    from .. import factories as make
 
     client.force_login(make.user(is_staff=True))
     make.interrupt(make.run(status="interrupted"))

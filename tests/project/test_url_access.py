@@ -20,7 +20,7 @@ from django.utils.regex_helper import normalize
 
 from interrupts.models import Agent
 
-from . import factories
+from .. import factories
 
 pytestmark = pytest.mark.django_db
 
@@ -239,7 +239,7 @@ class ProxiedApp:
     """`manage.py serve` with production settings, with or without --proxy-headers."""
 
     def __init__(self, workdir, proxy_headers: bool):
-        from .servers import ServedApp
+        from ..servers import ServedApp
 
         self.app = ServedApp(workdir, DEBUG="false", ALLOWED_HOSTS="127.0.0.1",
                              SECRET_KEY="x7Kq9vP2mR8sT4wY6zA1bC3dE5fG7hJ9kL0nM2pQ4rS6tU8vW0xY2z")
@@ -249,7 +249,7 @@ class ProxiedApp:
         import subprocess
         import sys
 
-        from .servers import ROOT, manage
+        from ..servers import ROOT, manage
 
         self.app.empty_database()
         done = manage("migrate", "--noinput", env=self.app.env)  # no demo login: it refuses DEBUG off

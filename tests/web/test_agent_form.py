@@ -7,7 +7,7 @@ from django.urls import reverse
 from interrupts.models import Agent
 from interrupts.web.forms import AgentForm
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

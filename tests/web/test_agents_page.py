@@ -11,7 +11,7 @@ from django.urls import reverse
 from interrupts.models import Agent, Run
 from interrupts.protocol import capabilities, dialects
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

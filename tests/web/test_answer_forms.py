@@ -13,7 +13,7 @@ from interrupts.models import Decision
 from interrupts.protocol.inert import args_form, answer_start, inert_schema
 from interrupts.web import diffs
 
-from . import factories as make
+from .. import factories as make
 
 EVIL = "<script>alert('x')</script>"
 MAIL = {"to": "a@b.com", "subject": "Hi", "body": "Hello world, see you at lunch"}

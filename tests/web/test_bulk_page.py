@@ -9,7 +9,7 @@ from interrupts.conf import MAX_BULK_DECISIONS
 from interrupts.hub import claims, decisions
 from interrupts.models import Decision, Interrupt, Run
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

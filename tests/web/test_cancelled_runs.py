@@ -14,7 +14,7 @@ from django.urls import reverse
 from interrupts.hub import decisions, log
 from interrupts.models import Run
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

@@ -12,11 +12,11 @@ from django.http import Http404
 from django.test import Client
 from django.urls import include, path, reverse
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 HANDLER = re.compile(r"\son[a-z]+\s*=", re.IGNORECASE)
 SCRIPT_TAG = re.compile(r"<script\b([^>]*)>", re.IGNORECASE)
 COMMENT = re.compile(r"{% comment %}.*?{% endcomment %}|{#.*?#}", re.DOTALL)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from interrupts.models import Interrupt
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

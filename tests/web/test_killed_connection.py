@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from . import factories
+from .. import factories
 
 POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 pytestmark = [pytest.mark.skipif(not POSTGRES, reason="PostgreSQL's own fault: runs in CI's PostgreSQL pass"),

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from interrupts.models import Delivery, DeliveryAttempt, NotificationPreference, Webhook
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from interrupts.hub import decisions
 from interrupts.reads import selectors
 
-from . import factories as make
+from .. import factories as make
 
 
 # --- one definition of a decision's words -----------------------------------------------------------------

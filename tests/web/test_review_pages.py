@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from interrupts.models import Agent, Decision, Interrupt, Run
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

@@ -18,9 +18,9 @@ from django.urls import reverse
 from interrupts.hub import decisions, outbox, runs, streaming
 from interrupts.models import Interrupt, Run
 
-from . import factories as make
-from .e2e.scripted_agent import ScriptedAgent, finished, started
-from .loopback import frame, stream
+from .. import factories as make
+from ..e2e.scripted_agent import ScriptedAgent, finished, started
+from ..loopback import frame, stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

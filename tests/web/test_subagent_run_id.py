@@ -16,7 +16,7 @@ from django.urls import reverse
 from interrupts.hub import decisions, log, trail
 from interrupts.models import AuditEntry, Interrupt
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 

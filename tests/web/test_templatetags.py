@@ -13,7 +13,7 @@ from django.utils import timezone
 from interrupts.reads import selectors
 from interrupts.web.templatetags.countersign import ago, from_now, json_brief, json_highlight, reason_words
 
-from . import factories as make
+from .. import factories as make
 
 
 @pytest.mark.parametrize("reason, words", [

@@ -12,7 +12,7 @@ from django.urls import reverse
 from interrupts.hub import outbox
 from interrupts.models import Decision, Interrupt, Run
 
-from . import factories as make
+from .. import factories as make
 
 pytestmark = pytest.mark.django_db
 
