@@ -23,6 +23,7 @@ from interrupts.live import consumers, relay
 from project.asgi import application
 
 from .. import factories as make
+from ..waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,7 +101,7 @@ async def test_a_socket_whose_connect_failed_is_not_kept(monkeypatch):
         await communicator.receive_output(timeout=1)  # the consumer's exception surfaces here
     except Exception:
         pass
-    await asyncio.sleep(0.1)
+    await until(communicator.future.done)  # the consumer's task ended: what it does on its way out is done
     here = consumers.Inboxes.here()
     kept = [c for found in here.sockets.values() for c in found]
     for task in here.listening:  # clean up what the leak left behind
