@@ -1,9 +1,9 @@
-"""What reaches the agent is what was acknowledged (issue 24 item 4).
+"""What reaches the agent is what was acknowledged (the reply left the server).
 
 A decide request commits its decision, then sends its answer. A process killed
 between the two (kill -9 in the load test) left a decision nobody was told was
 taken, and the batch's resume carried it to the agent: 2 of 100 interrupts in
-tests/e2e/stress_mismatch.py, 1 of 60 threads in the issue's load test. Now a
+tests/e2e/stress_mismatch.py, 1 of 60 threads in a load test. Now a
 decision taken for a reply still to be sent (``unsent``) travels only once
 ``acknowledge`` says the reply left; one never acknowledged is taken back by
 ``drop_unacknowledged``. In process, on SQLite and PostgreSQL alike.

@@ -1,9 +1,8 @@
-"""Review: ORM writes that send no signal change who may decide with no trail entry, so the held policies stay.
+"""A policy changed by ORM writes that send no signal is in force for the next decision.
 
-``policies._held`` trusts that every change to a policy appends a trail entry;
 ``QuerySet.update``, ``bulk_update`` and rows created on the m2m's through
-model send no post_save/m2m_changed, so another process (and this one) decides
-under the old policy for up to HELD_SECONDS, and the trail never records it.
+model send no post_save/m2m_changed, and append no trail entry: held policies
+(``policies._held``) must not outlive such a change, here or in another process.
 """
 
 import pytest

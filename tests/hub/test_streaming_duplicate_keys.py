@@ -1,12 +1,11 @@
-"""Review: a duplicate key lets an agent store text the door never checked.
+"""A duplicate key cannot make an agent store text the door never checked.
 
 ``RunStreamer._take`` checks ``json.loads(frame.data)`` for NUL and lone
 surrogates (``storable.problem``), and pydantic validates the same decoded
-view; both keep the *last* of two equal keys. ``log.append_many`` then stores
-``frame.data`` itself (PostgreSQL ``json`` keeps it verbatim), so the first,
-shadowed value (``\\u0000``, ``\\ud800``) is stored unchecked. On PostgreSQL
-every ``->``/``->>`` on such a row, a ``::jsonb`` cast, and migration 0017's
-reverse (``payload::jsonb``) then fail.
+view; both keep the *last* of two equal keys, while ``frame.data`` itself is
+what is stored (PostgreSQL ``json`` keeps it verbatim). A first, shadowed value
+(``\\u0000``, ``\\ud800``) stored unchecked would break every ``->``/``->>`` on
+the row, a ``::jsonb`` cast, and migration 0017's reverse (``payload::jsonb``).
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""Review: an inbox socket keeps the user it connected with, for as long as it stays open.
+"""An inbox socket follows its user's rights and session while it stays open, not the user it connected with.
 
 ``Inboxes._rounds`` counts "mine" with the first socket's ``scope["user"]``,
 loaded once at connect: its ``_perm_cache`` (ModelBackend) and

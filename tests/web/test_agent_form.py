@@ -1,4 +1,4 @@
-"""The Agents page's form (issue 15): labels in words, no offer to remove a credential that is not there, and
+"""The Agents page's form: labels in words, no offer to remove a credential that is not there, and
 capabilities ticked in boxes while the model (and the API) keep one JSON object."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 15's follow-ups: one set of outcome words on every page, reasons in words on the insight page,
+"""One set of outcome words on every page, reasons in words on the insight page,
 forms labelled in words, and a JSON tree that counts its keys in English."""
 
 import pytest

@@ -121,7 +121,7 @@ def test_the_audit_export_carries_the_subagent_run_id_whole_and_formula_safe(cli
 
 
 def test_the_audit_chain_holds_the_subagent_the_reviewer_was_shown(reviewer):
-    # Issue 24 item 7: the entry names the subagent as the card did, besides the
+    # The entry names the subagent as the card did, besides the
     # digest of the interrupt as sent; entries written before verify by the keys
     # they hold (tests/e2e/test_trail_anchor.py).
     _run, rows = decided(reviewer, [PLAIN])

@@ -1,4 +1,4 @@
-"""Issue 15's words for people: a reason as a label, a moment as "2 min ago", an audit row's outcome and
+"""Words for people: a reason as a label, a moment as "2 min ago", an audit row's outcome and
 comment (on the page and in both exports), and long JSON blocks a keyboard can reach."""
 
 import csv
