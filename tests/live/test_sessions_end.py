@@ -78,11 +78,6 @@ async def closed_within(communicator: WebsocketCommunicator, seconds: float = 1.
         heard.append(output)
 
 
-async def still_open(communicator: WebsocketCommunicator) -> None:
-    """The socket is open and hears what is broadcast to it now (a poke to the inbox and every thread)."""
-    assert await communicator.receive_nothing(timeout=0.2)
-
-
 @database_sync_to_async
 def log_out(session_key: str, everywhere: bool = False) -> None:
     client = Client()
