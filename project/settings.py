@@ -309,7 +309,7 @@ if not DEBUG:
     # No SECURE_PROXY_SSL_HEADER: Django would then believe any client's own
     # "X-Forwarded-Proto: https" and skip the redirect. `serve --proxy-headers`
     # has daphne put the proxy's scheme into the ASGI scope instead, so only
-    # a process started behind a proxy trusts the header (tests/test_doors.py).
+    # a process started behind a proxy trusts the header (tests/project/test_url_access.py).
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))

@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from ..e2e.conftest import wait_for
 from ..servers import ServedApp
 
 BROKEN_MULTIPART = {"Content-Type": "multipart/form-data; boundary=xyz"}
@@ -54,13 +55,11 @@ def _pending_interrupt(api) -> int:
     started = api.post("/api/threads/", json={"agent": "janitor", "message": "tidy"})
     assert started.status_code in (200, 201, 202), started.text
     thread = started.json()["thread"]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        found = api.get("/api/interrupts/", params={"thread": thread, "status": "pending"}).json()["results"]
-        if found:
-            return found[0]["id"]
-        time.sleep(0.1)
-    raise AssertionError("the janitor's interrupt never arrived")
+
+    def the_janitors_interrupt():
+        return api.get("/api/interrupts/", params={"thread": thread, "status": "pending"}).json()["results"]
+
+    return wait_for(the_janitors_interrupt, timeout=20)[0]["id"]
 
 
 class WriteLock:

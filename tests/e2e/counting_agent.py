@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import uvicorn
 
@@ -22,6 +21,7 @@ from interrupts.sdk import Agent, RunOutcome, interrupt
 from interrupts.sdk.asgi import agent_app
 
 from ..servers import free_port
+from .conftest import wait_for
 
 APPROVAL = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 #: Events the resumed run sends after acting, before its terminal event.
@@ -90,11 +90,10 @@ class CountingAgent:
 
     def start(self) -> CountingAgent:
         threading.Thread(target=self.server.run, daemon=True, name="counting-agent").start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise AssertionError("the counting agent did not start")
-            time.sleep(0.02)
+        try:
+            wait_for(lambda: self.server.started, timeout=10, interval=0.02)
+        except AssertionError:
+            raise AssertionError("the counting agent did not start") from None
         return self
 
     def stop(self) -> None:

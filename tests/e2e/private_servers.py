@@ -10,12 +10,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from ..servers import free_port
+from .conftest import wait_for
 
 
 def missing(what: str) -> None:
@@ -26,12 +26,10 @@ def missing(what: str) -> None:
 
 
 def _poll(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    try:
+        return wait_for(check, timeout)
+    except AssertionError:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 def _postgres_bin() -> Path | None:

@@ -243,6 +243,10 @@ class Gate:
 
 
 class ScriptedAgent(LoopbackAgent):
+    # How long the slow scripts keep the peer busy: part of each scenario, not a wait of the test's.
+    SLOW_FINISH = 1.0  # "slow-finish": the run stays in progress this long
+    SILENCE = 3.0  # "silent" and "linger": longer than the hub's idle timeout in these tests
+
     def __init__(self, port: int = 0, record: str | None = None) -> None:
         super().__init__(port)
         self.record = record
@@ -268,13 +272,13 @@ class ScriptedAgent(LoopbackAgent):
             # Finishes after a while: the run stays in progress meanwhile.
             start_stream(handler)
             write(handler, frame(started(body)))
-            time.sleep(1)
+            time.sleep(self.SLOW_FINISH)
             write(handler, frame(finished(body, {"type": "success"})))
             return
         if name == "silent":
             start_stream(handler)
             write(handler, frame(started(body)))
-            time.sleep(3)  # longer than the hub's idle timeout in these tests
+            time.sleep(self.SILENCE)
             return
         if name == "gated":
             # The "approve" script, held open after RUN_STARTED while a gate is set.
@@ -289,7 +293,7 @@ class ScriptedAgent(LoopbackAgent):
             # Finishes, then keeps the connection open without a word.
             start_stream(handler)
             write(handler, frame(started(body)) + frame(finished(body, {"type": "success"})))
-            time.sleep(3)
+            time.sleep(self.SILENCE)
             return
         if name.startswith("refuse-") and body.get("resume") and self.calls[(name, body.get("threadId"))] == 2:
             # The first resume of each thread is refused, each path its own way;

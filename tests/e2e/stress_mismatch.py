@@ -1,4 +1,4 @@
-"""Issue 24 item 4's reproducer: racing reviewers, kill -9 twice, every 2xx answer compared with what the agent got.
+"""Decisions an agent got that nobody was told of: racing reviewers, kill -9 twice, every 2xx answer compared.
 
 Not collected by pytest (minutes on a loaded machine). Run it from the repository root:
 ``.venv/bin/python -c "from tests.e2e import stress_mismatch as s; s.main(20, 8, 2)"`` (threads, reviewers,
@@ -9,7 +9,7 @@ before its answer was sent (acks: []), which the batch's resume then carried to 
 Measured (20 threads, 100 interrupts, 8 reviewers, 2 kills): before, SQLite 2 differing (both unanswered
 decisions sent); after, SQLite 0 of that kind (4 unanswered decisions taken back), and PostgreSQL 0
 differing (3 taken back). What may still differ is a resume killed mid-send (WORKER_LOST: never sent
-again, issue 24 item 1), whose acknowledged answers show as "received: []".
+again), whose acknowledged answers show as "received: []".
 """
 
 import random

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -262,18 +261,26 @@ def test_a_stream_whose_database_connections_are_killed_mid_stream_is_recorded_w
                    "ORDER BY seq")
         database = app.env["DATABASE_URL"].rsplit("/", 1)[1]
         seen = 0
-        deadline = time.monotonic() + 60
-        # After each report recorded, every connection of the server is killed: its next
-        # write meets one killed (the pool's idle ones die too) and must go on with a fresh one.
-        while (now := len(app.query(reports, pk))) < 7:
-            assert time.monotonic() < deadline, f"{now} reports recorded; the run: " + repr(
-                app.query("SELECT status, error_code FROM interrupts_run WHERE id = %s", pk))
-            if now > seen:
+
+        def seven_reports_each_met_by_a_kill() -> bool:
+            # After each report recorded, every connection of the server is killed: its next
+            # write meets one killed (the pool's idle ones die too) and must go on with a fresh one.
+            nonlocal seen
+            now = len(app.query(reports, pk))
+            if seen < now < 7:
                 seen = now
                 killed = app.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                    "WHERE datname = %s AND pid <> pg_backend_pid()", database)
                 assert killed and all(ok for (ok,) in killed)
-            time.sleep(0.02)
+            return now >= 7
+
+        try:
+            wait_for(seven_reports_each_met_by_a_kill, timeout=60, interval=0.02)
+        except AssertionError as problem:
+            if "timed out" not in str(problem):
+                raise
+            raise AssertionError(f"{seen} reports recorded; the run: " + repr(
+                app.query("SELECT status, error_code FROM interrupts_run WHERE id = %s", pk))) from None
         status = wait_for(lambda: (s := app.query("SELECT status FROM interrupts_run WHERE id = %s", pk)[0][0])
                           not in ("queued", "streaming") and s)
         assert status == "succeeded"

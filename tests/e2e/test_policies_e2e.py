@@ -108,6 +108,14 @@ def started(site: Deployment, username: str, agent: str = "ship") -> tuple[dict,
     return run, asked
 
 
+def a_later_run_went_through(site: Deployment) -> None:
+    """A run queued now was claimed and streamed: the supervisor had its round after everything queued before.
+
+    A round claims resumes before new runs, so a resume queued by mistake earlier would have been sent by then.
+    """
+    started(site, "requester")
+
+
 def detail(site: Deployment, asked: dict) -> dict:
     return site["reviewer"].get(f"/api/interrupts/{asked['id']}/").json()
 
@@ -174,7 +182,7 @@ def test_two_approvals_send_one_signed_resume_attesting_both_approvers(site):
     after_one = detail(site, asked)
     assert after_one["status"] == "pending" and after_one["resumed_by"] is None
     assert [d["user"]["username"] for d in after_one["decisions"]] == ["approver1"]
-    time.sleep(0.5)  # the supervisor polls every 0.2 s: a resume queued by mistake would be sent by now
+    a_later_run_went_through(site)
     assert site.recorder.resumes(run["thread"]) == []
     # The same person again does not make two approvals (their later answer replaces the first).
     again = decide(site, "approver1", asked, comment="looks right")
@@ -205,7 +213,7 @@ def test_two_approvals_send_one_signed_resume_attesting_both_approvers(site):
     # The SDK's verifier agrees.
     approvals = attested_approvals(RunAgentInput.model_validate(json.loads(raw)), lambda _input, _id: ["tc-ship"])
     assert [a.username for a in approvals["approve-ship"]] == ["approver1", "approver2"]
-    time.sleep(0.5)
+    a_later_run_went_through(site)
     assert len(site.recorder.resumes(run["thread"])) == 1
     late = decide(site, "outsider", asked)
     refused_with(late, 403, "NOT_ELIGIBLE")  # eligibility first, even once it is closed
@@ -297,7 +305,7 @@ async def test_a_gateway_approval_waits_for_the_quorum_and_a_second_approver_in_
     after_one = detail(site, asked)
     assert after_one["status"] == "pending" and after_one["resumed_by"] is None
     assert [d["user"]["username"] for d in after_one["decisions"]] == ["approver1"]
-    time.sleep(0.5)
+    a_later_run_went_through(site)
     assert site.recorder.resumes(thread) == []
 
     assert decide(site, "approver2", asked).status_code == 201
@@ -310,7 +318,7 @@ async def test_a_gateway_approval_waits_for_the_quorum_and_a_second_approver_in_
         payload={"approved": True})
     resumed = wait_for(lambda: detail(site, asked)["resumed_by"])
     assert finished_run(site["reviewer"], resumed, thread=thread)["status"] == "succeeded"
-    time.sleep(0.5)
+    a_later_run_went_through(site)
     assert len(site.recorder.resumes(thread)) == 1
 
 

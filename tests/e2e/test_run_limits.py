@@ -23,6 +23,7 @@ from .conftest import events, finished_run, pending, run_of, start, wait_for
 
 MAX_STREAMS = 5  # per process; a fifth (1) is kept for resumes, so new runs get 4
 AGENT_STREAMS = 2
+PACE = 0.2  # seconds between an endless stream's deltas: far less than the apps' idle timeout (1.5 s)
 
 
 class Endless(LoopbackAgent):
@@ -31,6 +32,7 @@ class Endless(LoopbackAgent):
     def __init__(self) -> None:
         super().__init__()
         self.open: dict[str, int] = {}  # runId -> its stream is open (1) or was closed by Countersign (0)
+        self.opened_at: dict[str, float] = {}
         self.closed_at: dict[str, float] = {}
         self.resumes: dict[str, float] = {}  # threadId -> when its resume POST arrived
         self.lock = threading.Lock()
@@ -57,12 +59,13 @@ class Endless(LoopbackAgent):
         run = ids["runId"]
         with self.lock:
             self.open[run] = 1
+            self.opened_at[run] = time.monotonic()
         write(handler, frame({"type": "TEXT_MESSAGE_START", "messageId": f"m-{run}", "role": "assistant"}))
         deadline = time.monotonic() + 60  # a failing test must not leave it running for ever
         while time.monotonic() < deadline:
             if not write(handler, frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": f"m-{run}", "delta": "."})):
                 break  # Countersign closed the connection
-            time.sleep(0.2)
+            time.sleep(PACE)  # the hostile peer's pace: part of the scenario
         with self.lock:
             self.open[run] = 0
             self.closed_at[run] = time.monotonic()
@@ -130,12 +133,19 @@ def last_events_of(api, run: dict) -> list[dict]:
     return [e for e in events(api, run["thread"]) if e["run"] == run["run_id"]]
 
 
-def stopped_by_operator(api, agent, run: dict) -> None:
+def let_go(app: ServedApp, run_id: str) -> bool:
+    """Whether the serving process logged that its streamer of ``run_id`` stopped (it reads nothing more)."""
+    return any(f"run {run_id}: " in line and "its stream" in line
+               for line in app.log.read_text(errors="replace").splitlines())
+
+
+def stopped_by_operator(app, api, agent, run: dict) -> None:
     """The run ended with the operator's RUN_ERROR, nothing came after it, and the agent was hung up on."""
     done = finished_run(api, run["run_id"], run["thread"])
     assert (done["status"], done["error_code"]) == ("failed", "CANCELLED_BY_OPERATOR"), done
     wait_for(lambda: agent.open.get(run["run_id"]) == 0, timeout=5)
-    time.sleep(0.5)  # the agent kept sending until it was hung up on: nothing of it may be recorded
+    # The agent kept sending until it was hung up on: once its streamer let go, nothing of it may be recorded.
+    wait_for(lambda: let_go(app, run["run_id"]), timeout=5)
     logged = last_events_of(api, run)
     assert logged[-1]["type"] == "RUN_ERROR" and not logged[-1]["from_agent"]
     assert logged[-1]["payload"]["code"] == "CANCELLED_BY_OPERATOR"
@@ -215,7 +225,7 @@ def test_staff_stop_an_endless_run_over_the_api(hub, api, agent):
     assert response.status_code == 202, response.text
     assert response.json()["error_code"] == "CANCELLED_BY_OPERATOR"
     assert "reviewer" in response.json()["error_message"]
-    stopped_by_operator(api, agent, run)
+    stopped_by_operator(hub, api, agent, run)
     assert agent.closed_at[run["run_id"]] - asked < 3
 
     again = api.post(f"/api/runs/{run['run_id']}/cancel/")
@@ -247,7 +257,7 @@ def test_the_runs_command_lists_active_runs_and_stops_one(hub, api, agent):
     done = manage("runs", "cancel", run["run_id"], "--thread", run["thread"], env=hub.env)
     assert done.returncode == 0, done.stderr
     assert f"Stopped run {run['run_id']}" in done.stdout
-    stopped_by_operator(api, agent, run)
+    stopped_by_operator(hub, api, agent, run)
     assert "manage.py runs cancel" in run_of(api, run["run_id"])["error_message"]
     again = manage("runs", "cancel", run["run_id"], env=hub.env)
     assert again.returncode != 0 and "already ended" in again.stderr
@@ -272,18 +282,19 @@ def test_gateway_streams_count_against_the_process_and_the_agent(hub, api, agent
     assert full.run_id not in agent.open
     # A hub run of a third agent waits for a slot the gateway's streams hold.
     queued = start(api, "endless-c")
-    time.sleep(1)
     assert run_of(api, queued["run_id"])["status"] == "queued"
     assert run_of(api, held["run_id"])["status"] == "queued"
 
     # Stopping a gateway run: its client gets the RUN_ERROR, then the end of the stream.
     stopped = clients.pop()
+    freed = time.monotonic()
     response = api.post(f"/api/runs/{stopped.run_id}/cancel/")
     assert response.status_code == 202, response.text
     assert stopped.ended.wait(5)
     assert stopped.events[-1]["type"] == "RUN_ERROR" and stopped.events[-1]["code"] == "CANCELLED_BY_OPERATOR"
-    # Its slot is free again: the queued hub run takes it; endless-a is still at its limit.
+    # Its slot is free again: the queued hub run takes it, and had waited for it; endless-a is still at its limit.
     streaming(api, queued["run_id"])
+    assert agent.opened_at[queued["run_id"]] > freed
     assert run_of(api, held["run_id"])["status"] == "queued"
     for client in clients:
         assert api.post(f"/api/runs/{client.run_id}/cancel/").status_code == 202
@@ -299,8 +310,7 @@ def test_a_queued_resume_is_not_starved_by_endless_runs(hub, api, agent):
     for run in endless:
         streaming(api, run["run_id"])
     waiting = start(api, "endless-c")
-    time.sleep(1)
-    assert run_of(api, waiting["run_id"])["status"] == "queued"
+    assert run_of(api, waiting["run_id"])["status"] == "queued"  # and still, below, once the resume went through
 
     decided = time.monotonic()
     response = api.post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": "approve"})
@@ -330,5 +340,5 @@ def test_the_thread_page_has_a_stop_button_for_staff(hub, api, agent):
         stopped = browser.post(action, data={"csrfmiddlewaretoken": csrf},
                                headers={"Referer": f"{hub.url}/threads/{run['thread']}/"})
         assert stopped.status_code == 302, stopped.text
-        stopped_by_operator(api, agent, run)
+        stopped_by_operator(hub, api, agent, run)
         assert 'data-testid="stop-run"' not in browser.get(f"/threads/{run['thread']}/").text

@@ -471,7 +471,7 @@ def asked(chain):
     ("UPDATE interrupts_interrupt SET reason = %s WHERE id = {interrupt}", ["harmless"], "reason"),
     ("UPDATE interrupts_interrupt SET tool_name = %s WHERE id = {interrupt}", ["readEmail"], "the tool name (toolName)"),
     ("UPDATE interrupts_run SET requested_by_id = NULL WHERE id = {run}", [], "who requested the run (requestedBy)"),
-    # Issue 24 item 7: what the card showed the reviewer, besides the agent's raw form.
+    # What the card showed the reviewer, besides the agent's raw form.
     ("UPDATE interrupts_interrupt SET message = %s WHERE id = {interrupt}", ["Send a harmless test email"],
      "the message (messageDigest)"),
     ("UPDATE interrupts_interrupt SET response_schema = %s WHERE id = {interrupt}", ['{"type": "object"}'],

@@ -1,4 +1,4 @@
-"""Issue 24 item 7: the trail proves what reviewers saw, and a deleted tail is found against a head kept outside.
+"""The trail proves what reviewers saw, and a deleted tail is found against a head kept outside.
 
 Tampering is done as in ``test_trail``: raw SQL, the guarding triggers
 taken away first, inside the test's transaction.

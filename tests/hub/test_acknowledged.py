@@ -1,9 +1,9 @@
-"""What reaches the agent is what was acknowledged (issue 24 item 4).
+"""What reaches the agent is what was acknowledged (the reply left the server).
 
 A decide request commits its decision, then sends its answer. A process killed
 between the two (kill -9 in the load test) left a decision nobody was told was
 taken, and the batch's resume carried it to the agent: 2 of 100 interrupts in
-tests/e2e/stress_mismatch.py, 1 of 60 threads in the issue's load test. Now a
+tests/e2e/stress_mismatch.py, 1 of 60 threads in a load test. Now a
 decision taken for a reply still to be sent (``unsent``) travels only once
 ``acknowledge`` says the reply left; one never acknowledged is taken back by
 ``drop_unacknowledged``. In process, on SQLite and PostgreSQL alike.
@@ -11,7 +11,6 @@ decision taken for a reply still to be sent (``unsent``) travels only once
 
 import asyncio
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -23,6 +22,7 @@ from interrupts.hub import decisions, outbox
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 
 from .. import factories as make
+from ..waiting import until
 
 pytestmark = pytest.mark.django_db
 
@@ -156,14 +156,6 @@ async def post_decision(interrupt_pk: int, token: str, *, reply_leaves: bool) ->
     return sent
 
 
-def wait_until(check, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {check}"
-        time.sleep(0.02)
-    return value
-
-
 def reviewer_token() -> str:
     return make.token(make.user())
 
@@ -213,7 +205,7 @@ async def test_a_decision_whose_client_left_before_the_answer_stands():
     def acknowledged():
         return not Interrupt.objects.filter(pk=interrupt.pk, unacknowledged__isnull=False).exists()
 
-    await sync_to_async(wait_until)(acknowledged)
+    await until(sync_to_async(acknowledged))
     [resume] = await sync_to_async(resumes)(interrupt)
     assert await sync_to_async(outbox.claim_due)(10, "w") == [(resume.pk, True)]
 
@@ -229,7 +221,7 @@ async def test_a_decision_whose_answer_left_goes_to_the_agent():
     def acknowledged():
         return not Interrupt.objects.filter(pk=interrupt.pk, unacknowledged__isnull=False).exists()
 
-    await sync_to_async(wait_until)(acknowledged)  # on a thread of its own, once the body was handed over
+    await until(sync_to_async(acknowledged))  # on a thread of its own, once the body was handed over
     [resume] = await sync_to_async(resumes)(interrupt)
     assert await sync_to_async(outbox.claim_due)(10, "w") == [(resume.pk, True)]
     assert [e["payload"] for e in resume.input["resume"]] == [REJECT]

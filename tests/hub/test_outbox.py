@@ -1,12 +1,11 @@
 """The outbox, in process: who streams each queued run, leases, take-overs, and retries with backoff."""
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from interrupts.hub import outbox, wakeup
@@ -128,23 +127,6 @@ def test_claiming_a_run_that_waited_for_its_agent_tells_the_inbox_at_its_thread_
     assert told == [(retried.thread_id, 7, relay.Reason.DELIVERY)]
 
 
-def contended(step):
-    """``step()``, tried again while SQLite's shared in-memory test database says "table is locked".
-
-    That database refuses a second writer at once instead of waiting as a file
-    does (busy timeout), so on SQLite the racers queue here; on PostgreSQL they
-    really overlap and the row locks decide.
-    """
-    for _ in range(200):
-        try:
-            return step()
-        except OperationalError as problem:
-            if "locked" not in str(problem):
-                raise
-            time.sleep(0.005)
-    raise AssertionError("the database stayed locked")
-
-
 @committed
 def test_racing_claims_take_each_run_once():
     runs = [queued() for _ in range(8)]
@@ -153,7 +135,7 @@ def test_racing_claims_take_each_run_once():
     def claim(n):
         start.wait()
         try:
-            return pks(contended(lambda: outbox.claim_due(3, f"w-{n}")))
+            return pks(outbox.claim_due(3, f"w-{n}"))
         finally:
             connection.close()
 
@@ -207,10 +189,10 @@ def test_racing_take_overs_have_exactly_one_winner():
     start = threading.Barrier(4)
 
     def take(n):
-        [seen] = contended(lambda: outbox.lapsed(timezone.now()))
+        [seen] = outbox.lapsed(timezone.now())
         start.wait()
         try:
-            return contended(lambda: outbox.take_over(seen, f"w-{n}"))
+            return outbox.take_over(seen, f"w-{n}")
         finally:
             connection.close()
 

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from interrupts.hub import decisions, policies
 from interrupts.rules import eligibility
 from interrupts.hub.refusals import Refusal
-from interrupts.models import Interrupt
+from interrupts.models import Interrupt, Policy
 
 from .. import factories as make
 
@@ -120,3 +120,27 @@ def test_a_change_made_around_the_trail_is_in_force_within_the_held_time(monkeyp
         cursor.execute("UPDATE interrupts_policy SET required_approvals = 2 WHERE id = %s", [policy.pk])
     monkeypatch.setattr(eligibility, "HELD_SECONDS", 0)
     assert eligibility.rule_for(interrupt).required_approvals == 2
+
+
+# --- ORM writes that send no signal (QuerySet.update, rows of the m2m's through model) ----------
+# They append no trail entry either: the held policies must not outlive them.
+
+
+def test_a_policy_tightened_by_a_queryset_update_is_in_force_for_the_next_decision():
+    agent = make.agent()
+    policy = make.policy(agent=agent)
+    interrupt = raised(agent)
+    assert eligibility.rule_for(interrupt).required_approvals == 1
+    Policy.objects.filter(pk=policy.pk).update(required_approvals=2)
+    assert eligibility.rule_for(raised(agent)).required_approvals == 2
+
+
+def test_a_policy_narrowed_through_its_m2m_rows_is_in_force_for_the_next_decision():
+    agent = make.agent()
+    policy = make.policy(agent=agent)
+    reviewer = make.user()
+    shippers = Group.objects.create(name="Shippers")  # its own entry comes before the policies are held
+    assert refusal_of(raised(agent), reviewer) is None
+    Policy.groups.through.objects.create(policy=policy, group=shippers)
+    Policy.objects.filter(pk=policy.pk).update(restricted=True)
+    assert refusal_of(raised(agent), reviewer) == "NOT_ELIGIBLE"

@@ -24,6 +24,7 @@ from interrupts.sdk.verify import attested_approvals, check_signature
 from .. import factories as make
 from ..e2e.scripted_agent import ScriptedAgent, finished, started
 from ..loopback import frame, send, stream
+from ..waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -449,11 +450,15 @@ async def test_a_run_streams_while_asgiref_s_shared_thread_is_busy(agent):
     run = await sync_to_async(claimed_run)(f"{agent.url}/chat/")
     # Everything sent to asgiref's thread-sensitive executor outside a request
     # shares one thread; streaming's database work must not queue behind it.
-    release = threading.Event()
-    busy = asyncio.ensure_future(sync_to_async(release.wait)(10))
+    occupied, release = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        occupied.set()
+        return release.wait(10)
+
+    busy = asyncio.ensure_future(sync_to_async(hold)())
     try:
-        await asyncio.sleep(0.05)
-        assert not busy.done()
+        await until(occupied.is_set)  # the shared thread is taken
         told = await asyncio.wait_for(streaming.stream_run(run.pk, WORKER), 5)
         assert told is None and not busy.done()
     finally:
@@ -521,12 +526,7 @@ async def test_writes_that_keep_failing_leave_the_run_to_recovery_not_to_a_dead_
     left = await stored(run.pk)
     assert left.status == "streaming" and left.sent_at is not None  # nothing recorded as its ending
     # The lease (0.3 s) runs out: nothing renews it any more.
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while not (found := await sync_to_async(outbox.lapsed)(timezone.now())):
-        assert loop.time() < deadline, "the claim never lapsed"
-        await asyncio.sleep(0.05)
-    [lapsed] = found
+    [lapsed] = await until(lambda: sync_to_async(outbox.lapsed)(timezone.now()), timeout=5)
     assert lapsed.pk == run.pk and await sync_to_async(outbox.take_over)(lapsed, "another")
     await sync_to_async(streaming.recover)(lapsed, "another")
     ended = await stored(run.pk)

@@ -19,6 +19,7 @@ from interrupts.models import Event, Interrupt, Run
 
 from .. import factories as make
 from ..e2e.scripted_agent import ScriptedAgent
+from ..waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,6 +48,30 @@ async def boss():
     await made.stop()
     wakeup.register(before)
     await sync_to_async(connections.close_all)()  # the worker thread's, or PostgreSQL keeps the test database
+
+
+class Ticks:
+    """Counts the ticks a supervisor's loop has finished, so a test waits for one instead of guessing its length."""
+
+    def __init__(self, made: supervisor.Supervisor) -> None:
+        self.started = self.done = 0
+        self.changed = asyncio.Condition()
+        tick = made.tick
+
+        async def counted() -> None:
+            self.started += 1
+            try:
+                await tick()
+            finally:
+                async with self.changed:
+                    self.done += 1
+                    self.changed.notify_all()
+
+        made.tick = counted  # run_forever calls self.tick: the real one, counted
+
+    async def reach(self, count: int, timeout: float = 10) -> None:
+        async with self.changed:
+            await asyncio.wait_for(self.changed.wait_for(lambda: self.done >= count), timeout)
 
 
 async def settled(made: supervisor.Supervisor) -> None:
@@ -141,31 +166,31 @@ async def test_a_tick_escalates_a_missed_target_and_lapses_an_idle_claim(boss, s
 
 
 async def test_wake_from_another_thread_starts_a_tick_at_once(agent, boss):
+    ticks = Ticks(boss)
     boss.start()
-    await asyncio.sleep(0.3)  # its first tick found nothing; the next poll is a minute away
+    await ticks.reach(1)  # its first tick found nothing; the next poll is a minute away
     run = await queued_on(f"{agent.url}/approve/")
-    await asyncio.sleep(0.5)
-    assert await status_of(run.pk) == "queued"  # nobody told it
+    # Nobody told it: a wake-up would have reached the loop before this line (call_soon_threadsafe is
+    # first in, first out), and would show as set, or as a second tick begun.
+    assert not boss.wakeup.is_set() and ticks.started == 1
+    assert await status_of(run.pk) == "queued"
 
     waker = threading.Thread(target=wakeup.wake)
-    began = time.monotonic()
     waker.start()
     waker.join()
-    while await status_of(run.pk) in ("queued", "streaming"):
-        assert time.monotonic() - began < 10, "the wake-up did not start a tick"
-        await asyncio.sleep(0.05)
+    await ticks.reach(2)  # fails after 10 s: the wake-up did not start a tick
+    await settled(boss)
     assert await status_of(run.pk) == "interrupted"
 
 
 async def test_a_run_queued_by_a_request_wakes_the_running_supervisor_after_commit(agent, boss):
+    ticks = Ticks(boss)
     boss.start()
-    await asyncio.sleep(0.3)
+    await ticks.reach(1)  # its first tick found nothing; the next poll is a minute away
     agent_row = await sync_to_async(make.agent)(url=f"{agent.url}/approve/")
     run = await sync_to_async(runs.start_run)(agent_row, message="go")  # commits, then wakes
-    began = time.monotonic()
-    while await status_of(run.pk) in ("queued", "streaming"):
-        assert time.monotonic() - began < 10, "the queued run was not picked up"
-        await asyncio.sleep(0.05)
+    await ticks.reach(2)  # fails after 10 s: the queued run was not picked up
+    await settled(boss)
     assert await status_of(run.pk) == "interrupted"
 
 
@@ -179,8 +204,7 @@ async def test_an_operator_stops_a_stream_of_this_process_at_once(agent, boss, s
     def started() -> bool:
         return Event.objects.filter(run_id=run.pk, type="RUN_STARTED").exists()
 
-    while not await started():
-        await asyncio.sleep(0.05)
+    await until(started)
     stream = next(task for task in boss.tasks if task.get_name() == f"stream-{run.pk}")
     began = time.monotonic()
     assert await sync_to_async(runs.cancel)(run, await sync_to_async(make.user)(is_staff=True))

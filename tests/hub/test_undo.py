@@ -8,7 +8,6 @@ row lock there, the one writer on SQLite.
 
 import asyncio
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -23,6 +22,7 @@ from interrupts.rules.words import OUTCOME_WORDS, outcome_words
 from interrupts.hub.refusals import Refusal
 
 from .. import factories as make
+from ..e2e.conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 committed = pytest.mark.django_db(transaction=True)
@@ -235,9 +235,12 @@ def test_words_for_each_outcome():
 class Listener:
     def __init__(self, loop):
         self.loop, self.woken = loop, []
+        self.first = loop.create_future()
 
     def wake(self):
         self.woken.append(self.loop.time())
+        if not self.first.done():
+            self.first.set_result(None)
 
     def stop_stream(self, run_pk):
         pass
@@ -254,7 +257,7 @@ def test_the_end_of_the_hold_wakes_the_supervisor_without_waiting_for_a_poll():
     try:
         started = loop.time()
         runs._wake_after(0.2)
-        loop.run_until_complete(asyncio.sleep(0.4))
+        loop.run_until_complete(asyncio.wait_for(listener.first, 5))
     finally:
         wakeup.register(None)
         loop.close()
@@ -279,12 +282,35 @@ def _due(interrupt) -> Run:
     return resume
 
 
+class _InFlight(list):
+    """An execute wrapper: the statements its thread has sent and not yet had answered."""
+
+    def __call__(self, execute, sql, params, many, context):
+        self.append(sql)
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.remove(sql)
+
+
+def _waits_for_a_lock(inflight: _InFlight) -> bool:
+    """Whether the thread ``inflight`` watches is blocked on a lock another transaction holds."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND wait_event_type = 'Lock'")
+            return cursor.fetchone()[0] > 0
+    # SQLite's one writer: a transaction begins IMMEDIATE, and its BEGIN waits out the busy timeout.
+    return any(sql.startswith("BEGIN") for sql in list(inflight))
+
+
 def _in_thread(work):
-    result = {}
+    result = {"inflight": _InFlight()}
 
     def target():
         try:
-            result["value"] = work()
+            with connection.execute_wrapper(result["inflight"]):
+                result["value"] = work()
         except Exception as problem:  # noqa: BLE001  (the test reads it)
             result["error"] = problem
         finally:
@@ -313,7 +339,8 @@ def test_an_undo_waiting_behind_a_claim_is_told_it_is_too_late():
     thread, result = _in_thread(claim_and_hold)
     assert claimed.wait(5)
     undo_thread, undone = _in_thread(lambda: decisions.undo(interrupt, me))
-    time.sleep(0.3)  # the undo is waiting for the lock (PostgreSQL: the run's row; SQLite: the database)
+    # The undo is waiting for the lock (PostgreSQL: the run's row; SQLite: the database).
+    wait_for(lambda: _waits_for_a_lock(undone["inflight"]), timeout=5)
     release.set()
     thread.join(10)
     undo_thread.join(10)
@@ -340,7 +367,8 @@ def test_a_claim_during_an_undo_finds_nothing_to_send(monkeypatch):
     undo_thread, undone = _in_thread(lambda: decisions.undo(interrupt, me))
     assert locked.wait(5)
     claim_thread, claimed = _in_thread(lambda: outbox.claim_due(10, "w"))
-    time.sleep(0.3)
+    # The claim ran while the undo held its lock: it skipped the locked row and finished, or it waits.
+    wait_for(lambda: not claim_thread.is_alive() or _waits_for_a_lock(claimed["inflight"]), timeout=5)
     release.set()
     undo_thread.join(10)
     claim_thread.join(10)

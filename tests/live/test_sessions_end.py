@@ -25,6 +25,7 @@ from interrupts.live import relay
 from project.asgi import application
 
 from .. import factories as make
+from ..waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,11 +76,6 @@ async def closed_within(communicator: WebsocketCommunicator, seconds: float = 1.
             assert output == LOG_IN_FIRST
             return heard
         heard.append(output)
-
-
-async def still_open(communicator: WebsocketCommunicator) -> None:
-    """The socket is open and hears what is broadcast to it now (a poke to the inbox and every thread)."""
-    assert await communicator.receive_nothing(timeout=0.2)
 
 
 @database_sync_to_async
@@ -184,19 +180,31 @@ async def test_a_session_that_runs_out_closes_its_sockets_when_it_does():
     run = await database_sync_to_async(make.run)()
     sockets = [await open_socket(p, key) for p in ("/ws/inbox/", f"/ws/threads/{run.thread.thread_id}/")]
     expires = await Session.objects.values_list("expire_date", flat=True).aget(session_key=key)
-    # Nothing is announced: each socket checks again at its session's expiry.
-    await asyncio.sleep(max(0.0, (expires - timezone.now()).total_seconds()))
-    for socket in sockets:
-        await closed_within(socket)
+    # Nothing is announced: each socket checks again at its session's expiry, and closes then, not before.
+    await closed_within(sockets[0], seconds=(expires - timezone.now()).total_seconds() + 1)
+    assert timezone.now() >= expires
+    await closed_within(sockets[1])
 
 
-async def test_a_session_extended_meanwhile_keeps_its_sockets():
+async def test_a_session_extended_meanwhile_keeps_its_sockets(monkeypatch):
+    from interrupts.live import standing
+
+    checked, check = [], standing.check
+
+    def noted(*args):
+        found = check(*args)
+        checked.append((timezone.now(), found))
+        return found
+
+    monkeypatch.setattr(standing, "check", noted)
     user, [key] = await reviewer_with_sessions(expiry=2)
     socket = await open_socket("/ws/inbox/", key)
     first = await Session.objects.values_list("expire_date", flat=True).aget(session_key=key)
     await Session.objects.filter(session_key=key).aupdate(expire_date=timezone.now() + timedelta(hours=1))
     # Past the first expiry: the socket checked, found its session extended, and stayed open.
-    await asyncio.sleep((first - timezone.now()).total_seconds() + 0.5)
+    [(_when, found), *_] = await until(lambda: [(when, found) for when, found in checked if when >= first],
+                                        timeout=(first - timezone.now()).total_seconds() + 5)
+    assert found is not None and found[1] > first + timedelta(minutes=30)
     await database_sync_to_async(relay.inbox_changed)(7, 3, relay.Reason.DECIDED)
     assert (await socket.receive_json_from(timeout=3))["type"] == "changed"
     await socket.disconnect()

@@ -1,5 +1,5 @@
 """responseSchemas written by a hostile agent: nothing fetched, linear-time
-patterns, bounded size and bounded validation work (issue 10).
+patterns, bounded size and bounded validation work.
 """
 
 from __future__ import annotations

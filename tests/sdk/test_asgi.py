@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -24,7 +23,9 @@ from interrupts.sdk import Agent
 from interrupts.sdk.asgi import agent_app
 from interrupts.sdk.driver import MAX_REQUEST_BYTES
 
+from ..e2e.conftest import wait_for
 from ..servers import ROOT, free_port, stop_process
+from ..waiting import until
 from .test_verify import SECRET, Shipper, entry, resume_input, signed
 
 FIRST = json.dumps({"threadId": "t", "runId": "r1", "messages": []}).encode()
@@ -249,7 +250,7 @@ async def test_a_client_that_disconnects_mid_stream_stops_an_agent_that_does_not
     served = asyncio.ensure_future(agent_app(agent)(scope("POST", {"content-type": "application/json"}),
                                                     incoming.get, send))
     await asyncio.wait_for(agent.started.wait(), timeout=5)
-    await asyncio.sleep(0.05)
+    await until(lambda: b"waiting" in b"".join(m.get("body", b"") for m in sent))  # the client has heard it
     incoming.put_nowait({"type": "http.disconnect"})
     await asyncio.wait_for(served, timeout=5)
     await asyncio.wait_for(agent.cancelled.wait(), timeout=5)
@@ -316,21 +317,11 @@ def uvicorn_agents(served, tmp_path_factory):
             stdout=out, stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
-        while "Uvicorn running on" not in log.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_for(lambda: "Uvicorn running on" in log.read_text() or process.poll() is not None, timeout=30)
+        assert process.poll() is None, log.read_text()
         yield url
     finally:
         stop_process(process)
-
-
-def wait_for(check, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {check.__name__}"
-        time.sleep(0.05)
-    return value
 
 
 def approved_through_the_hub(served, name: str) -> tuple[dict, list[dict]]:

@@ -47,19 +47,29 @@ async def test_a_repeated_request_is_answered_with_the_same_events_and_not_acted
     assert agent.acted == 2 and other.events()[-1]["result"] == {"acted": 2}
 
 
-async def test_a_run_whose_caller_went_away_runs_to_its_end_and_the_repeat_gets_that_end():
+async def test_a_run_whose_caller_went_away_runs_to_its_end_and_the_repeat_gets_that_end(monkeypatch):
+    replaying, replay = asyncio.Event(), dedupe._replay
+
+    async def noted(record):
+        replaying.set()
+        async for frame in replay(record):
+            yield frame
+
+    monkeypatch.setattr(dedupe, "_replay", noted)
     go = asyncio.Event()
     agent = Counter(go)
     app = agent_app(agent)
     incoming: asyncio.Queue = asyncio.Queue()
     incoming.put_nowait({"type": "http.request", "body": body(), "more_body": False})
-    served = asyncio.ensure_future(app(scope("POST", {"content-type": "application/json"}), incoming.get,
-                                       lambda message: asyncio.sleep(0)))
+    async def ignore(message):
+        pass
+
+    served = asyncio.ensure_future(app(scope("POST", {"content-type": "application/json"}), incoming.get, ignore))
     await asyncio.wait_for(agent.started.wait(), 5)
     incoming.put_nowait({"type": "http.disconnect"})  # Countersign's process died mid-stream
     await asyncio.wait_for(served, 5)
     repeat = asyncio.ensure_future(asgi(app, body=body()))  # the re-send waits for the run's end
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(replaying.wait(), 5)  # it is reading the recorded run, which cannot end before go
     assert not repeat.done()
     go.set()
     answer = await asyncio.wait_for(repeat, 5)
