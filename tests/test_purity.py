@@ -112,14 +112,20 @@ def _type_only(tree: ast.AST) -> set[int]:
     return hidden
 
 
-def app_imports(runtime_only: bool = False) -> dict[str, set[str]]:
+def _sources(planted: dict[Path, str] | None) -> list[tuple[Path, str]]:
+    # A probe is planted in memory, not on disk: other workers scan the same tree at the same time.
+    real = [(path, path.read_text()) for path in sorted(APP.rglob("*.py"))]
+    return real + sorted((planted or {}).items())
+
+
+def app_imports(runtime_only: bool = False, planted: dict[Path, str] | None = None) -> dict[str, set[str]]:
     """Every interrupts module, and the interrupts modules it imports (anywhere in its source)."""
     graph: dict[str, set[str]] = {}
-    for path in sorted(APP.rglob("*.py")):
+    for path, text in _sources(planted):
         name = _module_name(path)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found: set[str] = set()
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(text, filename=str(path))
         hidden = _type_only(tree) if runtime_only else set()
         for node in ast.walk(tree):
             if id(node) in hidden:
@@ -177,12 +183,8 @@ def test_every_import_points_down_or_across():
 
 
 def test_the_layer_test_sees_rules_reaching_into_the_hub_or_the_reads():
-    fake = APP / "rules" / "_upward_probe.py"
-    fake.write_text("from ..hub import refusals\nfrom ..reads import selectors\n")
-    try:
-        graph = app_imports()
-    finally:
-        fake.unlink()
+    graph = app_imports(planted={APP / "rules" / "_upward_probe.py":
+                                 "from ..hub import refusals\nfrom ..reads import selectors\n"})
     found = graph["interrupts.rules._upward_probe"]
     assert {"interrupts.hub.refusals", "interrupts.reads.selectors"} <= found
     assert all(layer_of(target) > layer_of("interrupts.rules._upward_probe") for target in found)
@@ -211,12 +213,7 @@ def test_no_import_cycle():
 
 def test_the_layer_test_sees_an_upward_import(tmp_path, monkeypatch):
     # The check itself, on a module that reaches up: a selector imported by a service.
-    fake = APP / "hub" / "_upward_probe.py"
-    fake.write_text("from ..reads import selectors\n")
-    try:
-        graph = app_imports()
-    finally:
-        fake.unlink()
+    graph = app_imports(planted={APP / "hub" / "_upward_probe.py": "from ..reads import selectors\n"})
     assert "interrupts.reads.selectors" in graph["interrupts.hub._upward_probe"]
     assert layer_of("interrupts.reads.selectors") > layer_of("interrupts.hub._upward_probe")
 
@@ -226,13 +223,13 @@ def test_the_layer_test_sees_an_upward_import(tmp_path, monkeypatch):
 TRANSITIONS = APP / "models" / "transitions.py"
 
 
-def version_bumps() -> list[str]:
+def version_bumps(planted: dict[Path, str] | None = None) -> list[str]:
     """Every ``F("version")`` outside the transitions: a version moved by hand, apart from its status change."""
     found = []
-    for path in sorted(APP.rglob("*.py")):
+    for path, text in _sources(planted):
         if path == TRANSITIONS or "migrations" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(ast.parse(text, filename=str(path))):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "F"
                     and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "version"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
@@ -245,10 +242,6 @@ def test_only_the_transitions_move_a_version():
 
 
 def test_the_version_test_sees_a_bump_by_hand():
-    fake = APP / "hub" / "_version_probe.py"
-    fake.write_text("from django.db import models\n\nBUMP = {\"version\": models.F(\"version\") + 1}\n")
-    try:
-        found = version_bumps()
-    finally:
-        fake.unlink()
+    found = version_bumps(planted={APP / "hub" / "_version_probe.py":
+                                   "from django.db import models\n\nBUMP = {\"version\": models.F(\"version\") + 1}\n"})
     assert found == ["interrupts/hub/_version_probe.py:3"]
