@@ -201,8 +201,9 @@ class ServedApp:
             )
         return self
 
-    def ready(self, timeout: float = 30) -> "ServedApp":
+    def ready(self, timeout: float = 120) -> "ServedApp":
         """Wait until the launched server listens; stop it and fail if it does not."""
+        # Usually a second or two; on a machine shared by several test runs it took over 30.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if f"listening on {self.url}/" in self.log.read_text():
