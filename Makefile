@@ -97,14 +97,18 @@ browser:
 lint: venv
 	$(VENV)/bin/ruff check .
 
+# The suite runs on TEST_WORKERS pytest-xdist workers (-n; --dist loadfile is in pyproject.toml):
+# most tests wait on servers, agents and Chromium, so more workers than the 2 cores pay.
+TEST_WORKERS ?= 4
+
 test: venv peers $(AXE)/node_modules/.installed browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 # The same suite against PostgreSQL and Redis (started on loopback by bin/services).
 test-scale: venv peers $(AXE)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
 	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL"; \
-	  $(PY) -m pytest
+	  $(PY) -m pytest -n $(TEST_WORKERS)
 
 # Figures, not pass/fail: each benchmark prints its own table and writes
 # bench/results/<name>.json, on SQLite and on PostgreSQL + Redis (started on
