@@ -189,6 +189,13 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
     page.on("request", lambda request: sent.append(request.url) if request.method == "POST" else None)
     form = page.locator("form[data-schema-form]:has(.fallback:visible)")
     expect(form).to_have_count(1)
+    # Each attempt as the guard left it (window's capture runs first; the verdict is read a task later).
+    page.evaluate("""() => {
+        window.__attempts = [];
+        const note = (kind, event) => setTimeout(() => window.__attempts.push([kind, event.defaultPrevented]));
+        window.addEventListener("submit", (event) => note("submit", event), true);
+        document.addEventListener("htmx:configRequest", (event) => note("htmx", event));
+    }""")
     form.evaluate("""(form, target) => {
         const button = document.createElement("button");
         button.setAttribute("formaction", target); button.name = "action"; button.value = "approve";
@@ -204,7 +211,10 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
     page.locator("#slipped").click(timeout=3000)
     page.locator("#slipped-field").fill("typed", timeout=3000)
     page.locator("#slipped-field").press("Enter", timeout=3000)
-    page.wait_for_timeout(1000)
+    # The button, Enter in the field, and the htmx element have each been tried and refused.
+    page.wait_for_function("window.__attempts.filter(([kind]) => kind === 'submit').length >= 2"
+                           " && window.__attempts.some(([kind]) => kind === 'htmx')", timeout=TIMEOUT)
+    assert all(refused for _kind, refused in page.evaluate("window.__attempts")), page.evaluate("window.__attempts")
     assert not [url for url in sent if url.endswith(target)], sent
     with site.api() as api:
         assert api.get(f"/api/interrupts/{victim['id']}/").json()["status"] == "pending"
