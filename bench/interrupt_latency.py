@@ -132,7 +132,7 @@ async def one_round(api: httpx.AsyncClient, inbox: Inbox, agent_process, runs: i
     return latencies, runs - len(latencies)
 
 
-async def measure(backend, agent_process) -> dict:
+async def measure(backend, agent_process, max_rounds: int) -> dict:
     with served(backend, "inbox-latency", **CAPS) as app:
         register_agent(app, "bench-interrupt", agent_process.url("/interrupt/"))
         inbox = await Inbox.open(app, session_cookie(app))
@@ -142,7 +142,7 @@ async def measure(backend, agent_process) -> dict:
             await one_round(api, inbox, agent_process, 1, 0)  # warm-up, not counted
             for name, runs, rounds, spread in SCENARIOS:
                 samples, missing, drops = [], 0, inbox.drops
-                for _ in range(rounds):
+                for _ in range(min(rounds, max_rounds)):
                     latencies, lost = await one_round(api, inbox, agent_process, runs, spread)
                     samples += latencies
                     missing += lost
@@ -158,12 +158,14 @@ async def measure(backend, agent_process) -> dict:
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0]).parse_args()
+    parser = arguments(__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="At most this many rounds per scenario.")
+    args = parser.parse_args()
     chosen = backends(args.backend)
     results = {}
     with agent("inbox-latency") as agent_process:
         for backend in chosen:
-            results[backend.name] = asyncio.run(measure(backend, agent_process))
+            results[backend.name] = asyncio.run(measure(backend, agent_process, args.rounds))
     rows = []
     for name, *_ in SCENARIOS:
         cells = []

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# BENCH_RESULTS: elsewhere (`make bench-smoke` writes to a temporary folder, not the figures kept here).
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -37,7 +38,7 @@ def table(title: str, header: list[str], rows: list[list]) -> None:
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=RESULTS.parent, timeout=10).stdout.strip()
+                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -81,7 +82,7 @@ def save(name: str, results: dict, **about) -> Path:
         copy = run_folder(document["run"]) / f"{name}.json"
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(text)
-    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    print(f"wrote {path}")
     return path
 
 

@@ -369,7 +369,7 @@ def chart(results: dict, levels, measured: str, cpus: int) -> None:
     if os.environ.get("BENCH_CHART_PNG"):  # a PNG to look at, e.g. where nothing renders SVG
         figure.savefig(os.environ["BENCH_CHART_PNG"], dpi=80)
     plt.close(figure)
-    print(f"wrote {RESULTS_CHART.relative_to(RESULTS.parent.parent)}")
+    print(f"wrote {RESULTS_CHART}")
 
 
 def main() -> None:

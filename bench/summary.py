@@ -30,7 +30,7 @@ from pathlib import Path
 
 from report import RESULTS, run_folder, table
 
-ROOT = RESULTS.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "benchmarks.md"
 BACKENDS = (("sqlite", "SQLite + in-memory"), ("postgres", "PostgreSQL + Redis"))
 

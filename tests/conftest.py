@@ -1,11 +1,19 @@
 import multiprocessing
+import os
+
+import pytest
+from django.conf import settings as django_settings
 
 # Channels' live-server machinery hangs the WebSocket handshake after earlier
 # async tests when forked; spawned children start clean.
 multiprocessing.set_start_method("spawn", force=True)
 
-
-import pytest
+# Under pytest-xdist each worker is its own process with its own test database
+# (pytest-django suffixes it) and temp dirs; the Redis channel layer, shared by
+# every worker, gets a prefix per worker so one worker's groups never reach another's.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if WORKER and "prefix" in django_settings.CHANNEL_LAYERS["default"].get("CONFIG", {}):
+    django_settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] += WORKER
 
 
 @pytest.fixture(autouse=True)
@@ -53,14 +61,41 @@ def served(tmp_path_factory):
     app.stop()
 
 
+def _tier(item) -> int:
+    parts = item.path.relative_to(item.config.rootpath).parts
+    return 2 if "browser" in parts else 1 if "e2e" in parts else 0
+
+
 def pytest_collection_modifyitems(session, config, items):
-    # Browser tests last: Playwright's sync API runs an event loop of its own,
-    # which must not overlap the async tests.
-    items.sort(key=lambda item: "/browser/" in str(item.path))
+    # In-process tests first, then end-to-end, then the browser: Playwright's sync API
+    # runs an event loop of its own, which must not overlap the async tests. The
+    # `e2e` and `browser` markers let `-m "not e2e and not browser"` run the fast part.
+    for item in items:
+        tier = _tier(item)
+        if tier == 1:
+            item.add_marker(pytest.mark.e2e)
+        elif tier == 2:
+            item.add_marker(pytest.mark.browser)
+    items.sort(key=_tier)
+
+
+def pytest_runtest_setup(item):
+    # Browser tests come last; should another test follow one anyway (a -k selection, a worker's
+    # queue), the shared Chromium and Playwright's event loop stop before it.
+    if _tier(item) != 2:
+        from .browser import chromium
+
+        chromium.close()
+
+
+def pytest_sessionfinish(session):
+    from .browser import chromium
+
+    chromium.close()
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory):
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
     # The test database on SQLite is a file, as deployed: Django's default, an
     # in-memory database shared between threads, refuses a second writer at
     # once ("database table is locked") where a file waits its busy timeout,

@@ -1,42 +1,35 @@
 """Real Chromium (Debian's, never a downloaded build) driven by Playwright against `manage.py serve`."""
 
 import os
-import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ..servers import ROOT, ServedApp
+from . import chromium
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-# Quiet on a closed network: no update checks, no sync, no background fetches.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-def chromium_or_skip() -> str:
-    if Path(CHROMIUM).exists() or shutil.which(CHROMIUM):
-        return CHROMIUM
-    message = f"{CHROMIUM} is missing: install Debian's chromium (make test does, as root)"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI needs the browser tests: {message}")
-    pytest.skip(f"BROWSER TESTS SKIPPED: {message}")
+@pytest.fixture(scope="session")
+def chromium_session(django_db_setup):
+    # Set up after the test database, so closed (with Playwright's event loop) before it is
+    # torn down: Django refuses to drop it from inside a running loop.
+    yield
+    chromium.close()
 
 
-# Playwright's sync API keeps an event loop running while it is open: close it
-# with the module, so the async tests that may follow get a loop of their own.
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    executable = chromium_or_skip()
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        yield launched
-        launched.close()
+def browser(chromium_session):
+    # One Chromium per worker (a launch is a second or two); each module's contexts are closed
+    # after it, so no page of one file lives on into the next.
+    launched = chromium.shared()
+    yield launched
+    for context in list(launched.contexts):
+        context.close()
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +152,29 @@ def shoot(page, name: str, *, full_page: bool = True) -> Path:
     path = ARTIFACTS / f"{name}-{width}.png"
     page.screenshot(path=str(path), full_page=full_page, animations="disabled")
     return path
+
+
+def settled(page) -> None:
+    """Until the page has loaded (its images loaded or failed) and painted twice since.
+
+    By then autofocus, onload and onerror handlers and a first frame's animations
+    have run: what a check for their effects waits on, rather than a fixed time.
+    """
+    page.wait_for_load_state("load")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+def runs_settled(site, thread: str, timeout: float = 15) -> list[str]:
+    """Wait until no run of ``thread`` is queued or streaming, so nothing more goes to its agent; their statuses."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = [status for (status,) in site.query(
+            "SELECT r.status FROM interrupts_run r JOIN interrupts_thread t ON r.thread_id = t.id "
+            "WHERE t.thread_id = %s ORDER BY r.id", thread)]
+        if not {"queued", "streaming"} & set(statuses):
+            return statuses
+        assert time.monotonic() < deadline, f"runs of {thread} still going: {statuses}"
+        time.sleep(0.05)
 
 
 def sideways_overflow(page) -> int:

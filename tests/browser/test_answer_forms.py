@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import Reviewer, axe_check, no_sideways_scroll
+from .conftest import Reviewer, axe_check, no_sideways_scroll, settled
 from .test_review import TIMEOUT, start
 
 WIDTHS = {1440: 900, 390: 844}
@@ -170,9 +170,11 @@ def test_edit_and_approve_by_field_with_a_word_diff_and_no_unedited_approve(pers
     expect(diff).to_contain_text("unchanged: to, subject")
     expect(approve).to_be_disabled()
     card.focus()
+    posted = []
+    page.on("request", lambda request: posted.append(request.url) if request.method == "POST" else None)
     page.keyboard.press("a")
-    page.wait_for_timeout(300)  # a decision would have replaced the card by now
-    assert decisions_of(site, thread) == []
+    settled(page)  # the key's handler has run: a decision would have been posted from it
+    assert posted == [] and decisions_of(site, thread) == []
     no_sideways_scroll(page)
     # Changed again: the preview of the old edits is gone, so its button cannot send them.
     body.fill("Email c@d.com about dinner at eight")

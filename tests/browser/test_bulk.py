@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from ..e2e.scripted_agent import batch_interrupts
 from ..loopback import LoopbackAgent, stream
+from .conftest import runs_settled
 from .test_review import TIMEOUT, inbox_for, start
 
 
@@ -89,7 +90,7 @@ def test_pick_with_click_shift_click_and_x_then_approve_with_one_skipped(reviewe
         if trio.resumes(batch):
             break
         time.sleep(0.05)
-    time.sleep(0.3)  # a second resume, were there one, would have been sent by now
+    runs_settled(site, batch)  # a second resume would be a run queued or streaming now
     [resume] = trio.resumes(batch)
     assert sorted(entry["interruptId"] for entry in resume["resume"]) == ["int-0", "int-1", "int-2"]
     [raised] = [b for b in trio.bodies if b["threadId"] == batch and not b.get("resume")]

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from ..e2e.scripted_agent import APPROVAL_SCHEMA, finished, started
 from ..loopback import LoopbackAgent, frame, stream
 from ..servers import ROOT, ServedApp
-from .conftest import Reviewer
+from .conftest import Reviewer, runs_settled
 from .test_review import TIMEOUT, inbox_for, start
 
 HOLD = 2.5
@@ -155,7 +155,7 @@ def test_undo_brings_the_card_back_and_nothing_reaches_the_agent(people, site, a
     expect(line.get_by_test_id("sent")).to_be_visible(timeout=TIMEOUT)
     [resume] = wait_for(lambda: agent.resumes(thread), "the resume reached the agent")
     assert resume["resume"][0]["payload"] == {"approved": False}
-    time.sleep(0.3)  # a second resume, were there one, would have been sent by now
+    runs_settled(site, thread)  # a second resume would be a run queued or streaming now
     assert len(agent.resumes(thread)) == 1
 
 

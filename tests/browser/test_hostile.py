@@ -16,6 +16,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
+from .conftest import settled
 from .hostile_agent import MARK, TEXT, HostileAgent
 
 TIMEOUT = 15_000
@@ -113,7 +114,7 @@ def probe(person, path: str, *, ours: bool = True, ready=None) -> dict:
     assert "script-src 'self'" in policy and "unsafe" not in policy, (path, policy)
     if ready:
         ready(page)
-    page.wait_for_timeout(300)  # autofocus, onload, animations
+    settled(page)  # autofocus, onload, animations
     main = page.locator("main") if page.locator("main").count() else page.locator("body")
     # Click: every details summary (opens them, so what they hold can be hovered), label, field
     # and in-page link; never a button (Approve, Reject, Cancel, Send answer would decide).
@@ -138,7 +139,7 @@ def probe(person, path: str, *, ours: bool = True, ready=None) -> dict:
     focusable = page.locator("a[href], button, input, select, textarea, summary, [tabindex]").count()
     for _ in range(min(focusable + 3, 150)):
         page.keyboard.press("Tab")
-    page.wait_for_timeout(200)
+    settled(page)
     seen = {
         "pwned": page.evaluate("window.__pwned"),
         "title": page.title(),
@@ -188,6 +189,13 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
     page.on("request", lambda request: sent.append(request.url) if request.method == "POST" else None)
     form = page.locator("form[data-schema-form]:has(.fallback:visible)")
     expect(form).to_have_count(1)
+    # Each attempt as the guard left it (window's capture runs first; the verdict is read a task later).
+    page.evaluate("""() => {
+        window.__attempts = [];
+        const note = (kind, event) => setTimeout(() => window.__attempts.push([kind, event.defaultPrevented]));
+        window.addEventListener("submit", (event) => note("submit", event), true);
+        document.addEventListener("htmx:configRequest", (event) => note("htmx", event));
+    }""")
     form.evaluate("""(form, target) => {
         const button = document.createElement("button");
         button.setAttribute("formaction", target); button.name = "action"; button.value = "approve";
@@ -203,7 +211,10 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
     page.locator("#slipped").click(timeout=3000)
     page.locator("#slipped-field").fill("typed", timeout=3000)
     page.locator("#slipped-field").press("Enter", timeout=3000)
-    page.wait_for_timeout(1000)
+    # The button, Enter in the field, and the htmx element have each been tried and refused.
+    page.wait_for_function("window.__attempts.filter(([kind]) => kind === 'submit').length >= 2"
+                           " && window.__attempts.some(([kind]) => kind === 'htmx')", timeout=TIMEOUT)
+    assert all(refused for _kind, refused in page.evaluate("window.__attempts")), page.evaluate("window.__attempts")
     assert not [url for url in sent if url.endswith(target)], sent
     with site.api() as api:
         assert api.get(f"/api/interrupts/{victim['id']}/").json()["status"] == "pending"
@@ -216,7 +227,7 @@ def test_the_edit_preview_is_inert(reviewer, site, hostile):
     card.locator("details[data-edit] > summary").click()
     card.get_by_role("button", name="Review changes").click()
     expect(card.get_by_test_id("edit-diff")).to_be_visible(timeout=TIMEOUT)
-    page.wait_for_timeout(300)
+    settled(page)
     assert page.evaluate("window.__pwned") is None and page.evaluate(DOM_FINDINGS) == []
     _still_pending(site, hostile["pending"])
 
@@ -292,7 +303,7 @@ def test_the_browser_enforces_the_csp(reviewer, site, hostile):
         img.setAttribute("onerror", "window.__injected = 2");
         document.body.append(img);
     }""")
-    page.wait_for_timeout(300)
+    # The browser reports each refusal as it makes it: once both are in, neither ran.
+    page.wait_for_function("['script-src-elem', 'script-src-attr'].every("
+                           "d => window.__violations.some(v => v.directive === d))", timeout=TIMEOUT)
     assert page.evaluate("window.__injected") is None
-    directives = {v["directive"] for v in page.evaluate("window.__violations")}
-    assert {"script-src-elem", "script-src-attr"} <= directives, directives

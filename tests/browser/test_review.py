@@ -7,6 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from ..e2e.scripted_agent import ScriptedAgent
+from .conftest import settled
 
 TIMEOUT = 15_000
 
@@ -186,7 +187,7 @@ def test_agent_supplied_markup_is_shown_as_text_everywhere(reviewer, site, evil_
     thread = start(site, "evil")
     for path in (f"/inbox/?thread={thread}", f"/threads/{thread}/", "/threads/"):
         page = reviewer.open(path)
-        page.wait_for_timeout(500)
+        settled(page)  # an injected <img src=x onerror=...> would have failed and fired by now
         assert reviewer.dialogs == [], path
         assert page.locator("img[src=x]").count() == 0, path
     page = reviewer.open(f"/inbox/?thread={thread}")
@@ -195,7 +196,7 @@ def test_agent_supplied_markup_is_shown_as_text_everywhere(reviewer, site, evil_
         [asked] = api.get("/api/interrupts/", params={"thread": thread}).json()["results"]
         api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "cancel"})
     page = reviewer.open("/audit/")
-    page.wait_for_timeout(300)
+    settled(page)
     assert reviewer.dialogs == [] and page.locator("img[src=x]").count() == 0
 
 

@@ -61,7 +61,7 @@ class PrivatePostgres:
         assert done.returncode == 0, f"{args[0]} failed:\n{done.stdout}\n{done.stderr}"
         return done
 
-    def create(self) -> "PrivatePostgres":
+    def create(self) -> PrivatePostgres:
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync",
                   "-E", "UTF8", "--locale=C")
         self.start()
@@ -104,7 +104,7 @@ class PrivateRedis:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> "PrivateRedis":
+    def start(self) -> PrivateRedis:
         with open(self.root / "redis.log", "a") as log:
             self.process = subprocess.Popen(
                 [self.program, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
