@@ -55,7 +55,7 @@ UV := $(VENV)/bin/uv
 	$(UV) pip install --quiet --python .venv-$*/bin/python -r $<
 	@touch $@
 
-peers: $(PEER_STAMPS) $(TS_PEER)/node_modules/.installed $(AGUI_CLIENT)/node_modules/.installed
+peers: $(PEER_STAMPS) .venv-sdk/.installed $(TS_PEER)/node_modules/.installed $(AGUI_CLIENT)/node_modules/.installed
 
 # Reinstalled (npm ci: exactly the lock file) when package-lock.json changes.
 $(TS_PEER)/node_modules/.installed: $(TS_PEER)/package-lock.json
@@ -165,7 +165,7 @@ bench-smoke: venv $(VENV)/.bench-installed
 	$(call run_benchmarks,$(BENCH_SMOKE),$(BENCH_SMOKE_BUDGET))
 
 clean:
-	rm -rf $(VENV) $(foreach peer,$(PEERS),.venv-$(peer)) $(TS_PEER)/node_modules $(AXE)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
+	rm -rf $(VENV) $(foreach peer,$(PEERS),.venv-$(peer)) .venv-sdk dist $(TS_PEER)/node_modules $(AXE)/node_modules db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles .pytest_cache test-artifacts
 
 # countersign-sdk, the agent SDK alone (sdk/pyproject.toml): `make sdk` builds its
 # wheel into dist/, again whenever its sources (interrupts/sdk, interrupts/protocol)
