@@ -12,12 +12,13 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
+from ..conf import API_EVENTS_PAGE
+from ..conf import API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import agents, claims, decisions, outbox, policies, refused, replies, runs
-from ..rules import eligibility
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
+from ..rules import eligibility
 from . import serializers as s
 
 

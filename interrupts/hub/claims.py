@@ -33,10 +33,10 @@ from django.utils import timezone
 from ..conf import MAX_PRESENCE_CARDS, settings
 from ..live import relay
 from ..models import Interrupt, Presence
-from . import policies
-from .trail import chain
 from ..rules import eligibility
+from . import policies
 from .refusals import Refusal
+from .trail import chain
 
 CLAIM_TAKEN = "claim.taken"
 CLAIM_RELEASED = "claim.released"

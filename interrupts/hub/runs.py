@@ -16,18 +16,19 @@ import hashlib
 import uuid
 from datetime import timedelta
 
-from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
+from ag_ui.core import Interrupt as WireInterrupt
+from ag_ui.core import ResumeEntry, RunAgentInput
 from django.db import transaction
 from django.utils import timezone
 
-from ..live import relay
-from . import outcomes, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
+from ..live import relay
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import dialects, signing
 from ..protocol.contract import ThreadGate, check_coverage, check_input, idempotency_key
 from ..protocol.conversation import outgoing
 from ..protocol.wire import dump
+from . import outcomes, wakeup
 from .refusals import Refusal
 
 

@@ -27,8 +27,6 @@ import httpx
 from ag_ui.core import Interrupt as WireInterrupt
 from django.db import InterfaceError, OperationalError, connection
 
-from . import crashpoints, dbthreads, egress, outbox
-from . import events, outcomes
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
 from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
@@ -38,6 +36,7 @@ from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
 from ..protocol.sse import SSEReader
 from ..protocol.wire import known_input, parse_event, parse_frame, strip_unknown_outcome
+from . import crashpoints, dbthreads, egress, events, outbox, outcomes
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q, Subquery, TextField
-from django.db.models.functions import Cast
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from ..conf import settings

@@ -32,8 +32,18 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
-from django.db.models import (Count, DateTimeField, DurationField, ExpressionWrapper, F, IntegerField, OuterRef, Q,
-                              Subquery, Value)
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 

@@ -11,19 +11,32 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import (BooleanField, Count, Exists, ExpressionWrapper, F, Func, IntegerField, Max, OuterRef,
-                              Prefetch, Q, Subquery, Window)
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Func,
+    IntegerField,
+    Max,
+    OuterRef,
+    Prefetch,
+    Q,
+    Subquery,
+    Window,
+)
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
-from ..rules import eligibility
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
+
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
+from ..rules import eligibility, words
 from ..rules.settling import may_have_acted, settleable_by
-from ..rules import words
 
 SORTS = {
     "oldest": ("created_at", "pk"),

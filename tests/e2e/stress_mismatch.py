@@ -14,11 +14,11 @@ again), whose acknowledged answers show as "received: []".
 
 import random
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-import tempfile
 
 import httpx
 
@@ -101,7 +101,7 @@ def main(threads=30, reviewers=10, kills=2):
                         acks.append((t0, time.time(), i, target["id"], r.status_code, r.json() if r.status_code < 500 else r.text, body))
                     except httpx.HTTPError as e:
                         acks.append((t0, time.time(), i, target["id"], None, repr(e), body))
-            except Exception as e:  # server down
+            except Exception:  # server down
                 time.sleep(0.05)
 
     workers = [threading.Thread(target=reviewer, args=(i,), daemon=True) for i in range(reviewers)]

@@ -12,15 +12,25 @@ interrupts reach the inbox and go back in the form ag-ui-langgraph takes.
 import httpx
 import pytest
 
-from interrupts.hub import outbox, runs, streaming
 from interrupts.hub import events as event_log
+from interrupts.hub import outbox, runs, streaming
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.dialects.langgraph_legacy import CANCELLED, METADATA_KEY, interrupt_id
 
 from .. import factories as make
 from ..agui import post_run, resume_body
-from .conftest import (decide, events, finished_run, langgraph_agent, logged_in, paused, pending, resumed,
-                       start, state, wait_for)
+from .conftest import (
+    decide,
+    events,
+    langgraph_agent,
+    logged_in,
+    paused,
+    pending,
+    resumed,
+    start,
+    state,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")

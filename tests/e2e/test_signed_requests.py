@@ -20,7 +20,6 @@ from interrupts.sdk.verify import attested_approvals
 from ..loopback import ShipRecorder
 from .conftest import events, finished_run, pending, start, wait_for
 
-
 Recorder = ShipRecorder
 
 

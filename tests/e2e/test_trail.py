@@ -17,7 +17,10 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from interrupts.hub import agents, decisions, policies
-from interrupts.hub.trail import backfill, chain as trail_chain, content as trail_content, verify as trail_verify
+from interrupts.hub.trail import backfill
+from interrupts.hub.trail import chain as trail_chain
+from interrupts.hub.trail import content as trail_content
+from interrupts.hub.trail import verify as trail_verify
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Interrupt, Policy
 from interrupts.protocol.signing import Unsignable, canonical
 

@@ -15,10 +15,10 @@ from django.core import mail
 from django.db import transaction
 from django.utils import timezone
 
-from interrupts.hub import decisions
-from interrupts.hub.notify import email as notify_email, enqueue, webhooks
-from interrupts.hub import events, outcomes
-from interrupts.models import (Delivery, DeliveryAttempt, EmailNotice, Interrupt, NotificationPreference, Webhook)
+from interrupts.hub import decisions, events, outcomes
+from interrupts.hub.notify import email as notify_email
+from interrupts.hub.notify import enqueue, webhooks
+from interrupts.models import Delivery, DeliveryAttempt, EmailNotice, Interrupt, NotificationPreference, Webhook
 from interrupts.protocol import signing
 from interrupts.sdk.verify import check_signature
 

@@ -15,11 +15,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from interrupts.hub import decisions, outbox, runs, wakeup
+from interrupts.hub.refusals import Refusal
 from interrupts.hub.trail import chain, verify
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 from interrupts.rules.words import OUTCOME_WORDS, outcome_words
-from interrupts.hub.refusals import Refusal
 
 from .. import factories as make
 from ..e2e.conftest import wait_for

@@ -7,7 +7,7 @@ asserted by their stable code and the ids their message must name.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from ag_ui.core import Interrupt, ResumeEntry, RunAgentInput
@@ -29,7 +29,7 @@ from interrupts.protocol.errors import ContractViolation
 
 from .. import spec_examples
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)  # before int-form's expiry
 FORM_EXPIRY = datetime(2026, 4, 20, 17, 0, tzinfo=UTC)
 

@@ -279,7 +279,8 @@ def test_many_deltas_fold_in_linear_time():
     assert len(result.messages[0]["content"]) == 5_000_000
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 from interrupts.protocol.conversation import FOLDED_TYPES  # noqa: E402
 

@@ -7,7 +7,7 @@ whatever the chunking, order or content, the same input gets the same answer.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ag_ui.core import EventType, Interrupt, ResumeEntry, RunAgentInput
 from hypothesis import given, settings
@@ -19,7 +19,7 @@ from interrupts.protocol.errors import ContractViolation, MalformedMessage, Malf
 from interrupts.protocol.sse import SSEReader
 from interrupts.protocol.wire import MAX_DEPTH, dump, parse_event, parse_run_input
 
-NOW = datetime(2026, 4, 20, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)
 
 # --------------------------------------------------------------------------- #
 # The SSE reader: any bytes, cut anywhere

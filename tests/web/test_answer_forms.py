@@ -10,7 +10,7 @@ from interrupts.demo.deployer import APPROVE_DEPLOY
 from interrupts.demo.filing import FILING
 from interrupts.demo.mailer import SEND_EMAIL_SCHEMA
 from interrupts.models import Decision
-from interrupts.protocol.inert import args_form, answer_start, inert_schema
+from interrupts.protocol.inert import answer_start, args_form, inert_schema
 from interrupts.web import diffs
 
 from .. import factories as make

@@ -11,7 +11,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import decisions
 from interrupts.reads import selectors
 from interrupts.rules.words import outcome_words
 from interrupts.web.templatetags.countersign import ago, from_now, json_brief, json_highlight, reason_words
