@@ -493,7 +493,7 @@ class RunStreamer:
     def _tell_batch(self, seqs: list[int], batch: list[events.Received]) -> None:
         if seqs and seqs[-1] <= self.told:
             return  # told already
-        for seq, event in zip(seqs, batch):
+        for seq, event in zip(seqs, batch, strict=False):
             self._tell(seq, event.payload)
 
     def _writer_ended(self, writer: asyncio.Task) -> None:

@@ -575,18 +575,22 @@ class AuditRow:
         said = []
         for _seq, kind, _hash, at, data in self.trail:
             who = (data.get("user") or {}).get("username")
+            # Lazy (a missing key must not fail other kinds); defaults bind this row's values.
             text = {
-                "claim.taken": lambda: f"claimed by {who}" + (f" (taken over from {data['takenFrom']})"
-                                                               if data.get("takenFrom") else ""),
-                "claim.released": lambda: f"claim of {data.get('holder')} released by {who}",
-                "claim.lapsed": lambda: f"claim of {data.get('holder')} lapsed (idle)",
-                "interrupt.escalated": lambda: f"missed its {data.get('targetMinutes')} min target: "
-                                               f"escalated to {data.get('group')}",
-                "decision.undone": lambda: f"{who} undid their decision ({data.get('outcome')})"
-                                           + (f"; its resume {data['withdrawnRunId']} was withdrawn before it was sent"
-                                              if data.get("withdrawnRunId") else ""),
-                "decision.unacknowledged": lambda: f"{who}'s decision was taken back: the server stopped "
-                                                   "before telling them it was recorded, so it was not sent",
+                "claim.taken": lambda who=who, data=data: (
+                    f"claimed by {who}"
+                    + (f" (taken over from {data['takenFrom']})" if data.get("takenFrom") else "")),
+                "claim.released": lambda who=who, data=data: f"claim of {data.get('holder')} released by {who}",
+                "claim.lapsed": lambda data=data: f"claim of {data.get('holder')} lapsed (idle)",
+                "interrupt.escalated": lambda data=data: (
+                    f"missed its {data.get('targetMinutes')} min target: escalated to {data.get('group')}"),
+                "decision.undone": lambda who=who, data=data: (
+                    f"{who} undid their decision ({data.get('outcome')})"
+                    + (f"; its resume {data['withdrawnRunId']} was withdrawn before it was sent"
+                       if data.get("withdrawnRunId") else "")),
+                "decision.unacknowledged": lambda who=who: (
+                    f"{who}'s decision was taken back: the server stopped "
+                    "before telling them it was recorded, so it was not sent"),
             }.get(kind)
             if text is not None:
                 said.append((at, text()))

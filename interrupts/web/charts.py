@@ -98,7 +98,7 @@ def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
         top_y = index * group
         parts.append(format_html('<text class="chart-label" x="0" y="{}">{}<title>{}</title></text>',
                                  top_y + LABEL_LINE - 4, _cut(row.label), row.named or row.label))
-        for n, (name, value) in enumerate(zip(series, row.values)):
+        for n, (name, value) in enumerate(zip(series, row.values, strict=False)):
             y = top_y + LABEL_LINE + n * BAR_HEIGHT
             tip = f"{row.named or row.label}, {name}: {text(value)}" + (f" ({row.note})" if row.note else "")
             width = 0 if value is None else max(x(value), 0.2)

@@ -77,7 +77,7 @@ def main(threads=30, reviewers=10, kills=2):
     base = {"url": app.url}
     with app.api() as api:
         assert api.post("/api/agents/", json={"name": "counting", "url": f"{agent.url}/c/"}).status_code == 201
-        thread_ids = [api.post("/api/threads/", json={"agent": "counting"}).json()["thread"] for _ in range(threads)]
+        _thread_ids = [api.post("/api/threads/", json={"agent": "counting"}).json()["thread"] for _ in range(threads)]
     acks = []  # (t0, t1, user, pk, status, body)
     stop = threading.Event()
 
@@ -141,11 +141,11 @@ def main(threads=30, reviewers=10, kills=2):
         "SELECT i.id, th.thread_id, ru.run_id, i.interrupt_id FROM interrupts_interrupt i "
         "JOIN interrupts_run ru ON ru.id=i.run_id JOIN interrupts_thread th ON th.id=ru.thread_id")}
     acked = defaultdict(list)
-    for t0, t1, user, pk, status, body, sent in acks:
+    for _t0, t1, user, pk, status, body, _sent in acks:
         if status in (200, 201):
             acked[meta[pk]].append((t1, user, body["status"], body["payload"]))
     received = defaultdict(list)
-    for t, body in agent.bodies:
+    for _t, body in agent.bodies:
         for e in body.get("resume") or []:
             received[(body["threadId"], body["parentRunId"], e["interruptId"])].append(
                 (body["runId"], e["status"], e.get("payload")))

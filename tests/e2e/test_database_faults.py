@@ -206,7 +206,7 @@ def test_a_full_sqlite_disk_refuses_writes_503_database_full_changes_nothing_and
         assert decided.headers["Retry-After"] == "60"
         # A write that still fits in a page with room succeeds; the first that needs a new page is refused.
         refused = {}
-        for n in range(30):
+        for _ in range(30):
             started = tally(api.post("/api/threads/", json={"agent": "janitor", "message": "tidy " * 200}),
                             codes=full)
             if started.status_code == 503:

@@ -215,7 +215,7 @@ def test_a_run_recovered_from_its_recorded_events_raises_the_same_interrupts():
     ids = ["5811277ff9343aae09c19d5370933b3d", "ca78f478a302aa11be0f406e9654e0c5"]
     sent = [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id},
             *({"type": "CUSTOM", "name": "on_interrupt", "value": f'{{"message": "{m}"}}',
-               "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", ids)),
+               "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", ids, strict=False)),
             {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}]
     assert event_log.append_many(run, sent, "w")
     streaming.recover(run, "test-worker")

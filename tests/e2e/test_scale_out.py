@@ -103,7 +103,7 @@ def runs_of(app, thread_ids) -> list[dict]:
         f"WHERE t.thread_id IN ({in_clause(thread_ids)}) ORDER BY r.id",
         *thread_ids,
     )
-    return [dict(zip(["thread", "run_id", "status", "claimed_by", "parent"], row)) for row in rows]
+    return [dict(zip(["thread", "run_id", "status", "claimed_by", "parent"], row, strict=False)) for row in rows]
 
 
 def process_of(apps, claimed_by: str) -> int:
@@ -351,5 +351,5 @@ def test_demo_agents_keep_working_when_the_process_that_registered_them_stops(ap
     for app in survivors:
         with app.api() as api:
             thread = start(api, "mailer", "Email c@d.com about lunch")["thread"]
-            asked = wait_for(lambda: pending(api, thread), timeout=20)
+            asked = wait_for(lambda thread=thread: pending(api, thread), timeout=20)
             assert asked[0]["tool_name"] == "sendEmail"

@@ -18,8 +18,8 @@ from interrupts.hub.trail import chain as trail_chain
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Delivery, Policy, Webhook
 
 from .. import factories as make
-from .test_trail import (  # noqa: F401 (chain: a fixture)
-    chain,
+from . import test_trail
+from .test_trail import (
     entry_of,
     pending,
     problems,
@@ -29,6 +29,8 @@ from .test_trail import (  # noqa: F401 (chain: a fixture)
     unguard,
     verify,
 )
+
+chain = test_trail.chain  # the fixture, shared with test_trail
 
 pytestmark = pytest.mark.django_db
 

@@ -73,7 +73,7 @@ def trim(event: dict) -> str:
     kind = event.get("type")
     if kind == "STATE_SNAPSHOT":
         snap = event["snapshot"]
-        return json.dumps({"type": kind, "snapshot": {k: ("[%d msgs]" % len(v) if k == "messages" else v) for k, v in snap.items()}})
+        return json.dumps({"type": kind, "snapshot": {k: (f"[{len(v)} msgs]" if k == "messages" else v) for k, v in snap.items()}})
     if kind == "MESSAGES_SNAPSHOT":
         msgs = [
             {k: v for k, v in m.items() if k in ("role", "content", "toolCalls", "toolCallId")}

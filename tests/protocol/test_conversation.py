@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import copy
 
-from interrupts.protocol.conversation import MAX_MESSAGES, chunk_openers, fold, outgoing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interrupts.protocol.conversation import FOLDED_TYPES, MAX_MESSAGES, chunk_openers, fold, outgoing
 
 USER = {"id": "u1", "role": "user", "content": "Delete acme/web"}
 
@@ -279,10 +282,6 @@ def test_many_deltas_fold_in_linear_time():
     assert len(result.messages[0]["content"]) == 5_000_000
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st
-
-from interrupts.protocol.conversation import FOLDED_TYPES  # noqa: E402
 
 _json = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4)),
                      lambda inner: st.one_of(st.lists(inner, max_size=3),

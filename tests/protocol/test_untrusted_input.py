@@ -38,7 +38,7 @@ def _read(stream: bytes, cuts: list[int], limit: int):
     bounds = [0, *sorted(cuts), len(stream)]
     frames = []
     try:
-        for start, end in zip(bounds, bounds[1:]):
+        for start, end in zip(bounds, bounds[1:], strict=False):
             frames += reader.feed(stream[start:end])
         return frames + reader.close()
     except MalformedStream as refusal:

@@ -54,8 +54,8 @@ def policy(response) -> dict[str, list[str]]:
 
 
 def test_every_page_type_has_the_policy(client, pages):
-    for name, path in pages.items():
-        response = client.get(path)
+    for name, url in pages.items():
+        response = client.get(url)
         assert response.status_code == 200, name
         found = policy(response)
         assert found["default-src"] == ["'self'"], name
