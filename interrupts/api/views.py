@@ -260,7 +260,8 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             if wanted not in Interrupt.Status.values:
                 raise ValidationError({"status": f"One of {', '.join(Interrupt.Status.values)} or all."})
             queryset = queryset.filter(status=wanted)
-        for param, lookup in (("agent", "run__agent__name"), ("reason", "reason"), ("thread", "run__thread__thread_id")):
+        for param, lookup in (("agent", "run__agent__name"), ("reason", "reason"),
+                              ("thread", "run__thread__thread_id")):
             if value := params.get(param):
                 queryset = queryset.filter(**{lookup: value})
         return queryset

@@ -80,7 +80,8 @@ def _batch_sent(interrupt: Interrupt) -> bool:
 def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> ResumeEntry:
     if status not in (Decision.Status.RESOLVED, Decision.Status.CANCELLED):
         raise Refusal("INVALID_STATUS", f"A decision is 'resolved' or 'cancelled', not {status!r}.", status=400)
-    entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
+    entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload,
+                                        metadata=metadata)
     check_entry(WireInterrupt.model_validate(interrupt.raw), entry, now)
     refuse_reserved_metadata(metadata, interrupt.interrupt_id)
     signing.canonical(payload)  # UNSIGNABLE_PAYLOAD now, not when the resume is built

@@ -397,7 +397,8 @@ def _answers(interrupted: Run, *, expired: bool | None = None) -> tuple[list[dic
     for decision in decisions:
         live.setdefault(decision.interrupt_id, []).append(decision)
     expired = {} if expired is False else {
-        i.pk: i for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
+        i.pk: i
+        for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
     thread_id = interrupted.thread.thread_id
     entries = []
     for interrupt_pk in sorted(live.keys() | expired.keys()):

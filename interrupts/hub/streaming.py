@@ -657,7 +657,7 @@ class RunStreamer:
                             version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
-        """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""
+        """Read, check and hand over every event while the writer records them; return once all are recorded."""
         reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
         self.reading = asyncio.current_task()
         self.writer = asyncio.ensure_future(self._write())

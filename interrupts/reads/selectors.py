@@ -228,7 +228,7 @@ class Batch:
 
 
 def inbox_batches(page_of_interrupts) -> list[Batch]:
-    """A page of ``inbox`` grouped by the run that raised it, with every member's live decision and subagent (4 queries).
+    """A page of ``inbox`` grouped by the run that raised it, with members' live decisions and subagents (4 queries).
 
     The page's pks first, then the rows of its runs: page 500 skips 12,475
     entries of the inbox index instead of 12,475 rows joined to their runs,
@@ -571,7 +571,7 @@ class AuditRow:
 
     @property
     def attention(self) -> list[tuple[datetime, str]]:
-        """Who claimed it, released it or let it lapse, its escalation and any undone decision, as the trail records them: (at, text)."""
+        """Claims taken, released or lapsed, escalation and undone decisions, as the trail records them: (at, text)."""
         said = []
         for _seq, kind, _hash, at, data in self.trail:
             who = (data.get("user") or {}).get("username")
@@ -707,7 +707,7 @@ def audit(filters: AuditFilters):
 
 
 def audit_rows(interrupts) -> list[AuditRow]:
-    """For a page of interrupts: every decision, the resume run, its TOOL_CALL_RESULTs, the trail entries, the subagents (6 queries)."""
+    """For a page of interrupts: decisions, resume run, its TOOL_CALL_RESULTs, trail entries, subagents (6 queries)."""
     interrupts = with_subagents(list(interrupts))
     decisions: dict[int, list[Decision]] = {}
     for decision in Decision.objects.filter(interrupt__in=interrupts).select_related("user").order_by("pk"):

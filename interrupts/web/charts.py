@@ -144,8 +144,9 @@ def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str,
             continue
         width = 100 * n / total  # percent, as bars' are
         segments.append(format_html(
-            '<g class="chart-part outcome-{}"><rect x="{}%" y="1" width="{}%" height="{}"/><title>{}: {} of {} ({})</title>'
-            '</g>', name, f"{at:.2f}", f"{width:.2f}", height, said.get(name, name), n, total, f"{n / total:.0%}"))
+            '<g class="chart-part outcome-{}"><rect x="{}%" y="1" width="{}%" height="{}"/>'
+            '<title>{}: {} of {} ({})</title></g>',
+            name, f"{at:.2f}", f"{width:.2f}", height, said.get(name, name), n, total, f"{n / total:.0%}"))
         at += width
     legend = format_html_join(" ", '<span class="chart-key outcome-{}">{} {} ({})</span>',
                               ((name, said.get(name, name), n, f"{n / total:.0%}") for name, n in parts))
