@@ -57,11 +57,14 @@ class Counting(LoopbackAgent):
 
 
 def users(app, count):
-    code = ("from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
-            "from rest_framework.authtoken.models import Token; U = get_user_model(); g = Group.objects.get(name='Reviewers')\n"
-            f"for i in range({count}):\n"
-            "    u, _ = U.objects.get_or_create(username=f'r{i}'); u.groups.add(g); u.set_password('pw'); u.save()\n"
-            "    print('TOKEN', Token.objects.get_or_create(user=u)[0].key)")
+    code = (
+        "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
+        "from rest_framework.authtoken.models import Token; U = get_user_model(); "
+        "g = Group.objects.get(name='Reviewers')\n"
+        f"for i in range({count}):\n"
+        "    u, _ = U.objects.get_or_create(username=f'r{i}'); u.groups.add(g); u.set_password('pw'); u.save()\n"
+        "    print('TOKEN', Token.objects.get_or_create(user=u)[0].key)"
+    )
     done = manage("shell", "-c", code, env=app.env)
     assert done.returncode == 0, done.stderr
     return [line.split()[1] for line in done.stdout.splitlines() if line.startswith('TOKEN ')]
@@ -85,7 +88,9 @@ def main(threads=30, reviewers=10, kills=2):
         rnd = random.Random(i)
         while not stop.is_set():
             try:
-                with httpx.Client(base_url=base["url"], headers={"Authorization": f"Token {tokens[i]}"}, timeout=10) as c:
+                with httpx.Client(
+                    base_url=base["url"], headers={"Authorization": f"Token {tokens[i]}"}, timeout=10
+                ) as c:
                     listed = c.get("/api/interrupts/", params={"limit": 50}).json()["results"]
                     if not listed:
                         time.sleep(0.05)
@@ -98,7 +103,17 @@ def main(threads=30, reviewers=10, kills=2):
                     t0 = time.time()
                     try:
                         r = c.post(f"/api/interrupts/{target['id']}/decide/", json=body)
-                        acks.append((t0, time.time(), i, target["id"], r.status_code, r.json() if r.status_code < 500 else r.text, body))
+                        acks.append(
+                            (
+                                t0,
+                                time.time(),
+                                i,
+                                target["id"],
+                                r.status_code,
+                                r.json() if r.status_code < 500 else r.text,
+                                body,
+                            )
+                        )
                     except httpx.HTTPError as e:
                         acks.append((t0, time.time(), i, target["id"], None, repr(e), body))
             except Exception:  # server down

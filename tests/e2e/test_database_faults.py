@@ -67,7 +67,8 @@ def postgres():
 
 @pytest.fixture(scope="module")
 def pg_app(tmp_path_factory, postgres):
-    # A short wait for a pooled connection, so a request met while the server is down answers in 5 s, not 20 (a fresh connection on a loaded CI machine can take a second or two).
+    # A short wait for a pooled connection, so a request met while the server is down answers in 5 s,
+    # not 20 (a fresh connection on a loaded CI machine can take a second or two).
     app = ServedApp(tmp_path_factory.mktemp("pg-faults"), self_approving=True, DATABASE_URL=postgres.url,
                     COUNTERSIGN_DB_POOL_TIMEOUT="5", COUNTERSIGN_POLL_INTERVAL="0.2")
     app.token = _setup(app.env, self_approving=True)  # the test's own server: no shared template

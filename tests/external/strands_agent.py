@@ -64,7 +64,11 @@ class ScriptedModel(Model):
             yield {"contentBlockStart": {"start": {}}}
             yield {"contentBlockDelta": {"delta": {"text": f"I propose refunding 42 EUR on order {order}."}}}
             yield {"contentBlockStop": {}}
-            yield {"contentBlockStart": {"start": {"toolUse": {"name": "issue_refund", "toolUseId": f"call_refund_{uuid.uuid4().hex[:8]}"}}}}
+            yield {
+                "contentBlockStart": {
+                    "start": {"toolUse": {"name": "issue_refund", "toolUseId": f"call_refund_{uuid.uuid4().hex[:8]}"}}
+                }
+            }
             yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps({"order": order, "amount": 42})}}}}
             yield {"contentBlockStop": {}}
             yield {"messageStop": {"stopReason": "tool_use"}}

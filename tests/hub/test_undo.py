@@ -385,8 +385,12 @@ def test_racing_undos_and_claims_never_send_an_undone_decision():
         decisions.decide(interrupt, me, "resolved", APPROVE)
         resume = _due(interrupt)
         start = threading.Barrier(2)
-        undo_thread, undone = _in_thread(lambda start=start, interrupt=interrupt: (start.wait(5), decisions.undo(interrupt, me))[1])
-        claim_thread, claimed = _in_thread(lambda start=start, attempt=attempt: (start.wait(5), outbox.claim_due(10, f"w-{attempt}"))[1])
+        undo_thread, undone = _in_thread(
+            lambda start=start, interrupt=interrupt: (start.wait(5), decisions.undo(interrupt, me))[1]
+        )
+        claim_thread, claimed = _in_thread(
+            lambda start=start, attempt=attempt: (start.wait(5), outbox.claim_due(10, f"w-{attempt}"))[1]
+        )
         undo_thread.join(10)
         claim_thread.join(10)
         if "error" in undone:

@@ -169,9 +169,16 @@ def test_any_text_is_an_event_or_a_malformed_message(text):
 
 
 _CLEAN_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=6), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=6), inner, max_size=3
+        )
+    ),
     max_leaves=10,
 )
 
