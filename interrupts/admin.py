@@ -13,10 +13,23 @@ from django.utils.html import format_html
 from knox.models import AuthToken
 
 from .hub import agents, policies, tokens
-
+from .models import (
+    Agent,
+    APIToken,
+    Decision,
+    Delivery,
+    DeliveryAttempt,
+    EmailNotice,
+    Event,
+    Interrupt,
+    NotificationPreference,
+    Policy,
+    Run,
+    Thread,
+    Webhook,
+    masked,
+)
 from .web.forms import AgentForm
-from .models import Agent, APIToken, Decision, Event, Interrupt, Policy, Run, Thread
-from .models import Delivery, DeliveryAttempt, EmailNotice, NotificationPreference, Webhook, masked
 
 
 def pretty_json(value) -> str:

@@ -13,6 +13,13 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from .protocol.contract.history import MAX_HISTORY_MESSAGES  # noqa: F401
+
+# A thread's conversation as its events build it: at most this many messages (protocol.conversation).
+from .protocol.conversation import MAX_MESSAGES as MAX_THREAD_MESSAGES  # noqa: F401
+from .protocol.dialects.tanstack import MAX_BINDING_CHARS as MAX_TANSTACK_BINDING_CHARS  # noqa: F401
+from .protocol.dialects.tanstack import MAX_PAYLOAD_BYTES as MAX_TANSTACK_PAYLOAD_BYTES  # noqa: F401
+
 # The wire's own bounds live in the pure protocol layer, which cannot import this
 # module; they are named here too, so this is the one list of every bound.
 from .protocol.schema.limits import (  # noqa: F401  (named here: every limit in one place)
@@ -22,12 +29,7 @@ from .protocol.schema.limits import (  # noqa: F401  (named here: every limit in
     MAX_SCHEMA_PATTERN_CHARS,
     MAX_VALIDATION_STEPS,
 )
-from .protocol.contract.history import MAX_HISTORY_MESSAGES  # noqa: F401
-from .protocol.dialects.tanstack import MAX_BINDING_CHARS as MAX_TANSTACK_BINDING_CHARS  # noqa: F401
-from .protocol.dialects.tanstack import MAX_PAYLOAD_BYTES as MAX_TANSTACK_PAYLOAD_BYTES  # noqa: F401
 from .protocol.wire import MAX_DEPTH as MAX_JSON_DEPTH  # noqa: F401
-# A thread's conversation as its events build it: at most this many messages (protocol.conversation).
-from .protocol.conversation import MAX_MESSAGES as MAX_THREAD_MESSAGES  # noqa: F401
 from .sdk.driver import MAX_REQUEST_BYTES as SDK_MAX_REQUEST_BYTES
 
 MIB = 1024 * 1024

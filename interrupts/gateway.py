@@ -198,7 +198,8 @@ async def agui(request: HttpRequest, agent: str):
     if isinstance(user, HttpResponse):
         return user
     if user is None:
-        return refusal(401, "UNAUTHORIZED", "Log in, or send 'Authorization: Token <key>' (manage.py tokens create <user>).")
+        return refusal(401, "UNAUTHORIZED",
+                       "Log in, or send 'Authorization: Token <key>' (manage.py tokens create <user>).")
     # A body that says it is something else is refused; one that says nothing is read as JSON.
     if request.content_type not in ("application/json", ""):
         return refusal(415, "UNSUPPORTED_MEDIA_TYPE",

@@ -252,7 +252,8 @@ REST_FRAMEWORK = {
 # the first characters to find it by, never the token itself. Same header as ever.
 REST_KNOX = {
     "AUTH_HEADER_PREFIX": "Token",
-    "TOKEN_TTL": timedelta(days=_countersign["COUNTERSIGN_TOKEN_DAYS"]) if _countersign["COUNTERSIGN_TOKEN_DAYS"] else None,
+    "TOKEN_TTL": (timedelta(days=_countersign["COUNTERSIGN_TOKEN_DAYS"])
+                  if _countersign["COUNTERSIGN_TOKEN_DAYS"] else None),
     "AUTO_REFRESH": False,
 }
 SPECTACULAR_SETTINGS = {

@@ -3,9 +3,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from interrupts import gateway
-from interrupts.web import accounts
 from interrupts.api.errors import NoSuchEndpoint
 from interrupts.api.metrics import Metrics
+from interrupts.web import accounts
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -159,9 +159,19 @@ def layer_of(module: str) -> int:
 
 def test_the_layer_map_knows_the_rooms_of_the_design():
     graph = app_imports()
-    for module in ("interrupts.hub.outbox", "interrupts.hub.accept", "interrupts.hub.wakeup", "interrupts.hub.events",
-                   "interrupts.hub.outcomes", "interrupts.hub.refusals", "interrupts.reads.selectors", "interrupts.live.relay",
-                   "interrupts.live.consumers", "interrupts.web.inbox", "interrupts.conf"):
+    for module in (
+        "interrupts.hub.outbox",
+        "interrupts.hub.accept",
+        "interrupts.hub.wakeup",
+        "interrupts.hub.events",
+        "interrupts.hub.outcomes",
+        "interrupts.hub.refusals",
+        "interrupts.reads.selectors",
+        "interrupts.live.relay",
+        "interrupts.live.consumers",
+        "interrupts.web.inbox",
+        "interrupts.conf",
+    ):
         assert module in graph, module
     assert layer_of("interrupts.hub.wakeup") < layer_of("interrupts.hub.runs") < layer_of("interrupts.reads.selectors")
     assert layer_of("interrupts.models") < layer_of("interrupts.rules.words") < layer_of("interrupts.hub.refusals")

@@ -1,4 +1,7 @@
-"""Waiting on a state, not on a clock, from a test running on an event loop (tests/e2e/conftest.py's wait_for is the blocking one)."""
+"""Waiting on a state, not on a clock, from a test running on an event loop.
+
+tests/e2e/conftest.py's wait_for is the blocking one.
+"""
 
 import asyncio
 import inspect

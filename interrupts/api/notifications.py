@@ -9,7 +9,8 @@ from rest_framework import generics, serializers, status, viewsets
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.response import Response
 
-from ..hub.notify import email as notify_email, webhooks as notify_webhooks
+from ..hub.notify import email as notify_email
+from ..hub.notify import webhooks as notify_webhooks
 from ..hub.refusals import Refusal
 from ..models import Delivery, DeliveryAttempt, NotificationPreference, NotifyEvent, Webhook
 

@@ -7,13 +7,21 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..conf import (
+    ACTIONS,
+    BULK_ACTIONS,
+    MAX_BULK_DECISIONS,
+    MAX_COMMENT_CHARS,
+    MAX_CREDENTIAL_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_REQUIRED_APPROVALS,
+    MAX_TITLE_CHARS,
+)
 from ..hub import agents, claims, decisions, policies
-from ..rules import eligibility, targets
-from ..conf import (ACTIONS, BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS,
-                    MAX_MESSAGE_CHARS, MAX_REQUIRED_APPROVALS, MAX_TITLE_CHARS)
 from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol.schema.edits import supports_edits
 from ..reads import selectors
+from ..rules import eligibility, targets
 
 
 class AgentSerializer(serializers.ModelSerializer):

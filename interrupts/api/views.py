@@ -12,12 +12,13 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from ..conf import API_EVENTS_PAGE, API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
+from ..conf import API_EVENTS_PAGE
+from ..conf import API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import agents, claims, decisions, outbox, policies, refused, replies, runs
-from ..rules import eligibility
 from ..hub.refusals import Refusal
 from ..models import Interrupt
 from ..reads import selectors
+from ..rules import eligibility
 from . import serializers as s
 
 
@@ -259,7 +260,8 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             if wanted not in Interrupt.Status.values:
                 raise ValidationError({"status": f"One of {', '.join(Interrupt.Status.values)} or all."})
             queryset = queryset.filter(status=wanted)
-        for param, lookup in (("agent", "run__agent__name"), ("reason", "reason"), ("thread", "run__thread__thread_id")):
+        for param, lookup in (("agent", "run__agent__name"), ("reason", "reason"),
+                              ("thread", "run__thread__thread_id")):
             if value := params.get(param):
                 queryset = queryset.filter(**{lookup: value})
         return queryset

@@ -6,10 +6,10 @@ run knows what it proposed, and tests can see that a declined email never went.
 
 import re
 
-from ..sdk import Agent, InvalidResume, RunOutcome, interrupt
 from ..protocol.errors import ContractViolation
 from ..protocol.schema.edits import apply_edits
 from ..protocol.schema.payloads import payload_errors
+from ..sdk import Agent, InvalidResume, RunOutcome, interrupt
 
 # The approve-with-edits pattern of interrupts.mdx: editedArgs is a full replacement.
 SEND_EMAIL_SCHEMA = {

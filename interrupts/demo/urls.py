@@ -8,7 +8,10 @@ from .views import agent_view
 
 
 def signing_secret_of(name: str):
-    """The demo agent's secret, read on every request: the hub and the demo share one database, and rotation applies at once."""
+    """The demo agent's secret, read on every request.
+
+    The hub and the demo share one database, so a rotation applies at once.
+    """
 
     async def secret() -> str | None:
         from ..models import Agent

@@ -33,10 +33,10 @@ from django.utils import timezone
 from ..conf import MAX_PRESENCE_CARDS, settings
 from ..live import relay
 from ..models import Interrupt, Presence
-from . import policies
-from .trail import chain
 from ..rules import eligibility
+from . import policies
 from .refusals import Refusal
+from .trail import chain
 
 CLAIM_TAKEN = "claim.taken"
 CLAIM_RELEASED = "claim.released"
@@ -183,7 +183,10 @@ def _held_by(other, interrupt: Interrupt) -> Refusal:
 
 
 def release(interrupt: Interrupt, user) -> None:
-    """``user`` gives up their claim on ``interrupt``; staff may release anyone's. ``NOT_CLAIMED`` when there is none."""
+    """``user`` gives up their claim on ``interrupt``; staff may release anyone's.
+
+    ``NOT_CLAIMED`` when there is none.
+    """
     now = timezone.now()
     current = Interrupt.objects.select_related("run", "claimed_by").get(pk=interrupt.pk)
     other = holder(current, now)
@@ -238,7 +241,9 @@ def lapse_due(now: datetime | None = None) -> int:
 
 
 def viewing(user, socket: str, pks: Iterable[int]) -> set[int]:
-    """The socket ``socket`` of ``user`` has (only) these pending cards open now; returns every card whose viewers changed.
+    """The socket ``socket`` of ``user`` has (only) these pending cards open now.
+
+    Returns every card whose viewers changed.
 
     Renews the rows it keeps, and ``user``'s own live claims on the cards
     they have open that they may still decide: having a claimed card open is

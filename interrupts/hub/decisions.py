@@ -12,24 +12,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry
+from ag_ui.core import Interrupt as WireInterrupt
+from ag_ui.core import ResumeEntry
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from . import claims, outcomes, policies, runs
-from .notify import enqueue
-from .trail import chain, content
-from ..rules import eligibility
+from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
 from ..live import relay
 from ..models import Decision, Interrupt, Run
 from ..protocol import dialects, signing
 from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema.edits import EDITED_ARGS, apply_edits, approval_payload, supports_edits
-from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
+from ..rules import eligibility
 from ..rules.words import outcome_words
+from . import claims, outcomes, policies, runs
+from .notify import enqueue
 from .refusals import Refusal
+from .trail import chain, content
 
 
 def lock_batch(run_pk: int) -> None:
@@ -79,7 +80,8 @@ def _batch_sent(interrupt: Interrupt) -> bool:
 def _checked(interrupt: Interrupt, status: str, payload, metadata, now) -> ResumeEntry:
     if status not in (Decision.Status.RESOLVED, Decision.Status.CANCELLED):
         raise Refusal("INVALID_STATUS", f"A decision is 'resolved' or 'cancelled', not {status!r}.", status=400)
-    entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload, metadata=metadata)
+    entry = ResumeEntry.model_construct(interrupt_id=interrupt.interrupt_id, status=status, payload=payload,
+                                        metadata=metadata)
     check_entry(WireInterrupt.model_validate(interrupt.raw), entry, now)
     refuse_reserved_metadata(metadata, interrupt.interrupt_id)
     signing.canonical(payload)  # UNSIGNABLE_PAYLOAD now, not when the resume is built

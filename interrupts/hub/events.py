@@ -195,7 +195,7 @@ def _insert_events(run: Run, seqs: list[int], events: list[Received]) -> None:
     # The payload column takes the agent's text as sent (json on PostgreSQL, text on SQLite).
     thread_pk, run_pk = run.thread_id, run.pk
     rows = [(thread_pk, run_pk, seq, event.type[:64], event.text, True, received)
-            for seq, event in zip(seqs, events)]
+            for seq, event in zip(seqs, events, strict=False)]
     # The driver's own cursor, on the same connection (so in the same transaction
     # as the sequence numbers), with Django's error translation kept: Django's
     # cursor rewrites the SQL's placeholders on every call, and under DEBUG

@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from ag_ui.core import Interrupt as WireInterrupt, RunErrorEvent
+from ag_ui.core import Interrupt as WireInterrupt
+from ag_ui.core import RunErrorEvent
 from django.db import transaction
 from django.utils import timezone
 
-from . import events, policies, wakeup
-from .notify import enqueue
-from .trail import chain
 from ..conf import MAX_RAW_IN_ERROR  # a hub-generated RUN_ERROR carries the offending data, bounded
 from ..live import relay
 from ..models import Agent, Event, Interrupt, Run, Thread
@@ -22,6 +20,9 @@ from ..protocol import dialects, storable, versioning
 from ..protocol.contract import interrupt_problems, parse_expiry
 from ..protocol.errors import ContractViolation
 from ..protocol.wire import dump
+from . import events, policies, wakeup
+from .notify import enqueue
+from .trail import chain
 
 # Given a toolCallId, what the agent proposed: (tool name, parsed args).
 # toolCallId -> (tool name, proposed args, doubts about the proposal in words): streaming.proposals.

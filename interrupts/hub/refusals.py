@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.errors import ContractViolation, ProtocolError, refusal_body
+from ..protocol.errors import ContractViolation, ProtocolError
 
 
 class Refusal(ProtocolError):

@@ -19,8 +19,8 @@ from ..models import Interrupt, Run
 from ..rules import eligibility
 from ..rules.settling import may_have_acted
 from . import decisions, events, policies, runs
-from .trail import chain
 from .refusals import Refusal
+from .trail import chain
 
 SETTLED = "resume.settled"
 

@@ -16,18 +16,19 @@ import hashlib
 import uuid
 from datetime import timedelta
 
-from ag_ui.core import Interrupt as WireInterrupt, ResumeEntry, RunAgentInput
+from ag_ui.core import Interrupt as WireInterrupt
+from ag_ui.core import ResumeEntry, RunAgentInput
 from django.db import transaction
 from django.utils import timezone
 
-from ..live import relay
-from . import outcomes, wakeup
 from ..conf import MAX_MESSAGE_CHARS, settings
+from ..live import relay
 from ..models import Agent, Decision, Interrupt, Run, Thread
 from ..protocol import dialects, signing
 from ..protocol.contract import ThreadGate, check_coverage, check_input, idempotency_key
 from ..protocol.conversation import outgoing
 from ..protocol.wire import dump
+from . import outcomes, wakeup
 from .refusals import Refusal
 
 
@@ -396,7 +397,8 @@ def _answers(interrupted: Run, *, expired: bool | None = None) -> tuple[list[dic
     for decision in decisions:
         live.setdefault(decision.interrupt_id, []).append(decision)
     expired = {} if expired is False else {
-        i.pk: i for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
+        i.pk: i
+        for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
     thread_id = interrupted.thread.thread_id
     entries = []
     for interrupt_pk in sorted(live.keys() | expired.keys()):

@@ -27,8 +27,6 @@ import httpx
 from ag_ui.core import Interrupt as WireInterrupt
 from django.db import InterfaceError, OperationalError, connection
 
-from . import crashpoints, dbthreads, egress, outbox
-from . import events, outcomes
 from ..conf import MAX_ERROR_BODY, MAX_INTERRUPTS, MAX_PENDING_TOOL_CALL_CHARS, MAX_PENDING_TOOL_CALLS, settings
 from ..live import relay
 from ..models import Event, Interrupt, Run, Thread
@@ -38,6 +36,7 @@ from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
 from ..protocol.sse import SSEReader
 from ..protocol.wire import known_input, parse_event, parse_frame, strip_unknown_outcome
+from . import crashpoints, dbthreads, egress, events, outbox, outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -494,7 +493,7 @@ class RunStreamer:
     def _tell_batch(self, seqs: list[int], batch: list[events.Received]) -> None:
         if seqs and seqs[-1] <= self.told:
             return  # told already
-        for seq, event in zip(seqs, batch):
+        for seq, event in zip(seqs, batch, strict=False):
             self._tell(seq, event.payload)
 
     def _writer_ended(self, writer: asyncio.Task) -> None:
@@ -658,7 +657,7 @@ class RunStreamer:
                             version=self.lifecycle.declared_version)
 
     async def _receive(self, response: httpx.Response) -> None:
-        """Read, check and hand over every event, with the writer recording them meanwhile; return once all are recorded."""
+        """Read, check and hand over every event while the writer records them; return once all are recorded."""
         reader = SSEReader(max_frame_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
         self.reading = asyncio.current_task()
         self.writer = asyncio.ensure_future(self._write())

@@ -21,11 +21,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
-from . import relay, standing
 from ..hub import claims
-from ..rules import eligibility
-from ..reads import selectors
 from ..models import Thread
+from ..reads import selectors
+from ..rules import eligibility
+from . import relay, standing
 
 logger = logging.getLogger(__name__)
 

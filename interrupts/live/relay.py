@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
 import functools
 import logging
 import weakref
+from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer

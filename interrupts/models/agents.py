@@ -99,7 +99,7 @@ class Agent(models.Model):
     paused_as = models.CharField(max_length=32, blank=True, default="", editable=False)
     # The protocolVersion its last RUN_STARTED declared (protocol.versioning): "" declared
     # nothing, a peer from before versioning (AG-UI 1.0 C65); None, never heard from.
-    protocol_version = models.CharField(max_length=40, null=True, blank=True)
+    protocol_version = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001  (None ≠ "": see above)
     created_at = models.DateTimeField(auto_now_add=True)
 
     # Set by a caller that takes a credential from the user in this change

@@ -62,3 +62,6 @@ class AuditCheckpoint(models.Model):
     complete = models.BooleanField(default=False)
     # What that verification found wrong (the first broken entry first), or "".
     problem = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"trail verified through #{self.seq}"

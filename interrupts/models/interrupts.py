@@ -22,7 +22,6 @@ class Interrupt(models.Model):
     """One item of a run's interrupt outcome, and where it stands."""
 
     Status = InterruptStatus
-    objects = InterruptQuerySet.as_manager()
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interrupts")
     interrupt_id = models.CharField(max_length=200)
@@ -68,6 +67,8 @@ class Interrupt(models.Model):
     unacknowledged = models.ForeignKey("Decision", null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="+")
 
+    objects = InterruptQuerySet.as_manager()
+
     class Meta:
         ordering = ["created_at", "pk"]
         constraints = [
@@ -105,7 +106,6 @@ class Decision(models.Model):
     """
 
     Status = DecisionStatus
-    objects = DecisionQuerySet.as_manager()
 
     interrupt = models.ForeignKey(Interrupt, on_delete=models.PROTECT, related_name="decisions")
     user = models.ForeignKey(
@@ -125,6 +125,8 @@ class Decision(models.Model):
     required_approvals = models.PositiveSmallIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DecisionQuerySet.as_manager()
 
     class Meta:
         ordering = ["created_at", "pk"]
@@ -168,3 +170,6 @@ class Presence(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["socket", "interrupt"], name="presence_unique_per_socket")]
         indexes = [models.Index(fields=["interrupt", "seen_at"], name="presence_interrupt_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.socket} has interrupt #{self.interrupt_id} open"

@@ -138,6 +138,9 @@ class DeliveryAttempt(models.Model):
     class Meta:
         ordering = ["delivery", "pk"]
 
+    def __str__(self) -> str:
+        return f"attempt {self.number} of delivery #{self.delivery_id}"
+
 
 class EmailChoice(models.TextChoices):
     IMMEDIATE = "immediate", "Each request as it arrives"
@@ -157,6 +160,9 @@ class NotificationPreference(models.Model):
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(email__in=EmailChoice.values),
                                               name="notification_email_valid")]
+
+    def __str__(self) -> str:
+        return f"email {self.email} for user #{self.user_id}"
 
 
 class EmailNotice(models.Model):
@@ -193,3 +199,6 @@ class EmailNotice(models.Model):
             models.CheckConstraint(condition=Q(status__in=DeliveryStatus.values), name="email_status_valid"),
         ]
         indexes = [models.Index(fields=["status", "due_at"], name="email_due")]
+
+    def __str__(self) -> str:
+        return self.subject

@@ -55,7 +55,6 @@ class Run(models.Model):
     """One runId: the input Countersign sent, how the run went and how it ended."""
 
     Status = RunStatus
-    objects = RunQuerySet.as_manager()
     Settlement = Settlement
 
     FINAL_STATUSES = (RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -137,6 +136,8 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

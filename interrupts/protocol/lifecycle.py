@@ -5,7 +5,8 @@ Why it is shaped so: docs/internals/protocol.md (protocol/lifecycle.py).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from ag_ui.core import BaseEvent, EventType, Interrupt
 

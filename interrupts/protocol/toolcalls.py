@@ -138,7 +138,8 @@ class ToolCalls:
         if call is None:
             # Naming the calls the stream did mention turns a typo'd or
             # stale id into an obvious one.
-            known = f"the stream mentions {', '.join(self._calls)}" if self._calls else "the stream mentions no tool call"
+            known = (f"the stream mentions {', '.join(self._calls)}" if self._calls
+                     else "the stream mentions no tool call")
             return ProposedArgs(None, None, [f"tool call {tool_call_id} was not proposed in this run ({known})."])
         problems: list[str] = []
         text = call.text()
@@ -282,7 +283,7 @@ class ToolCalls:
         return [i for i, call in self._calls.items() if call.open and not call.chunked]
 
     def close_chunked(self, *owners: str | None) -> None:
-        """Close the chunked calls of ``owners`` (all, when none is named): the spec closes them when the stream completes."""
+        """Close the chunked calls of ``owners`` (all, when none is named), as the spec does at the stream's end."""
         for owner in owners or list(self._chunk_calls):
             if (tool_call_id := self._chunk_calls.pop(owner, None)) is not None:
                 self._calls[tool_call_id].open = False

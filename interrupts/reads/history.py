@@ -25,8 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q, Subquery, TextField
-from django.db.models.functions import Cast
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from ..conf import settings
@@ -106,7 +106,8 @@ def state_changes(before, after) -> list[dict]:
             keys = [*new, *(k for k in old if k not in new)]
             stack.extend(reversed([([*path, k], old.get(k, UNKNOWN), new.get(k, UNKNOWN)) for k in keys]))
         elif isinstance(old, list) and isinstance(new, list):
-            stack.extend(reversed([([*path, i], old[i] if i < len(old) else UNKNOWN, new[i] if i < len(new) else UNKNOWN)
+            stack.extend(reversed([([*path, i], old[i] if i < len(old) else UNKNOWN,
+                                    new[i] if i < len(new) else UNKNOWN)
                                    for i in range(max(len(old), len(new)))]))
         elif not _same(old, new):
             changes.append({"op": "changed", "path": _pointer(path), "before": _quoted(old), "after": _quoted(new)})
@@ -457,8 +458,8 @@ def run_words(run: Run, pending: int, now: datetime) -> str:
 
 def runs(thread: Thread) -> list[Run]:
     """The thread's runs, oldest first, each with ``pending`` (interrupts waiting) and ``words`` (one query)."""
-    listed = list(thread.runs.annotate(pending=Count("interrupts", filter=Q(interrupts__status=Interrupt.Status.PENDING)))
-                  .order_by("created_at", "pk"))
+    waiting = Count("interrupts", filter=Q(interrupts__status=Interrupt.Status.PENDING))
+    listed = list(thread.runs.annotate(pending=waiting).order_by("created_at", "pk"))
     now = timezone.now()
     for run in listed:
         run.words = run_words(run, run.pending, now)

@@ -32,8 +32,18 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
-from django.db.models import (Count, DateTimeField, DurationField, ExpressionWrapper, F, IntegerField, OuterRef, Q,
-                              Subquery, Value)
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
@@ -170,7 +180,8 @@ def figures(period: str = DEFAULT_PERIOD, now: datetime | None = None) -> dict:
     pending_by_agent: dict[str, dict] = {}
     pending_by_reason: dict[str, dict] = {}
     for row in pending:
-        for table, key, label in ((pending_by_agent, row["agent"], "agent"), (pending_by_reason, row["kind"], "reason")):
+        for table, key, label in ((pending_by_agent, row["agent"], "agent"),
+                                  (pending_by_reason, row["kind"], "reason")):
             entry = table.setdefault(key, {label: key, "count": 0, "breached": 0, "escalated": 0})
             entry["count"] += row["count"]
             entry["breached"] += row["breached"]

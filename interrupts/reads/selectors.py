@@ -11,19 +11,32 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import (BooleanField, Count, Exists, ExpressionWrapper, F, Func, IntegerField, Max, OuterRef,
-                              Prefetch, Q, Subquery, Window)
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Func,
+    IntegerField,
+    Max,
+    OuterRef,
+    Prefetch,
+    Q,
+    Subquery,
+    Window,
+)
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
-from ..rules import eligibility
 from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
+
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
+from ..rules import eligibility, words
 from ..rules.settling import may_have_acted, settleable_by
-from ..rules import words
 
 SORTS = {
     "oldest": ("created_at", "pk"),
@@ -215,7 +228,7 @@ class Batch:
 
 
 def inbox_batches(page_of_interrupts) -> list[Batch]:
-    """A page of ``inbox`` grouped by the run that raised it, with every member's live decision and subagent (4 queries).
+    """A page of ``inbox`` grouped by the run that raised it, with members' live decisions and subagents (4 queries).
 
     The page's pks first, then the rows of its runs: page 500 skips 12,475
     entries of the inbox index instead of 12,475 rows joined to their runs,
@@ -558,22 +571,26 @@ class AuditRow:
 
     @property
     def attention(self) -> list[tuple[datetime, str]]:
-        """Who claimed it, released it or let it lapse, its escalation and any undone decision, as the trail records them: (at, text)."""
+        """Claims taken, released or lapsed, escalation and undone decisions, as the trail records them: (at, text)."""
         said = []
         for _seq, kind, _hash, at, data in self.trail:
             who = (data.get("user") or {}).get("username")
+            # Lazy (a missing key must not fail other kinds); defaults bind this row's values.
             text = {
-                "claim.taken": lambda: f"claimed by {who}" + (f" (taken over from {data['takenFrom']})"
-                                                               if data.get("takenFrom") else ""),
-                "claim.released": lambda: f"claim of {data.get('holder')} released by {who}",
-                "claim.lapsed": lambda: f"claim of {data.get('holder')} lapsed (idle)",
-                "interrupt.escalated": lambda: f"missed its {data.get('targetMinutes')} min target: "
-                                               f"escalated to {data.get('group')}",
-                "decision.undone": lambda: f"{who} undid their decision ({data.get('outcome')})"
-                                           + (f"; its resume {data['withdrawnRunId']} was withdrawn before it was sent"
-                                              if data.get("withdrawnRunId") else ""),
-                "decision.unacknowledged": lambda: f"{who}'s decision was taken back: the server stopped "
-                                                   "before telling them it was recorded, so it was not sent",
+                "claim.taken": lambda who=who, data=data: (
+                    f"claimed by {who}"
+                    + (f" (taken over from {data['takenFrom']})" if data.get("takenFrom") else "")),
+                "claim.released": lambda who=who, data=data: f"claim of {data.get('holder')} released by {who}",
+                "claim.lapsed": lambda data=data: f"claim of {data.get('holder')} lapsed (idle)",
+                "interrupt.escalated": lambda data=data: (
+                    f"missed its {data.get('targetMinutes')} min target: escalated to {data.get('group')}"),
+                "decision.undone": lambda who=who, data=data: (
+                    f"{who} undid their decision ({data.get('outcome')})"
+                    + (f"; its resume {data['withdrawnRunId']} was withdrawn before it was sent"
+                       if data.get("withdrawnRunId") else "")),
+                "decision.unacknowledged": lambda who=who: (
+                    f"{who}'s decision was taken back: the server stopped "
+                    "before telling them it was recorded, so it was not sent"),
             }.get(kind)
             if text is not None:
                 said.append((at, text()))
@@ -690,7 +707,7 @@ def audit(filters: AuditFilters):
 
 
 def audit_rows(interrupts) -> list[AuditRow]:
-    """For a page of interrupts: every decision, the resume run, its TOOL_CALL_RESULTs, the trail entries, the subagents (6 queries)."""
+    """For a page of interrupts: decisions, resume run, its TOOL_CALL_RESULTs, trail entries, subagents (6 queries)."""
     interrupts = with_subagents(list(interrupts))
     decisions: dict[int, list[Decision]] = {}
     for decision in Decision.objects.filter(interrupt__in=interrupts).select_related("user").order_by("pk"):

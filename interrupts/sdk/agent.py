@@ -110,7 +110,7 @@ class RunOutcome:
         return cls("interrupt", interrupts=tuple(interrupts))
 
     def validate(self) -> None:
-        """Raise ``InvalidOutcome`` for an outcome the protocol forbids, such as an empty interrupt list the types allow."""
+        """Raise ``InvalidOutcome`` for an outcome the protocol forbids, such as an empty interrupt list."""
         if self.type == "success":
             if self.interrupts:
                 raise InvalidOutcome("A success outcome cannot carry interrupts.")
@@ -150,7 +150,9 @@ def interrupt(id: str, reason: str, **fields: Any) -> Interrupt:
 
 @dataclass(frozen=True)
 class InterruptDefinition:
-    """One question shared by the code that asks it and the code that reads its answer (TanStack AI's ``defineInterrupt``).
+    """One question shared by the code that asks it and the code that reads its answer.
+
+    TanStack AI's ``defineInterrupt``.
 
     ``ctx.resume_for(definition)`` validates a resolved answer against
     ``response_schema``, so the agent never acts on an answer of the wrong shape.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jsonpatch
 from ag_ui.core import (

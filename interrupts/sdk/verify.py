@@ -38,7 +38,7 @@ class BadSignature(AgentError):
 
 
 class BadFingerprint(AgentError):
-    """A resume entry of a signed request has no attestation, or one that does not match (RUN_ERROR ``BAD_FINGERPRINT``)."""
+    """A signed request's resume entry lacks an attestation, or has one that does not match (``BAD_FINGERPRINT``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="BAD_FINGERPRINT")

@@ -98,7 +98,7 @@ def bars(title: str, rows: Sequence[Row], series: Sequence[str], *, axis: str,
         top_y = index * group
         parts.append(format_html('<text class="chart-label" x="0" y="{}">{}<title>{}</title></text>',
                                  top_y + LABEL_LINE - 4, _cut(row.label), row.named or row.label))
-        for n, (name, value) in enumerate(zip(series, row.values)):
+        for n, (name, value) in enumerate(zip(series, row.values, strict=False)):
             y = top_y + LABEL_LINE + n * BAR_HEIGHT
             tip = f"{row.named or row.label}, {name}: {text(value)}" + (f" ({row.note})" if row.note else "")
             width = 0 if value is None else max(x(value), 0.2)
@@ -144,8 +144,9 @@ def stacked(title: str, parts: Sequence[tuple[str, int]], *, chart_id: str,
             continue
         width = 100 * n / total  # percent, as bars' are
         segments.append(format_html(
-            '<g class="chart-part outcome-{}"><rect x="{}%" y="1" width="{}%" height="{}"/><title>{}: {} of {} ({})</title>'
-            '</g>', name, f"{at:.2f}", f"{width:.2f}", height, said.get(name, name), n, total, f"{n / total:.0%}"))
+            '<g class="chart-part outcome-{}"><rect x="{}%" y="1" width="{}%" height="{}"/>'
+            '<title>{}: {} of {} ({})</title></g>',
+            name, f"{at:.2f}", f"{width:.2f}", height, said.get(name, name), n, total, f"{n / total:.0%}"))
         at += width
     legend = format_html_join(" ", '<span class="chart-key outcome-{}">{} {} ({})</span>',
                               ((name, said.get(name, name), n, f"{n / total:.0%}") for name, n in parts))

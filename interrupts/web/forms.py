@@ -155,7 +155,8 @@ class AgentForm(forms.ModelForm):
         if value in (None, ""):
             return {}
         if not isinstance(value, dict):
-            raise forms.ValidationError("Give a JSON object, like {\"identity\": {\"version\": \"1.2\"}}, or leave it empty.")
+            raise forms.ValidationError(
+                "Give a JSON object, like {\"identity\": {\"version\": \"1.2\"}}, or leave it empty.")
         return value
 
     def clean(self):

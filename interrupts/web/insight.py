@@ -68,7 +68,8 @@ def _ttd_chart(found: dict, by: str, title: str) -> str:
     rows = [charts.Row(_label(entry, by), (entry["p50_seconds"], entry["p95_seconds"]), _decisions(entry["count"]),
                        named=_named(entry, by))
             for entry in _shown(found["time_to_decision"][f"by_{by}"])]
-    return charts.bars(_titled(title, found["time_to_decision"][f"by_{by}"]), rows, ("p50", "p95"), axis="time to decision", text=charts.duration_text,
+    return charts.bars(_titled(title, found["time_to_decision"][f"by_{by}"]), rows, ("p50", "p95"),
+                       axis="time to decision", text=charts.duration_text,
                        steps=charts.DURATION_STEPS, chart_id=f"chart-ttd-{by}")
 
 
@@ -76,7 +77,8 @@ def _pending_chart(found: dict, by: str, title: str) -> str:
     rows = [charts.Row(_label(entry, by), (entry["count"],),
                        f"{entry['breached']} past target, {entry['escalated']} escalated", named=_named(entry, by))
             for entry in _shown(found["pending"][f"by_{by}"])]
-    return charts.bars(_titled(title, found["pending"][f"by_{by}"]), rows, ("pending",), axis="interrupts pending", chart_id=f"chart-pending-{by}",
+    return charts.bars(_titled(title, found["pending"][f"by_{by}"]), rows, ("pending",),
+                       axis="interrupts pending", chart_id=f"chart-pending-{by}",
                        empty="nothing waits for a decision")
 
 

@@ -12,7 +12,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from ..conf import DELIVERIES_PAGE_SIZE
-from ..hub.notify import email as notify_email, webhooks as notify_webhooks
+from ..hub.notify import email as notify_email
+from ..hub.notify import webhooks as notify_webhooks
 from ..models import Delivery, EmailChoice, NotifyEvent, Webhook
 
 

@@ -17,7 +17,8 @@ def policy_edit(request, pk: int | None = None):
     policy = get_object_or_404(Policy, pk=pk) if pk else None
     form = PolicyForm(request.POST or None, instance=policy)
     if request.method == "POST" and form.is_valid():
-        saved = policies.save(form.save(commit=False), groups=form.cleaned_data["groups"], users=form.cleaned_data["users"])
+        saved = policies.save(form.save(commit=False), groups=form.cleaned_data["groups"],
+                              users=form.cleaned_data["users"])
         messages.success(request, f"Saved policy {saved.name}.")
         return redirect("agents")
     return render(request, "interrupts/policy_form.html", {"form": form, "policy": policy})

@@ -110,7 +110,9 @@ def test_an_unknown_name_or_an_out_of_range_quorum_is_400_naming_the_field(staff
 @pytest.mark.parametrize("agent_name", [None, "releaser"])
 def test_a_second_policy_for_the_same_scope_is_400_not_500(staff, agent_name):
     make.agent(name="releaser")
-    assert post(staff, "/api/policies/", {"name": "a", "agent": agent_name, "tool_name": "sendEmail"}).status_code == 201
+    assert (
+        post(staff, "/api/policies/", {"name": "a", "agent": agent_name, "tool_name": "sendEmail"}).status_code == 201
+    )
     refused = post(staff, "/api/policies/", {"name": "b", "agent": agent_name, "tool_name": "sendEmail"})
     assert refused.status_code == 400
     assert "already applies" in refused.json()["fields"]["non_field_errors"][0]

@@ -131,7 +131,9 @@ def test_a_lone_surrogate_in_a_body_is_refused(api, body):
     refusal(post_escaped(api, "/api/threads/", body), 400, "LONE_SURROGATE")
     assert api.get("/api/threads/").json()["count"] == before
     # A whole pair is a character like any other.
-    assert api.post("/api/threads/", json={"agent": "mailer", "forwarded_props": {"ok": "\U0001f600"}}).status_code == 201
+    assert (
+        api.post("/api/threads/", json={"agent": "mailer", "forwarded_props": {"ok": "\U0001f600"}}).status_code == 201
+    )
 
 
 def test_a_lone_surrogate_in_a_decision_is_refused_and_nothing_is_stored(api):

@@ -61,8 +61,12 @@ async def test_a_paused_run_finishes_as_interrupted_with_every_field_intact(agen
 async def test_a_resolved_answer_reaches_the_agent_on_a_new_run_in_the_same_thread(agent_url):
     first = await start(agent_url, "deployer", thread="deploy-1")
     second = await resume(
-        agent_url, "deployer", first, [{"interruptId": "approve-deploy", "status": "resolved", "payload": {"build": 42}}],
-        thread="deploy-1", run_id="run-2",
+        agent_url,
+        "deployer",
+        first,
+        [{"interruptId": "approve-deploy", "status": "resolved", "payload": {"build": 42}}],
+        thread="deploy-1",
+        run_id="run-2",
     )
     assert second.events[0] == {**second.events[0], "threadId": "deploy-1", "runId": "run-2"}
     assert "Deployed build 42." in second.said()
@@ -80,7 +84,10 @@ async def test_cancelled_takes_the_other_branch_and_still_succeeds(agent_url):
 async def test_an_answer_to_another_interrupt_pauses_again(agent_url):
     first = await start(agent_url, "deployer")
     second = await resume(
-        agent_url, "deployer", first, [{"interruptId": "something-else", "status": "resolved", "payload": {"build": 42}}]
+        agent_url,
+        "deployer",
+        first,
+        [{"interruptId": "something-else", "status": "resolved", "payload": {"build": 42}}],
     )
     assert second.last["outcome"]["type"] == "interrupt"
     assert [i["id"] for i in second.interrupts] == ["approve-deploy"]
@@ -89,7 +96,9 @@ async def test_an_answer_to_another_interrupt_pauses_again(agent_url):
 @pytest.mark.parametrize("payload", [{}, {"build": "42"}, {"approved": True}])
 async def test_a_resolved_answer_without_a_build_number_fails_with_run_error(agent_url, payload):
     first = await start(agent_url, "deployer")
-    second = await resume(agent_url, "deployer", first, [{"interruptId": "approve-deploy", "status": "resolved", "payload": payload}])
+    second = await resume(
+        agent_url, "deployer", first, [{"interruptId": "approve-deploy", "status": "resolved", "payload": payload}]
+    )
     assert second.types == ["RUN_STARTED", "RUN_ERROR"]
     assert second.last["code"] == "INVALID_RESUME"
     assert "approve-deploy" in second.last["message"]
@@ -131,7 +140,9 @@ async def test_a_declined_budget_books_nothing(agent_url):
 
 
 async def test_the_mailer_proposes_send_email_and_asks_with_approve_with_edits(agent_url):
-    first = await start(agent_url, "mailer", messages=[{"id": "u1", "role": "user", "content": "Email c@d.com about lunch"}])
+    first = await start(
+        agent_url, "mailer", messages=[{"id": "u1", "role": "user", "content": "Email c@d.com about lunch"}]
+    )
     assert first.types[1:4] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
     call = first.events[1]
     assert call["toolCallName"] == "sendEmail"
@@ -163,9 +174,18 @@ async def test_approving_with_edits_sends_the_edited_args_as_a_full_replacement(
 async def test_edited_args_that_drop_a_field_are_refused_not_merged(agent_url):
     first = await start(agent_url, "mailer")
     [asked] = first.interrupts
-    second = await resume(agent_url, "mailer", first, [
-        {"interruptId": asked["id"], "status": "resolved", "payload": {"approved": True, "editedArgs": {"to": "a@b.com"}}}
-    ])
+    second = await resume(
+        agent_url,
+        "mailer",
+        first,
+        [
+            {
+                "interruptId": asked["id"],
+                "status": "resolved",
+                "payload": {"approved": True, "editedArgs": {"to": "a@b.com"}},
+            }
+        ],
+    )
     assert second.last["code"] == "INVALID_RESUME"
     assert "TOOL_CALL_RESULT" not in second.types
 
@@ -213,9 +233,18 @@ async def test_the_filing_form_carries_its_schema_and_an_expiry_an_hour_ahead(ag
 
 async def test_a_filled_form_is_filed(agent_url):
     first = await start(agent_url, "filing")
-    second = await resume(agent_url, "filing", first, [
-        {"interruptId": "quarterly-filing", "status": "resolved", "payload": {"quarter": "Q1", "year": 2026, "revenue": 4200000}}
-    ])
+    second = await resume(
+        agent_url,
+        "filing",
+        first,
+        [
+            {
+                "interruptId": "quarterly-filing",
+                "status": "resolved",
+                "payload": {"quarter": "Q1", "year": 2026, "revenue": 4200000},
+            }
+        ],
+    )
     assert second.said() == ["Filed Q1 2026: revenue 4,200,000."]
     assert second.snapshot("STATE_SNAPSHOT")["filed"] == {"quarter": "Q1", "year": 2026, "revenue": 4200000}
 
@@ -223,9 +252,19 @@ async def test_a_filled_form_is_filed(agent_url):
 async def test_a_form_answered_after_its_expiry_fails_with_expired(agent_url):
     first = await start(agent_url, "filing")
     stale = {**first.snapshot("STATE_SNAPSHOT"), "filingExpiresAt": "2026-04-20T17:00:00Z"}
-    second = await resume(agent_url, "filing", first, [
-        {"interruptId": "quarterly-filing", "status": "resolved", "payload": {"quarter": "Q1", "year": 2026, "revenue": 1}}
-    ], state=stale)
+    second = await resume(
+        agent_url,
+        "filing",
+        first,
+        [
+            {
+                "interruptId": "quarterly-filing",
+                "status": "resolved",
+                "payload": {"quarter": "Q1", "year": 2026, "revenue": 1},
+            }
+        ],
+        state=stale,
+    )
     assert second.types == ["RUN_STARTED", "RUN_ERROR"]
     assert second.last["code"] == "EXPIRED"
 
@@ -241,9 +280,18 @@ async def test_c20_a_form_cancelled_after_its_expiry_is_skipped_and_says_so(agen
 
 async def test_a_form_that_breaks_the_schema_fails_with_invalid_resume(agent_url):
     first = await start(agent_url, "filing")
-    second = await resume(agent_url, "filing", first, [
-        {"interruptId": "quarterly-filing", "status": "resolved", "payload": {"quarter": "Q5", "year": 1999, "revenue": 1}}
-    ])
+    second = await resume(
+        agent_url,
+        "filing",
+        first,
+        [
+            {
+                "interruptId": "quarterly-filing",
+                "status": "resolved",
+                "payload": {"quarter": "Q5", "year": 1999, "revenue": 1},
+            }
+        ],
+    )
     assert second.last["code"] == "INVALID_RESUME"
 
 
@@ -255,9 +303,19 @@ async def test_the_janitor_asks_for_confirmation_and_clears_on_yes(agent_url):
     [asked] = first.interrupts
     assert asked["reason"] == "confirmation"
     assert asked["message"] == "Clear the board? 3 task(s) will be removed."
-    yes = await resume(agent_url, "janitor", first, [{"interruptId": "confirm-clear", "status": "resolved", "payload": {"confirm": True}}])
+    yes = await resume(
+        agent_url,
+        "janitor",
+        first,
+        [{"interruptId": "confirm-clear", "status": "resolved", "payload": {"confirm": True}}],
+    )
     assert yes.snapshot("STATE_SNAPSHOT") == {"tasks": []}
-    no = await resume(agent_url, "janitor", first, [{"interruptId": "confirm-clear", "status": "resolved", "payload": {"confirm": False}}])
+    no = await resume(
+        agent_url,
+        "janitor",
+        first,
+        [{"interruptId": "confirm-clear", "status": "resolved", "payload": {"confirm": False}}],
+    )
     assert no.said() == ["Kept the board as it was."]
     assert no.snapshot("STATE_SNAPSHOT") is None
 

@@ -12,8 +12,8 @@ from django.test import AsyncClient
 from django.urls import path
 
 from interrupts import conf
-from interrupts.management.commands import settings_table
 from interrupts.demo.views import agent_view
+from interrupts.management.commands import settings_table
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

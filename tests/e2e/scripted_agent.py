@@ -35,8 +35,17 @@ def approve_interrupt(body: dict) -> list[bytes]:
     """Interrupt for approval; on resume, report what was answered and succeed."""
     if body.get("resume"):
         answers = {e["interruptId"]: e for e in body["resume"]}
-        call = {"id": "m-call", "role": "assistant", "toolCalls": [
-            {"id": "tc-1", "type": "function", "function": {"name": "deleteRepo", "arguments": '{"repo": "acme/web"}'}}]}
+        call = {
+            "id": "m-call",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": "tc-1",
+                    "type": "function",
+                    "function": {"name": "deleteRepo", "arguments": '{"repo": "acme/web"}'},
+                }
+            ],
+        }
         return [
             frame(started(body)),
             frame({"type": "MESSAGES_SNAPSHOT", "messages": [call]}),
@@ -175,8 +184,10 @@ def frontend_tool(declare: bool):
 SCRIPTS = {
     "frontend-tool": frontend_tool(declare=True),
     "frontend-tool-silent": frontend_tool(declare=False),
-    "newer-version": lambda body: [frame({**started(body), "protocolVersion": "1.10"}),
-                                   frame(finished(body, {"type": "success"}))],
+    "newer-version": lambda body: [
+        frame({**started(body), "protocolVersion": "1.10"}),
+        frame(finished(body, {"type": "success"})),
+    ],
     "batch-50": batch_interrupts(50),
     "evil": evil_interrupt,
     "approve": approve_interrupt,
@@ -185,27 +196,56 @@ SCRIPTS = {
     "malformed": lambda body: [frame(started(body)), b"data: {not json\n\n"],
     "unknown-type": lambda body: [frame(started(body)), frame({"type": "TELEPORT"})],
     "error-first": lambda body: [frame({"type": "RUN_ERROR", "code": "BOOM", "message": "exploded early"})],
-    "no-terminal": lambda body: [frame(started(body)), frame({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"})],
-    "after-end": lambda body: [frame(started(body)), frame(finished(body, {"type": "success"})),
-                               frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"})],
-    "interrupt-then-noise": lambda body: approve_interrupt({k: v for k, v in body.items() if k != "resume"})
-    + [frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"})],
-    "agent-error": lambda body: [frame(started(body)), frame({"type": "RUN_ERROR", "code": "QUOTA", "message": "out of credits"})],
+    "no-terminal": lambda body: [
+        frame(started(body)),
+        frame({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+    ],
+    "after-end": lambda body: [
+        frame(started(body)),
+        frame(finished(body, {"type": "success"})),
+        frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"}),
+    ],
+    "interrupt-then-noise": lambda body: (
+        approve_interrupt({k: v for k, v in body.items() if k != "resume"})
+        + [frame({"type": "TEXT_MESSAGE_START", "messageId": "m9", "role": "assistant"})]
+    ),
+    "agent-error": lambda body: [
+        frame(started(body)),
+        frame({"type": "RUN_ERROR", "code": "QUOTA", "message": "out of credits"}),
+    ],
     "wrong-run": lambda body: [frame({**started(body), "runId": "someone-elses-run"})],
-    "duplicate-ids": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": [
-        {"id": "same", "reason": "confirmation"}, {"id": "same", "reason": "confirmation"}]}))],
-    "late-error": lambda body: approve_interrupt({k: v for k, v in body.items() if k != "resume"})
-    + [frame({"type": "RUN_ERROR", "code": "COMMIT_FAILED", "message": "the checkpoint write failed"})],
+    "duplicate-ids": lambda body: [
+        frame(started(body)),
+        frame(
+            finished(
+                body,
+                {
+                    "type": "interrupt",
+                    "interrupts": [{"id": "same", "reason": "confirmation"}, {"id": "same", "reason": "confirmation"}],
+                },
+            )
+        ),
+    ],
+    "late-error": lambda body: (
+        approve_interrupt({k: v for k, v in body.items() if k != "resume"})
+        + [frame({"type": "RUN_ERROR", "code": "COMMIT_FAILED", "message": "the checkpoint write failed"})]
+    ),
     "unknown-outcome": lambda body: [frame(started(body)), frame(finished(body, {"type": "handoff", "to": "x"}))],
-    "success-with-interrupts": lambda body: [frame(started(body)), frame(finished(body, {
-        "type": "success", "interrupts": [{"id": "int-1", "reason": "confirmation"}]}))],
+    "success-with-interrupts": lambda body: [
+        frame(started(body)),
+        frame(finished(body, {"type": "success", "interrupts": [{"id": "int-1", "reason": "confirmation"}]})),
+    ],
     "owner-mismatch": lambda body: [
         frame(started(body)),
         frame({"type": "TEXT_MESSAGE_START", "messageId": "m-9", "role": "assistant", "subagentRunId": "sub-1"}),
         frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-9", "delta": "hi", "subagentRunId": "sub-2"}),
         frame({"type": "TEXT_MESSAGE_END", "messageId": "m-9"}),
-        frame(finished(body, {"type": "success"}))],
-    "empty-interrupts": lambda body: [frame(started(body)), frame(finished(body, {"type": "interrupt", "interrupts": []}))],
+        frame(finished(body, {"type": "success"})),
+    ],
+    "empty-interrupts": lambda body: [
+        frame(started(body)),
+        frame(finished(body, {"type": "interrupt", "interrupts": []})),
+    ],
 }
 
 

@@ -14,11 +14,11 @@ again), whose acknowledged answers show as "received: []".
 
 import random
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-import tempfile
 
 import httpx
 
@@ -57,11 +57,14 @@ class Counting(LoopbackAgent):
 
 
 def users(app, count):
-    code = ("from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
-            "from rest_framework.authtoken.models import Token; U = get_user_model(); g = Group.objects.get(name='Reviewers')\n"
-            f"for i in range({count}):\n"
-            "    u, _ = U.objects.get_or_create(username=f'r{i}'); u.groups.add(g); u.set_password('pw'); u.save()\n"
-            "    print('TOKEN', Token.objects.get_or_create(user=u)[0].key)")
+    code = (
+        "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
+        "from rest_framework.authtoken.models import Token; U = get_user_model(); "
+        "g = Group.objects.get(name='Reviewers')\n"
+        f"for i in range({count}):\n"
+        "    u, _ = U.objects.get_or_create(username=f'r{i}'); u.groups.add(g); u.set_password('pw'); u.save()\n"
+        "    print('TOKEN', Token.objects.get_or_create(user=u)[0].key)"
+    )
     done = manage("shell", "-c", code, env=app.env)
     assert done.returncode == 0, done.stderr
     return [line.split()[1] for line in done.stdout.splitlines() if line.startswith('TOKEN ')]
@@ -77,7 +80,7 @@ def main(threads=30, reviewers=10, kills=2):
     base = {"url": app.url}
     with app.api() as api:
         assert api.post("/api/agents/", json={"name": "counting", "url": f"{agent.url}/c/"}).status_code == 201
-        thread_ids = [api.post("/api/threads/", json={"agent": "counting"}).json()["thread"] for _ in range(threads)]
+        _thread_ids = [api.post("/api/threads/", json={"agent": "counting"}).json()["thread"] for _ in range(threads)]
     acks = []  # (t0, t1, user, pk, status, body)
     stop = threading.Event()
 
@@ -85,7 +88,9 @@ def main(threads=30, reviewers=10, kills=2):
         rnd = random.Random(i)
         while not stop.is_set():
             try:
-                with httpx.Client(base_url=base["url"], headers={"Authorization": f"Token {tokens[i]}"}, timeout=10) as c:
+                with httpx.Client(
+                    base_url=base["url"], headers={"Authorization": f"Token {tokens[i]}"}, timeout=10
+                ) as c:
                     listed = c.get("/api/interrupts/", params={"limit": 50}).json()["results"]
                     if not listed:
                         time.sleep(0.05)
@@ -98,10 +103,20 @@ def main(threads=30, reviewers=10, kills=2):
                     t0 = time.time()
                     try:
                         r = c.post(f"/api/interrupts/{target['id']}/decide/", json=body)
-                        acks.append((t0, time.time(), i, target["id"], r.status_code, r.json() if r.status_code < 500 else r.text, body))
+                        acks.append(
+                            (
+                                t0,
+                                time.time(),
+                                i,
+                                target["id"],
+                                r.status_code,
+                                r.json() if r.status_code < 500 else r.text,
+                                body,
+                            )
+                        )
                     except httpx.HTTPError as e:
                         acks.append((t0, time.time(), i, target["id"], None, repr(e), body))
-            except Exception as e:  # server down
+            except Exception:  # server down
                 time.sleep(0.05)
 
     workers = [threading.Thread(target=reviewer, args=(i,), daemon=True) for i in range(reviewers)]
@@ -141,11 +156,11 @@ def main(threads=30, reviewers=10, kills=2):
         "SELECT i.id, th.thread_id, ru.run_id, i.interrupt_id FROM interrupts_interrupt i "
         "JOIN interrupts_run ru ON ru.id=i.run_id JOIN interrupts_thread th ON th.id=ru.thread_id")}
     acked = defaultdict(list)
-    for t0, t1, user, pk, status, body, sent in acks:
+    for _t0, t1, user, pk, status, body, _sent in acks:
         if status in (200, 201):
             acked[meta[pk]].append((t1, user, body["status"], body["payload"]))
     received = defaultdict(list)
-    for t, body in agent.bodies:
+    for _t, body in agent.bodies:
         for e in body.get("resume") or []:
             received[(body["threadId"], body["parentRunId"], e["interruptId"])].append(
                 (body["runId"], e["status"], e.get("payload")))

@@ -47,7 +47,11 @@ def test_a_newcomer_approves_an_email_with_edits_and_reads_the_result(api):
     assert resumed["status"] == "succeeded"
     assert resumed["parent"] == run["run_id"]
     assert answers(resumed["input"]["resume"]) == [
-        {"interruptId": asked["interrupt_id"], "status": "resolved", "payload": {"approved": True, "editedArgs": edited}}
+        {
+            "interruptId": asked["interrupt_id"],
+            "status": "resolved",
+            "payload": {"approved": True, "editedArgs": edited},
+        }
     ]
     [result] = tool_results(api, thread, resumed["run_id"])
     assert result["toolCallId"] == asked["tool_call_id"]
@@ -243,8 +247,15 @@ def test_the_api_requires_login(hub):
 
 
 def test_agent_credentials_go_in_but_never_come_back(api):
-    created = api.post("/api/agents/", json={"name": "secretive", "url": "http://127.0.0.1:9/s/",
-                                             "auth_header": "Authorization", "auth_value": "Bearer top-secret-value-9876"})
+    created = api.post(
+        "/api/agents/",
+        json={
+            "name": "secretive",
+            "url": "http://127.0.0.1:9/s/",
+            "auth_header": "Authorization",
+            "auth_value": "Bearer top-secret-value-9876",
+        },
+    )
     assert created.status_code == 201, created.text
     shown = api.get("/api/agents/secretive/").text
     assert "top-secret" not in shown and "••••9876" in shown

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect

@@ -9,12 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from ..servers import ROOT, ServedApp, stop_process
+from ..servers import ROOT, ServedApp
 from .conftest import events, finished_run, pending, start, wait_for
 from .counting_agent import CountingAgent
 

@@ -14,9 +14,16 @@ and the run finishes.
 
 import pytest
 
-from .refund_peers import (decided, executed, new_order, paused,
-                           paused_through_the_gateway, resumed_through_the_gateway, served,
-                           shows_the_refund)
+from .refund_peers import (
+    decided,
+    executed,
+    new_order,
+    paused,
+    paused_through_the_gateway,
+    resumed_through_the_gateway,
+    served,
+    shows_the_refund,
+)
 
 
 @pytest.fixture(scope="module")

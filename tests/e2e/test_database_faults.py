@@ -67,7 +67,8 @@ def postgres():
 
 @pytest.fixture(scope="module")
 def pg_app(tmp_path_factory, postgres):
-    # A short wait for a pooled connection, so a request met while the server is down answers in 5 s, not 20 (a fresh connection on a loaded CI machine can take a second or two).
+    # A short wait for a pooled connection, so a request met while the server is down answers in 5 s,
+    # not 20 (a fresh connection on a loaded CI machine can take a second or two).
     app = ServedApp(tmp_path_factory.mktemp("pg-faults"), self_approving=True, DATABASE_URL=postgres.url,
                     COUNTERSIGN_DB_POOL_TIMEOUT="5", COUNTERSIGN_POLL_INTERVAL="0.2")
     app.token = _setup(app.env, self_approving=True)  # the test's own server: no shared template
@@ -206,7 +207,7 @@ def test_a_full_sqlite_disk_refuses_writes_503_database_full_changes_nothing_and
         assert decided.headers["Retry-After"] == "60"
         # A write that still fits in a page with room succeeds; the first that needs a new page is refused.
         refused = {}
-        for n in range(30):
+        for _ in range(30):
             started = tally(api.post("/api/threads/", json={"agent": "janitor", "message": "tidy " * 200}),
                             codes=full)
             if started.status_code == 503:

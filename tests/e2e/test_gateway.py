@@ -105,8 +105,11 @@ def test_a_browser_session_needs_a_csrf_token(hub):
     with httpx.Client(base_url=hub.url) as browser:
         page = browser.get("/accounts/login/")
         token = page.cookies["csrftoken"]
-        browser.post("/accounts/login/", data={"username": "reviewer", "password": "countersign",
-                                               "csrfmiddlewaretoken": token}, headers={"Referer": f"{hub.url}/accounts/login/"})
+        browser.post(
+            "/accounts/login/",
+            data={"username": "reviewer", "password": "countersign", "csrfmiddlewaretoken": token},
+            headers={"Referer": f"{hub.url}/accounts/login/"},
+        )
         forged = browser.post("/agui/mailer/", json=new_input("gw-csrf"))
         assert forged.status_code == 401
         allowed = browser.post("/agui/mailer/", json=new_input("gw-csrf"),

@@ -125,7 +125,15 @@ def test_new_input_while_pending_is_refused_before_it_reaches_the_agent(lg_api):
 async def test_through_the_gateway_a_replayed_resume_reaches_the_agent_once(hub, langgraph):
     headers = {"Authorization": f"Token {hub.token}"}
     url = f"{hub.url}/agui/lg-approve/"
-    body = {"threadId": "lg-gw", "runId": "r1", "messages": [], "state": {}, "tools": [], "context": [], "forwardedProps": {}}
+    body = {
+        "threadId": "lg-gw",
+        "runId": "r1",
+        "messages": [],
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
     first = await post_run(url, body, headers)
     [asked] = first.interrupts
     resume = [{"interruptId": asked["id"], "status": "resolved", "payload": {"approved": True}}]

@@ -12,15 +12,25 @@ interrupts reach the inbox and go back in the form ag-ui-langgraph takes.
 import httpx
 import pytest
 
-from interrupts.hub import outbox, runs, streaming
 from interrupts.hub import events as event_log
+from interrupts.hub import outbox, runs, streaming
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.dialects.langgraph_legacy import CANCELLED, METADATA_KEY, interrupt_id
 
 from .. import factories as make
 from ..agui import post_run, resume_body
-from .conftest import (decide, events, finished_run, langgraph_agent, logged_in, paused, pending, resumed,
-                       start, state, wait_for)
+from .conftest import (
+    decide,
+    events,
+    langgraph_agent,
+    logged_in,
+    paused,
+    pending,
+    resumed,
+    start,
+    state,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +215,7 @@ def test_a_run_recovered_from_its_recorded_events_raises_the_same_interrupts():
     ids = ["5811277ff9343aae09c19d5370933b3d", "ca78f478a302aa11be0f406e9654e0c5"]
     sent = [{"type": "RUN_STARTED", "threadId": run.thread.thread_id, "runId": run.run_id},
             *({"type": "CUSTOM", "name": "on_interrupt", "value": f'{{"message": "{m}"}}',
-               "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", ids)),
+               "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", ids, strict=False)),
             {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}]
     assert event_log.append_many(run, sent, "w")
     streaming.recover(run, "test-worker")

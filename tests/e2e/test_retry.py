@@ -98,7 +98,9 @@ def test_a_resume_waits_for_an_unreachable_agent_and_reaches_it_once(patient, ag
         resumes = [c["body"] for c in agent.calls() if c["body"].get("resume")]
         assert len(resumes) == 1
         assert resumes[0]["runId"] == resume
-        assert answers(resumes[0]["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+        assert answers(resumes[0]["resume"]) == [
+            {"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}
+        ]
 
         # Nothing is waiting any more: Retry-now is refused, with a code.
         response = api.post(f"/api/runs/{resume}/retry/")

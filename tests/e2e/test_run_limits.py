@@ -335,7 +335,9 @@ def test_the_thread_page_has_a_stop_button_for_staff(hub, api, agent):
                               data={"username": "reviewer", "password": "countersign", "csrfmiddlewaretoken": csrf})
         assert logged.status_code == 302, logged.text
         page = browser.get(f"/threads/{run['thread']}/").text
-        action = re.search(r'<form method="post" action="([^"]+)" class="inline" data-testid="stop-run">', page).group(1)
+        action = re.search(r'<form method="post" action="([^"]+)" class="inline" data-testid="stop-run">', page).group(
+            1
+        )
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page[page.index(action):]).group(1)
         stopped = browser.post(action, data={"csrfmiddlewaretoken": csrf},
                                headers={"Referer": f"{hub.url}/threads/{run['thread']}/"})

@@ -66,7 +66,8 @@ def reviewers(apps):
         "from django.contrib.auth import get_user_model; from interrupts.hub import tokens; "
         "User = get_user_model(); "
         f"users = [User.objects.create_user(f'racer{{n}}', first_name=f'Racer{{n}}') for n in range({REVIEWERS})]; "
-        "from django.contrib.auth.models import Group; [u.groups.add(Group.objects.get(name='Reviewers')) for u in users]; "
+        "from django.contrib.auth.models import Group; "
+        "[u.groups.add(Group.objects.get(name='Reviewers')) for u in users]; "
         "print(' '.join(tokens.issue(u)[1] for u in users))"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=apps[0].env,
@@ -103,7 +104,7 @@ def runs_of(app, thread_ids) -> list[dict]:
         f"WHERE t.thread_id IN ({in_clause(thread_ids)}) ORDER BY r.id",
         *thread_ids,
     )
-    return [dict(zip(["thread", "run_id", "status", "claimed_by", "parent"], row)) for row in rows]
+    return [dict(zip(["thread", "run_id", "status", "claimed_by", "parent"], row, strict=False)) for row in rows]
 
 
 def process_of(apps, claimed_by: str) -> int:
@@ -114,7 +115,7 @@ def process_of(apps, claimed_by: str) -> int:
 
 
 def start_many(apps, agents: list[str], count: int) -> list[dict]:
-    """``count`` new threads on ``agents`` in turn, started at once from ``count`` threads through every process's API."""
+    """``count`` new threads on ``agents`` in turn, started at once from ``count`` threads via every process's API."""
 
     def one(n):
         with apps[n % len(apps)].api() as api:
@@ -193,8 +194,10 @@ def test_resumes_decided_through_different_processes_are_each_sent_exactly_once(
     assert scripted.calls_per_run(threads, resumes=True) == Counter(r["run_id"] for r in resumes)
     assert scripted.calls_per_run(threads, resumes=False) == Counter(r["run_id"] for r in started)
     sent = [body for _, body in list(scripted.bodies) if body.get("threadId") in threads and body.get("resume")]
-    assert all(attested(body["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
-               for body in sent)
+    assert all(
+        attested(body["resume"]) == [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+        for body in sent
+    )
     assert Counter(process_of(apps, r["claimed_by"]) for r in resumes) == {n: MAX_STREAMS for n in range(PROCESSES)}
 
 
@@ -262,7 +265,9 @@ def test_a_browser_on_one_process_sees_what_another_process_streams(apps, script
         with decider.api() as api:
             [asked] = pending(api, thread)
             assert api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "approve"}).status_code == 201
-            resumed = finished_run(api, wait_for(lambda: api.get(f"/api/interrupts/{asked['id']}/").json()["resumed_by"]))
+            resumed = finished_run(
+                api, wait_for(lambda: api.get(f"/api/interrupts/{asked['id']}/").json()["resumed_by"])
+            )
             log = events(api, thread)
         assert resumed["status"] == "succeeded"
         decided = receive_until(on_inbox, lambda m: m.get("thread") == thread_pk)
@@ -321,14 +326,25 @@ def test_fifty_reviewers_racing_for_one_interrupt_store_one_decision_and_send_on
 def test_fifty_decisions_on_one_batch_at_once_send_one_resume_with_every_answer(apps, scripted, reviewers):
     with apps[0].api() as api:
         run = start(api, "x-batch-50")
-        asked = wait_for(lambda: len(found := api.get("/api/interrupts/", params={"thread": run["thread"], "limit": 100})
-                                     .json()["results"]) == BATCH and found)
+        asked = wait_for(
+            lambda: (
+                len(
+                    found := api.get("/api/interrupts/", params={"thread": run["thread"], "limit": 100}).json()[
+                        "results"
+                    ]
+                )
+                == BATCH
+                and found
+            )
+        )
 
     answers = race(apps, reviewers, [(i, {"action": "approve"}) for i in asked])
 
     assert [a.status_code for a in answers] == [201] * BATCH, [a.text for a in answers if a.status_code != 201]
     with apps[2].api() as api:
-        resumed = finished_run(api, wait_for(lambda: api.get(f"/api/interrupts/{asked[0]['id']}/").json()["resumed_by"]))
+        resumed = finished_run(
+            api, wait_for(lambda: api.get(f"/api/interrupts/{asked[0]['id']}/").json()["resumed_by"])
+        )
     assert resumed["status"] == "succeeded"
     expected = sorted(
         ({"interruptId": f"int-{n}", "status": "resolved", "payload": {"approved": True}} for n in range(BATCH)),
@@ -351,5 +367,5 @@ def test_demo_agents_keep_working_when_the_process_that_registered_them_stops(ap
     for app in survivors:
         with app.api() as api:
             thread = start(api, "mailer", "Email c@d.com about lunch")["thread"]
-            asked = wait_for(lambda: pending(api, thread), timeout=20)
+            asked = wait_for(lambda thread=thread: pending(api, thread), timeout=20)
             assert asked[0]["tool_name"] == "sendEmail"

@@ -20,7 +20,6 @@ from interrupts.sdk.verify import attested_approvals
 from ..loopback import ShipRecorder
 from .conftest import events, finished_run, pending, start, wait_for
 
-
 Recorder = ShipRecorder
 
 
@@ -52,7 +51,10 @@ def test_the_first_run_and_its_resume_are_signed_over_the_bytes_sent(api, record
     run = start(api, "x-recorder", "ship it")
     assert finished_run(api, run["run_id"])["status"] == "interrupted"
     [asked] = wait_for(lambda: pending(api, run["thread"]))
-    assert api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "approve", "comment": "go"}).status_code == 201
+    assert (
+        api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "approve", "comment": "go"}).status_code
+        == 201
+    )
     wait_for(lambda: len(recorder.requests) >= 2)
 
     (first_raw, first_headers, _), (resume_raw, resume_headers, _) = recorder.requests[-2:]
@@ -92,7 +94,12 @@ def test_a_demo_agent_verifies_the_hubs_signature_and_names_the_verified_approve
     run = start(api, "deployer")
     assert finished_run(api, run["run_id"])["status"] == "interrupted"
     [asked] = wait_for(lambda: pending(api, run["thread"]))
-    assert api.post(f"/api/interrupts/{asked['id']}/decide/", json={"action": "respond", "payload": {"build": 42}}).status_code == 201
+    assert (
+        api.post(
+            f"/api/interrupts/{asked['id']}/decide/", json={"action": "respond", "payload": {"build": 42}}
+        ).status_code
+        == 201
+    )
 
     def said():
         return [e["payload"].get("delta") for e in events(api, run["thread"]) if e["type"] == "TEXT_MESSAGE_CONTENT"]

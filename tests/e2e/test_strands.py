@@ -12,8 +12,16 @@ the run finishes.
 
 import pytest
 
-from .refund_peers import (decided, executed, new_order, paused,
-                           paused_through_the_gateway, resumed_through_the_gateway, said, served)
+from .refund_peers import (
+    decided,
+    executed,
+    new_order,
+    paused,
+    paused_through_the_gateway,
+    resumed_through_the_gateway,
+    said,
+    served,
+)
 
 
 @pytest.fixture(scope="module")

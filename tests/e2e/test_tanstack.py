@@ -163,7 +163,9 @@ def test_a_refused_answer_reopened_is_answered_again(ts_api, agent):
     assert again["run_id"] != refused["run_id"] and again["status"] == "succeeded", again
     # The same interrupted run, the same continuation: TanStack rebuilds the batch afresh each time.
     assert again["input"]["parentRunId"] == refused["input"]["parentRunId"] == run["run_id"]
-    assert again["input"]["resume"][0]["metadata"][CONTINUATION] == refused["input"]["resume"][0]["metadata"][CONTINUATION]
+    assert (
+        again["input"]["resume"][0]["metadata"][CONTINUATION] == refused["input"]["resume"][0]["metadata"][CONTINUATION]
+    )
     assert said(ts_api, thread, again["run_id"]) == "Resumed: review-refund=approved (second look)."
 
 

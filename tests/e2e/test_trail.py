@@ -17,7 +17,10 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from interrupts.hub import agents, decisions, policies
-from interrupts.hub.trail import backfill, chain as trail_chain, content as trail_content, verify as trail_verify
+from interrupts.hub.trail import backfill
+from interrupts.hub.trail import chain as trail_chain
+from interrupts.hub.trail import content as trail_content
+from interrupts.hub.trail import verify as trail_verify
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Interrupt, Policy
 from interrupts.protocol.signing import Unsignable, canonical
 
@@ -173,7 +176,9 @@ def test_an_edited_entry_is_named_and_so_is_one_whose_hash_was_recomputed(chain)
         [trail_chain.entry_hash(victim.prev_hash, edited), victim.seq])
     code, _, err = verify()
     assert code == 1
-    assert first_problem(err).startswith(f"BROKEN: entry {victim.seq + 1} is broken: its prev_hash is not entry {victim.seq}'s hash")
+    assert first_problem(err).startswith(
+        f"BROKEN: entry {victim.seq + 1} is broken: its prev_hash is not entry {victim.seq}'s hash"
+    )
 
 
 def test_a_chain_rewritten_whole_after_it_was_verified_is_named(chain):
@@ -263,7 +268,9 @@ def test_the_exports_carry_the_hashes_and_the_chain_export_is_every_entry(chain,
     rows = json.loads(b"".join(client.get("/audit/?format=json").streaming_content))
     decided = next(r for r in rows if r["interruptId"] == "int-a")
     assert [e["kind"] for e in decided["trail"]] == ["decision", "decision.superseded", "decision"]
-    assert decided["trail"][0]["hash"] == entry_of(Decision.objects.filter(interrupt__interrupt_id="int-a").first()).hash
+    assert (
+        decided["trail"][0]["hash"] == entry_of(Decision.objects.filter(interrupt__interrupt_id="int-a").first()).hash
+    )
     lines = b"".join(client.get("/audit/?format=chain").streaming_content).decode().splitlines()
     assert [json.loads(line)["seq"] for line in lines] == list(AuditEntry.objects.values_list("seq", flat=True))
 
@@ -463,28 +470,63 @@ def asked(chain):
                                      "resolved", {"approved": True}))
 
 
-@pytest.mark.parametrize("statement, params, changed", [
-    ("UPDATE interrupts_interrupt SET proposed_args = %s WHERE id = {interrupt}", ['{"to": "m@evil.com"}'],
-     "the proposed args (proposedArgsDigest)"),
-    ("UPDATE interrupts_interrupt SET raw = %s WHERE id = {interrupt}", ['{"id": "int-tool", "reason": "x"}'],
-     "the interrupt as the agent sent it (rawDigest)"),
-    ("UPDATE interrupts_interrupt SET reason = %s WHERE id = {interrupt}", ["harmless"], "reason"),
-    ("UPDATE interrupts_interrupt SET tool_name = %s WHERE id = {interrupt}", ["readEmail"], "the tool name (toolName)"),
-    ("UPDATE interrupts_run SET requested_by_id = NULL WHERE id = {run}", [], "who requested the run (requestedBy)"),
-    # What the card showed the reviewer, besides the agent's raw form.
-    ("UPDATE interrupts_interrupt SET message = %s WHERE id = {interrupt}", ["Send a harmless test email"],
-     "the message (messageDigest)"),
-    ("UPDATE interrupts_interrupt SET response_schema = %s WHERE id = {interrupt}", ['{"type": "object"}'],
-     "the response schema (responseSchemaDigest)"),
-    ("UPDATE interrupts_interrupt SET metadata = %s WHERE id = {interrupt}", ['{"risk": "low"}'],
-     "the interrupt's metadata (metadataDigest)"),
-    ("UPDATE interrupts_interrupt SET expires_at = %s WHERE id = {interrupt}", ["2031-01-01 00:00:00+00:00"],
-     "the expiry (expiresAt)"),
-    ("UPDATE interrupts_decision SET policy = %s WHERE interrupt_id = {interrupt}", ["lenient"],
-     "the policy (policy)"),
-    ("UPDATE interrupts_decision SET required_approvals = 3 WHERE interrupt_id = {interrupt}", [],
-     "the approvals required (requiredApprovals)"),
-])
+@pytest.mark.parametrize(
+    "statement, params, changed",
+    [
+        (
+            "UPDATE interrupts_interrupt SET proposed_args = %s WHERE id = {interrupt}",
+            ['{"to": "m@evil.com"}'],
+            "the proposed args (proposedArgsDigest)",
+        ),
+        (
+            "UPDATE interrupts_interrupt SET raw = %s WHERE id = {interrupt}",
+            ['{"id": "int-tool", "reason": "x"}'],
+            "the interrupt as the agent sent it (rawDigest)",
+        ),
+        ("UPDATE interrupts_interrupt SET reason = %s WHERE id = {interrupt}", ["harmless"], "reason"),
+        (
+            "UPDATE interrupts_interrupt SET tool_name = %s WHERE id = {interrupt}",
+            ["readEmail"],
+            "the tool name (toolName)",
+        ),
+        (
+            "UPDATE interrupts_run SET requested_by_id = NULL WHERE id = {run}",
+            [],
+            "who requested the run (requestedBy)",
+        ),
+        # What the card showed the reviewer, besides the agent's raw form.
+        (
+            "UPDATE interrupts_interrupt SET message = %s WHERE id = {interrupt}",
+            ["Send a harmless test email"],
+            "the message (messageDigest)",
+        ),
+        (
+            "UPDATE interrupts_interrupt SET response_schema = %s WHERE id = {interrupt}",
+            ['{"type": "object"}'],
+            "the response schema (responseSchemaDigest)",
+        ),
+        (
+            "UPDATE interrupts_interrupt SET metadata = %s WHERE id = {interrupt}",
+            ['{"risk": "low"}'],
+            "the interrupt's metadata (metadataDigest)",
+        ),
+        (
+            "UPDATE interrupts_interrupt SET expires_at = %s WHERE id = {interrupt}",
+            ["2031-01-01 00:00:00+00:00"],
+            "the expiry (expiresAt)",
+        ),
+        (
+            "UPDATE interrupts_decision SET policy = %s WHERE interrupt_id = {interrupt}",
+            ["lenient"],
+            "the policy (policy)",
+        ),
+        (
+            "UPDATE interrupts_decision SET required_approvals = 3 WHERE interrupt_id = {interrupt}",
+            [],
+            "the approvals required (requiredApprovals)",
+        ),
+    ],
+)
 def test_an_interrupt_or_run_rewritten_under_its_decision_is_named(asked, statement, params, changed):
     interrupt = asked.interrupt
     assert verify()[0] == 0
@@ -492,14 +534,21 @@ def test_an_interrupt_or_run_rewritten_under_its_decision_is_named(asked, statem
     unguard("interrupts_decision")
     raw(statement.format(interrupt=interrupt.pk, run=interrupt.run_id), params)
     code, _, err = verify()
-    assert (code, problems(err)) == (1, [
-        f"BROKEN: entry {entry_of(asked).seq}: decision {asked.pk} (int-tool in thread "
-        f"{interrupt.run.thread.thread_id}, by bob) no longer matches what was recorded ({changed} changed in the row)"])
+    assert (code, problems(err)) == (
+        1,
+        [
+            f"BROKEN: entry {entry_of(asked).seq}: decision {asked.pk} (int-tool in thread "
+            f"{interrupt.run.thread.thread_id}, by bob) no longer matches what was recorded "
+            f"({changed} changed in the row)"
+        ],
+    )
 
 
 def test_an_entry_written_before_the_interrupt_was_recorded_in_it_is_held_to_what_it_says(asked):
     # An entry from before decision_content held the interrupt: no false alarm, no new protection.
-    old = {k: v for k, v in json.loads(entry_of(asked).content)["data"].items() if k not in trail_content.DECISION_ADDED}
+    old = {
+        k: v for k, v in json.loads(entry_of(asked).content)["data"].items() if k not in trail_content.DECISION_ADDED
+    }
     now = trail_content.decision_content(asked)
     assert trail_verify._comparable(now, old) == trail_verify._comparable(old, old)
 
@@ -568,7 +617,9 @@ def test_the_stand_ins_are_total_and_tell_values_apart():
         canonical(trail_content.signable(value))
         assert trail_content.value_digest(value).startswith("unsignable:sha256:")
     assert trail_content.signable({"n": 2**60}) != trail_content.signable({"n": 2**60 + 1})
-    assert trail_content.signable({"a": 2**60, "b": 1}) == trail_content.signable({"b": 1, "a": 2**60})  # as jsonb reorders keys
+    assert trail_content.signable({"a": 2**60, "b": 1}) == trail_content.signable(
+        {"b": 1, "a": 2**60}
+    )  # as jsonb reorders keys
     assert trail_content._digest("p\ud800ss") != trail_content._digest("p\udfffss")
 
 

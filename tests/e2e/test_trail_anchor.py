@@ -13,12 +13,24 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from interrupts.hub import decisions, policies
-from interrupts.hub.trail import backfill, chain as trail_chain, content
+from interrupts.hub.trail import backfill, content
+from interrupts.hub.trail import chain as trail_chain
 from interrupts.models import Agent, AuditCheckpoint, AuditEntry, Decision, Delivery, Policy, Webhook
 
 from .. import factories as make
-from .test_trail import (  # noqa: F401 (chain: a fixture)
-    chain, entry_of, pending, problems, raw, recorded, rewrite_whole_chain, unguard, verify)
+from . import test_trail
+from .test_trail import (
+    entry_of,
+    pending,
+    problems,
+    raw,
+    recorded,
+    rewrite_whole_chain,
+    unguard,
+    verify,
+)
+
+chain = test_trail.chain  # the fixture, shared with test_trail
 
 pytestmark = pytest.mark.django_db
 

@@ -18,8 +18,9 @@ import os
 # the environment configures an exporter. Set before ADK is imported.
 os.environ["OTEL_SDK_DISABLED"] = "true"
 
-from typing import AsyncGenerator  # noqa: E402
+from collections.abc import AsyncGenerator  # noqa: E402
 
+import refund_service  # noqa: E402
 from ag_ui_adk import ADKAgent, add_adk_fastapi_endpoint  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
@@ -28,8 +29,6 @@ from google.adk.models.llm_request import LlmRequest  # noqa: E402
 from google.adk.models.llm_response import LlmResponse  # noqa: E402
 from google.adk.tools import FunctionTool, ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
-
-import refund_service  # noqa: E402
 
 
 def issue_refund(order: str, amount: float, tool_context: ToolContext) -> dict:

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
+import refund_service
 from agent_framework import (
     Agent,
     BaseChatClient,
@@ -39,8 +40,6 @@ from agent_framework import (
 )
 from agent_framework_ag_ui import add_agent_framework_fastapi_endpoint
 from fastapi import FastAPI
-
-import refund_service
 
 AMOUNT = 42
 

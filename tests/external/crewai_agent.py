@@ -26,12 +26,11 @@ for flag in ("OTEL_SDK_DISABLED", "CREWAI_DISABLE_TELEMETRY", "CREWAI_DISABLE_TR
     os.environ[flag] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
+import refund_service  # noqa: E402
 from ag_ui_crewai import add_crewai_flow_fastapi_endpoint, agui_feedback_provider  # noqa: E402
 from crewai.flow.flow import Flow, listen, start  # noqa: E402
 from crewai.flow.human_feedback import HumanFeedbackResult, human_feedback  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
-
-import refund_service  # noqa: E402
 
 
 def issue_refund(thread: str, order: str, amount: float) -> str:

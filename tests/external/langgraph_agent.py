@@ -46,21 +46,20 @@ import argparse
 import asyncio
 import operator
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypedDict
 
 import uvicorn
+from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
+from ag_ui_langgraph.interrupts import (
+    DEFAULT_RESUME_SENTINEL_CANCELLED,
+)
 from fastapi import FastAPI
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
-
-from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
-from ag_ui_langgraph.interrupts import (
-    DEFAULT_RESUME_SENTINEL_CANCELLED,
-)
 
 HOST = "127.0.0.1"
 
@@ -189,7 +188,7 @@ class FormState(TypedDict, total=False):
 
 
 def ask_form(state: FormState, expires_in: timedelta = timedelta(hours=1)) -> dict:
-    expires = datetime.now(timezone.utc) + expires_in
+    expires = datetime.now(UTC) + expires_in
     answer = interrupt(
         {
             "reason": "input_required",

@@ -73,7 +73,9 @@ def trim(event: dict) -> str:
     kind = event.get("type")
     if kind == "STATE_SNAPSHOT":
         snap = event["snapshot"]
-        return json.dumps({"type": kind, "snapshot": {k: ("[%d msgs]" % len(v) if k == "messages" else v) for k, v in snap.items()}})
+        return json.dumps(
+            {"type": kind, "snapshot": {k: (f"[{len(v)} msgs]" if k == "messages" else v) for k, v in snap.items()}}
+        )
     if kind == "MESSAGES_SNAPSHOT":
         msgs = [
             {k: v for k, v in m.items() if k in ("role", "content", "toolCalls", "toolCallId")}
@@ -129,7 +131,10 @@ def run_scenarios(base: str) -> None:
     first = show("approve: first run", approve, body("t1", "r1"))
     found = interrupts(first)
     expect(len(found) == 1 and found[0]["reason"] == "tool_call", "RUN_FINISHED outcome interrupt, reason tool_call")
-    expect([e["type"] for e in first[-2:]] == ["STEP_FINISHED", "RUN_FINISHED"], "no CUSTOM on_interrupt before RUN_FINISHED")
+    expect(
+        [e["type"] for e in first[-2:]] == ["STEP_FINISHED", "RUN_FINISHED"],
+        "no CUSTOM on_interrupt before RUN_FINISHED",
+    )
     expect(any(e["type"] == "MESSAGES_SNAPSHOT" for e in first), "MESSAGES_SNAPSHOT before the interrupt")
     iid = found[0]["id"] if found else "missing"
     second = show(
@@ -183,7 +188,9 @@ def run_scenarios(base: str) -> None:
     )
     fresh = show("approve: new input on the finished thread", approve, body("t4", "r5"))
     expect(
-        interrupts(fresh) and interrupts(fresh)[0]["id"] != iid and interrupts(fresh)[0]["toolCallId"] == "call_refund_3",
+        interrupts(fresh)
+        and interrupts(fresh)[0]["id"] != iid
+        and interrupts(fresh)[0]["toolCallId"] == "call_refund_3",
         "the graph starts over: a new interrupt id and a new tool call",
     )
     orphan = show(
@@ -198,7 +205,11 @@ def run_scenarios(base: str) -> None:
     after = show(
         "approve: then resolving that new interrupt",
         approve,
-        body("t-none", "r2", [{"interruptId": interrupts(orphan)[0]["id"], "status": "resolved", "payload": {"approved": False}}]),
+        body(
+            "t-none",
+            "r2",
+            [{"interruptId": interrupts(orphan)[0]["id"], "status": "resolved", "payload": {"approved": False}}],
+        ),
     )
     expect(state(after).get("decision") == "rejected", "decision == rejected (the ignored resume left no trace)")
     bad = show(
@@ -228,11 +239,17 @@ def run_scenarios(base: str) -> None:
     form = f"{base}/form/"
     first = show("form: first run", form, body("f1", "r1"))
     found = interrupts(first)
-    expect(found and found[0]["reason"] == "input_required" and "expiresAt" in found[0], "input_required with expiresAt")
+    expect(
+        found and found[0]["reason"] == "input_required" and "expiresAt" in found[0], "input_required with expiresAt"
+    )
     second = show(
         "form: resume",
         form,
-        body("f1", "r2", [{"interruptId": found[0]["id"], "status": "resolved", "payload": {"quarter": "Q1", "year": 2026}}]),
+        body(
+            "f1",
+            "r2",
+            [{"interruptId": found[0]["id"], "status": "resolved", "payload": {"quarter": "Q1", "year": 2026}}],
+        ),
     )
     expect(state(second).get("decision") == "submitted", "decision == submitted")
 

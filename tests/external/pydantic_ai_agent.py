@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 
+import refund_service
 from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.conversation_store import InMemoryConversationStore
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
@@ -37,8 +38,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-
-import refund_service
 
 AMOUNT = 42
 

@@ -9,9 +9,8 @@ imported. tests/e2e/test_sdk_package.py runs it through the hub.
 import argparse
 import sys
 
-import uvicorn
-
 import countersign.sdk
+import uvicorn
 from countersign.sdk import Agent, InterruptDefinition, RunOutcome
 from countersign.sdk.asgi import agent_app
 

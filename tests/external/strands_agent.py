@@ -19,12 +19,11 @@ import uuid
 # this keeps it off even if the environment configures an exporter.
 os.environ["OTEL_SDK_DISABLED"] = "true"
 
+import refund_service  # noqa: E402
 from ag_ui_strands import StrandsAgent, StrandsAgentConfig, ToolBehavior, add_strands_fastapi_endpoint  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from strands import Agent, ToolContext, tool  # noqa: E402
 from strands.models.model import Model  # noqa: E402
-
-import refund_service  # noqa: E402
 
 
 @tool(context=True)
@@ -65,7 +64,11 @@ class ScriptedModel(Model):
             yield {"contentBlockStart": {"start": {}}}
             yield {"contentBlockDelta": {"delta": {"text": f"I propose refunding 42 EUR on order {order}."}}}
             yield {"contentBlockStop": {}}
-            yield {"contentBlockStart": {"start": {"toolUse": {"name": "issue_refund", "toolUseId": f"call_refund_{uuid.uuid4().hex[:8]}"}}}}
+            yield {
+                "contentBlockStart": {
+                    "start": {"toolUse": {"name": "issue_refund", "toolUseId": f"call_refund_{uuid.uuid4().hex[:8]}"}}
+                }
+            }
             yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps({"order": order, "amount": 42})}}}}
             yield {"contentBlockStop": {}}
             yield {"messageStop": {"stopReason": "tool_use"}}

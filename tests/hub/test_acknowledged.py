@@ -17,7 +17,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-
 from interrupts.hub import decisions, outbox
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 

@@ -109,7 +109,9 @@ def test_the_admin_writes_one_entry_per_change(staff):
         assert staff.post("/admin/interrupts/policy/add/", policy).status_code == 302
     pk, someone = Policy.objects.get(name="pay").pk, make.user()
     with one_entry("policy.changed", policy_subject("pay")):
-        assert staff.post(f"/admin/interrupts/policy/{pk}/change/", {**policy, "users": [someone.pk]}).status_code == 302
+        assert (
+            staff.post(f"/admin/interrupts/policy/{pk}/change/", {**policy, "users": [someone.pk]}).status_code == 302
+        )
     with one_entry("policy.deleted", lambda: f"policy:{pk}"):
         staff.post(f"/admin/interrupts/policy/{pk}/delete/", {"post": "yes"})
     with one_entry("agent.deleted", lambda: f"agent:{agent.pk}"):

@@ -91,7 +91,9 @@ def test_the_api_reports_ids_it_does_not_know_and_refuses_an_unclear_request():
     body = client.post("/api/interrupts/bulk-decide/", {"action": "approve", "ids": [asked.pk, 999999]},
                        format="json").json()
     assert [d["interrupt"] for d in body["decided"]] == ["int-0"]
-    assert body["skipped"] == [{"id": 999999, "interrupt_id": None, "code": "NOT_FOUND", "detail": "No interrupt 999999."}]
+    assert body["skipped"] == [
+        {"id": 999999, "interrupt_id": None, "code": "NOT_FOUND", "detail": "No interrupt 999999."}
+    ]
     unclear = client.post("/api/interrupts/bulk-decide/", {"action": "approve"}, format="json")
     assert unclear.status_code == 400
     # An id no 64-bit key can be is a clear refusal, not a database error.

@@ -13,9 +13,9 @@ from django.db import connection
 from django.utils import timezone
 
 from interrupts.hub import accept, decisions, outcomes
+from interrupts.hub.refusals import Refusal
 from interrupts.models import Decision, Interrupt, Run
 from interrupts.protocol.errors import ContractViolation
-from interrupts.hub.refusals import Refusal
 
 from .. import factories as make
 

@@ -8,11 +8,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from interrupts.hub import decisions, escalation, policies
-from interrupts.hub.trail import verify
-from interrupts.rules import eligibility, targets
 from interrupts.hub.refusals import Refusal
+from interrupts.hub.trail import verify
 from interrupts.models import AuditEntry, Interrupt
 from interrupts.reads import selectors
+from interrupts.rules import eligibility, targets
 
 from .. import factories as make
 

@@ -170,8 +170,8 @@ def test_agent_text_longer_than_its_column_is_cut_and_flagged_and_kept_whole_as_
 def test_an_interrupt_id_too_long_to_echo_fails_the_run_with_a_code(field):
     from ag_ui.core import RunFinishedEvent, RunStartedEvent
 
-    from interrupts.protocol.lifecycle import RunLifecycle
     from interrupts.hub.streaming import unrecordable
+    from interrupts.protocol.lifecycle import RunLifecycle
 
     item = {"id": "i-1", "reason": "tool_call", "toolCallId": "tc-1", field: "x" * 201}
     lifecycle = RunLifecycle("t", "r")
@@ -188,7 +188,15 @@ def test_a_doubtful_proposal_reaches_the_interrupt_as_a_warning_for_its_reviewer
     from interrupts.hub.streaming import proposals
     from interrupts.protocol.lifecycle import RunLifecycle
 
-    from ..protocol.test_lifecycle import ARGS, assistant_calling, finished, interrupt_outcome, proposal, snapshot, started
+    from ..protocol.test_lifecycle import (
+        ARGS,
+        assistant_calling,
+        finished,
+        interrupt_outcome,
+        proposal,
+        snapshot,
+        started,
+    )
 
     run = make.run(status="streaming")
     lifecycle = RunLifecycle(run.thread.thread_id, run.run_id)
@@ -216,7 +224,7 @@ def test_a_batch_is_stored_in_order_as_the_text_received_and_numbered_after_what
     with connection.cursor() as cursor:
         cursor.execute("SELECT seq, CAST(payload AS TEXT) FROM interrupts_event WHERE run_id = %s AND seq > 1 "
                        "ORDER BY seq", [run.pk])
-        assert cursor.fetchall() == list(zip(seqs, texts))
+        assert cursor.fetchall() == list(zip(seqs, texts, strict=False))
     assert [event.payload["delta"] for event in run.events.filter(seq__gt=1).order_by("seq")] == [
         f"é {n}" for n in range(count)]
     # A run its worker no longer holds takes nothing more.

@@ -18,10 +18,9 @@ from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import decisions, outbox, runs, streaming
-from interrupts.hub.trail import chain, verify
-from interrupts.hub import events, outcomes
+from interrupts.hub import decisions, events, outbox, outcomes, runs, streaming
 from interrupts.hub.refusals import Refusal
+from interrupts.hub.trail import chain, verify
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Event, Interrupt, Run
 from interrupts.protocol.errors import ProtocolError

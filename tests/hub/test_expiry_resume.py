@@ -17,10 +17,9 @@ from django.db import connection, connections
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, outbox, runs, streaming
-from interrupts.hub.trail import verify
-from interrupts.hub import events, outcomes
+from interrupts.hub import accept, decisions, events, outbox, outcomes, runs, streaming
 from interrupts.hub.refusals import Refusal
+from interrupts.hub.trail import verify
 from interrupts.models import Interrupt, Run
 from interrupts.protocol.errors import ProtocolError
 

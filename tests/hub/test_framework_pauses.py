@@ -50,7 +50,7 @@ def test_a_default_agent_pausing_the_langgraph_way_reaches_the_inbox_and_is_resu
     lg_ids = ["5811277ff9343aae09c19d5370933b3d", "ca78f478a302aa11be0f406e9654e0c5"]
     events = [{"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
               *({"type": "CUSTOM", "name": "on_interrupt", "value": json.dumps({"message": m}),
-                 "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", lg_ids)),
+                 "rawEvent": {"value": {"message": m}, "id": i}} for m, i in zip("ab", lg_ids, strict=False)),
               {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}]
     run = recorded(agent, events)
     assert run.status == Run.Status.INTERRUPTED and run.notice == ""  # not a success, and nothing to set

@@ -8,12 +8,12 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from interrupts.hub import decisions, policies, runs
-from interrupts.rules import eligibility, targets
-from interrupts.reads import selectors
+from interrupts.hub.refusals import Refusal
 from interrupts.models import Decision, Interrupt, Run
 from interrupts.protocol import signing
 from interrupts.protocol.errors import ContractViolation, ProtocolError
-from interrupts.hub.refusals import Refusal
+from interrupts.reads import selectors
+from interrupts.rules import eligibility, targets
 
 from .. import factories as make
 

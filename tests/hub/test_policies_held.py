@@ -12,9 +12,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from interrupts.hub import decisions, policies
-from interrupts.rules import eligibility
 from interrupts.hub.refusals import Refusal
 from interrupts.models import Interrupt, Policy
+from interrupts.rules import eligibility
 
 from .. import factories as make
 

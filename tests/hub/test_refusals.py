@@ -9,7 +9,9 @@ from interrupts.protocol.errors import ContractViolation, refusal_body
 
 def test_the_body_has_code_and_detail_and_fields_only_when_some_are_invalid():
     assert refusal_body("TOO_LARGE", "Too long.") == {"code": "TOO_LARGE", "detail": "Too long."}
-    assert refusal_body("INVALID_REQUEST", "Bad.", fields={"action": ["Unknown."]})["fields"] == {"action": ["Unknown."]}
+    assert refusal_body("INVALID_REQUEST", "Bad.", fields={"action": ["Unknown."]})["fields"] == {
+        "action": ["Unknown."]
+    }
     assert "fields" not in refusal_body("INVALID_REQUEST", "Bad.", fields={})
 
 

@@ -6,10 +6,9 @@ import pytest
 from ag_ui.core import RunAgentInput
 from django.utils import timezone
 
-from interrupts.hub import accept, decisions, refused, runs
-from interrupts.hub.trail import chain, verify
-from interrupts.hub import outcomes
+from interrupts.hub import accept, decisions, outcomes, refused, runs
 from interrupts.hub.refusals import Refusal
+from interrupts.hub.trail import chain, verify
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 from interrupts.reads import selectors
 

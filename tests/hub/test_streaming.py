@@ -434,7 +434,13 @@ async def test_an_agent_s_events_are_stored_as_the_exact_text_it_sent(agent):
             cursor.execute("SELECT CAST(payload AS TEXT) FROM interrupts_event WHERE run_id = %s ORDER BY seq",
                            [run.pk])
             kept = [text for (text,) in cursor.fetchall()]
-        return list(zip(kept, Event.objects.filter(run_id=run.pk).order_by("seq").values_list("payload", flat=True)))
+        return list(
+            zip(
+                kept,
+                Event.objects.filter(run_id=run.pk).order_by("seq").values_list("payload", flat=True),
+                strict=False,
+            )
+        )
 
     rows = await texts()
     sent = [*EXACT_TEXTS, '{"type": "TEXT_MESSAGE_END",\n "messageId": "m-3"}']

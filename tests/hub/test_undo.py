@@ -15,11 +15,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from interrupts.hub import decisions, outbox, runs, wakeup
+from interrupts.hub.refusals import Refusal
 from interrupts.hub.trail import chain, verify
 from interrupts.live import relay
 from interrupts.models import AuditEntry, Decision, Interrupt, Run
 from interrupts.rules.words import OUTCOME_WORDS, outcome_words
-from interrupts.hub.refusals import Refusal
 
 from .. import factories as make
 from ..e2e.conftest import wait_for
@@ -385,8 +385,12 @@ def test_racing_undos_and_claims_never_send_an_undone_decision():
         decisions.decide(interrupt, me, "resolved", APPROVE)
         resume = _due(interrupt)
         start = threading.Barrier(2)
-        undo_thread, undone = _in_thread(lambda: (start.wait(5), decisions.undo(interrupt, me))[1])
-        claim_thread, claimed = _in_thread(lambda: (start.wait(5), outbox.claim_due(10, f"w-{attempt}"))[1])
+        undo_thread, undone = _in_thread(
+            lambda start=start, interrupt=interrupt: (start.wait(5), decisions.undo(interrupt, me))[1]
+        )
+        claim_thread, claimed = _in_thread(
+            lambda start=start, attempt=attempt: (start.wait(5), outbox.claim_due(10, f"w-{attempt}"))[1]
+        )
         undo_thread.join(10)
         claim_thread.join(10)
         if "error" in undone:

@@ -70,7 +70,7 @@ async def closed_within(communicator: WebsocketCommunicator, seconds: float = 1.
         assert left > 0, f"still open after {seconds} s; heard {heard}"
         try:
             output = await communicator.receive_output(timeout=left)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AssertionError(f"still open after {seconds} s; heard {heard}") from None
         if output["type"] == "websocket.close":
             assert output == LOG_IN_FIRST

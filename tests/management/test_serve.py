@@ -4,6 +4,7 @@ import re
 
 import httpx
 
+
 def test_serve_answers_with_the_login_page(served):
     response = httpx.get(f"{served.url}/accounts/login/")
     assert response.status_code == 200

@@ -43,8 +43,11 @@ def test_forms_and_serializers_enforce_the_same_limits():
         == conf.MAX_COMMENT_CHARS
     assert StartRunForm.base_fields["message"].max_length == StartThreadSerializer().fields["message"].max_length \
         == conf.MAX_MESSAGE_CHARS
-    assert [c for c, _ in DecideForm.base_fields["action"].choices] == list(DecideSerializer().fields["action"].choices) \
+    assert (
+        [c for c, _ in DecideForm.base_fields["action"].choices]
+        == list(DecideSerializer().fields["action"].choices)
         == list(conf.ACTIONS)
+    )
 
 
 @pytest.mark.django_db

@@ -18,7 +18,11 @@ PROBE = (
 
 
 def run(code: str, **env):
-    base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS"}}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS"}
+    }
     return subprocess.run(
         [sys.executable, *code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
         env={**base, "DJANGO_SETTINGS_MODULE": "project.settings", **env},

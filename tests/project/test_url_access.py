@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from django.apps import apps
 from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
 from django.urls import URLResolver, get_resolver, resolve

@@ -7,7 +7,7 @@ asserted by their stable code and the ids their message must name.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from ag_ui.core import Interrupt, ResumeEntry, RunAgentInput
@@ -29,7 +29,7 @@ from interrupts.protocol.errors import ContractViolation
 
 from .. import spec_examples
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)  # before int-form's expiry
 FORM_EXPIRY = datetime(2026, 4, 20, 17, 0, tzinfo=UTC)
 
@@ -284,7 +284,9 @@ def test_replay_ignores_metadata():
 def test_replay_is_accepted_after_expiry():
     # It was valid when accepted; replaying it dispatches nothing new.
     gate = answered(GATE_4, RESUME_4, "run-31")
-    assert check_input(gate, run_input("thread-4", "run-31", RESUME_4), FORM_EXPIRY + timedelta(days=1)).kind == "replay"
+    assert (
+        check_input(gate, run_input("thread-4", "run-31", RESUME_4), FORM_EXPIRY + timedelta(days=1)).kind == "replay"
+    )
 
 
 def test_replay_while_the_resumed_run_is_interrupted_again():
@@ -389,9 +391,13 @@ def test_key_depends_on_thread(entries):
 
 def test_key_examples():
     approve = entry("int-abc123", payload={"approved": True})
-    assert idempotency_key("thread-1", [approve]) != idempotency_key("thread-1", [entry("int-abc123", payload={"approved": 1})])
+    assert idempotency_key("thread-1", [approve]) != idempotency_key(
+        "thread-1", [entry("int-abc123", payload={"approved": 1})]
+    )
     assert idempotency_key("thread-1", [approve]) != idempotency_key("thread-1", [entry("int-abc123", "cancelled")])
-    assert idempotency_key("thread-1", [approve]) != idempotency_key("thread-1", [entry("int-other", payload={"approved": True})])
+    assert idempotency_key("thread-1", [approve]) != idempotency_key(
+        "thread-1", [entry("int-other", payload={"approved": True})]
+    )
     # Key order inside the payload is not part of the answer.
     a = entry("i", payload={"x": 1, "y": [1, {"b": 2, "a": 1}]})
     b = entry("i", payload={"y": [1, {"a": 1, "b": 2}], "x": 1})
@@ -473,10 +479,15 @@ def test_broken_schema_interrupt_can_still_be_cancelled():
 
 
 def test_resume_before_expiry_accepted():
-    assert check_input(GATE_4, run_input("thread-4", "run-31", RESUME_4), FORM_EXPIRY - timedelta(seconds=1)).kind == "resume"
+    assert (
+        check_input(GATE_4, run_input("thread-4", "run-31", RESUME_4), FORM_EXPIRY - timedelta(seconds=1)).kind
+        == "resume"
+    )
 
 
-@pytest.mark.parametrize("now", [FORM_EXPIRY, FORM_EXPIRY + timedelta(microseconds=1), FORM_EXPIRY + timedelta(days=30)])
+@pytest.mark.parametrize(
+    "now", [FORM_EXPIRY, FORM_EXPIRY + timedelta(microseconds=1), FORM_EXPIRY + timedelta(days=30)]
+)
 def test_resume_at_or_after_expiry_refused(now):
     err = refused(GATE_4, run_input("thread-4", "run-31", RESUME_4), now)
     assert err.code == "EXPIRED"
@@ -596,7 +607,12 @@ def test_cancelled_with_payload_refused():
 
 
 def test_cancelled_without_payload_on_schemad_interrupt_is_fine():
-    assert check_input(GATE_4, run_input("thread-4", "run-31", [{"interruptId": "int-form", "status": "cancelled"}]), NOW).kind == "resume"
+    assert (
+        check_input(
+            GATE_4, run_input("thread-4", "run-31", [{"interruptId": "int-form", "status": "cancelled"}]), NOW
+        ).kind
+        == "resume"
+    )
     check_entry(APPROVAL, entry("int-abc123", "cancelled"), NOW)
 
 
@@ -617,7 +633,9 @@ def test_other_metadata_allowed_including_null_values():
 @pytest.mark.parametrize("metadata", [[1, 2], "signed", 3])
 def test_non_object_metadata_refused(metadata):
     # pydantic would refuse it at parse time; model_construct simulates a caller that bypassed parsing.
-    e = ResumeEntry.model_construct(interrupt_id="int-abc123", status="resolved", payload={"approved": True}, metadata=metadata)
+    e = ResumeEntry.model_construct(
+        interrupt_id="int-abc123", status="resolved", payload={"approved": True}, metadata=metadata
+    )
     err = entry_refused(APPROVAL, e)
     assert err.code == "INVALID_METADATA"
     assert err.details["interrupt_id"] == "int-abc123"

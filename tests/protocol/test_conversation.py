@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import copy
 
-from interrupts.protocol.conversation import MAX_MESSAGES, chunk_openers, fold, outgoing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interrupts.protocol.conversation import FOLDED_TYPES, MAX_MESSAGES, chunk_openers, fold, outgoing
 
 USER = {"id": "u1", "role": "user", "content": "Delete acme/web"}
 
@@ -257,11 +260,21 @@ def test_caller_messages_and_state_are_never_changed():
 
 
 def test_malformed_events_are_skipped_with_warnings_never_raised():
-    junk = [None, 5, {"type": 3}, {"type": "TEXT_MESSAGE_CONTENT"}, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "x",
-            "delta": "y"}, {"type": "TOOL_CALL_START", "toolCallId": ["x"]}, {"type": "MESSAGES_SNAPSHOT", "messages": 3},
-            {"type": "STATE_DELTA", "delta": "nope"}, {"type": "ACTIVITY_SNAPSHOT", "messageId": "a"},
-            {"type": "TOOL_CALL_RESULT", "messageId": "t"}, {"type": "RUN_STARTED", "input": []},
-            {"type": "MESSAGES_SNAPSHOT", "messages": [1]}, {"type": "STATE_SNAPSHOT"}]
+    junk = [
+        None,
+        5,
+        {"type": 3},
+        {"type": "TEXT_MESSAGE_CONTENT"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "x", "delta": "y"},
+        {"type": "TOOL_CALL_START", "toolCallId": ["x"]},
+        {"type": "MESSAGES_SNAPSHOT", "messages": 3},
+        {"type": "STATE_DELTA", "delta": "nope"},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a"},
+        {"type": "TOOL_CALL_RESULT", "messageId": "t"},
+        {"type": "RUN_STARTED", "input": []},
+        {"type": "MESSAGES_SNAPSHOT", "messages": [1]},
+        {"type": "STATE_SNAPSHOT"},
+    ]
     result = fold(junk, [USER], {"a": 1})
     assert result.messages == [USER] and result.state == {"a": 1}
     assert len(result.warnings) >= 10
@@ -279,16 +292,36 @@ def test_many_deltas_fold_in_linear_time():
     assert len(result.messages[0]["content"]) == 5_000_000
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from interrupts.protocol.conversation import FOLDED_TYPES  # noqa: E402
 
 _json = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4)),
                      lambda inner: st.one_of(st.lists(inner, max_size=3),
                                              st.dictionaries(st.text(max_size=4), inner, max_size=3)), max_leaves=8)
-_keys = st.sampled_from(["id", "toolCalls", "messageId", "toolCallId", "toolCallName", "parentMessageId", "delta", "role", "name",
-                         "metadata", "subagentRunId", "messages", "snapshot", "delta", "content", "patch",
-                         "activityType", "replace", "entityId", "subtype", "encryptedValue", "input"])
+_keys = st.sampled_from(
+    [
+        "id",
+        "toolCalls",
+        "messageId",
+        "toolCallId",
+        "toolCallName",
+        "parentMessageId",
+        "delta",
+        "role",
+        "name",
+        "metadata",
+        "subagentRunId",
+        "messages",
+        "snapshot",
+        "delta",
+        "content",
+        "patch",
+        "activityType",
+        "replace",
+        "entityId",
+        "subtype",
+        "encryptedValue",
+        "input",
+    ]
+)
 _events = st.builds(lambda kind, fields: {**fields, "type": kind}, st.sampled_from(sorted(FOLDED_TYPES)),
                     st.dictionaries(_keys, st.one_of(_json, st.sampled_from(["m1", "c1", "a1"])), max_size=5))
 

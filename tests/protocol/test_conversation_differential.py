@@ -23,7 +23,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from interrupts.protocol.conversation import fold
 from tests import spec_examples
@@ -68,7 +69,7 @@ def same(left, right) -> bool:
     if isinstance(left, dict) and isinstance(right, dict):
         return left.keys() == right.keys() and all(same(left[k], right[k]) for k in left)
     if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(same(a, b) for a, b in zip(left, right))
+        return len(left) == len(right) and all(same(a, b) for a, b in zip(left, right, strict=False))
     return left == right
 
 
@@ -319,8 +320,11 @@ def streams(draw):
     return events, messages, state
 
 
-@settings(max_examples=int(os.environ.get("DIFFERENTIAL_EXAMPLES", "300")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
+@settings(
+    max_examples=int(os.environ.get("DIFFERENTIAL_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
+)
 @given(streams())
 def test_generated_streams_fold_as_the_client_folds_them(client, stream):
     events, messages, state = stream
@@ -379,8 +383,15 @@ def test_tanstack_agent_streams_fold_as_the_client_folds_them(client, tmp_path):
 
     def entries(http, interrupts):
         continuations = http.post(f"{url}/_continuation/", json={"interrupts": interrupts}).json()["continuations"]
-        return [{"interruptId": i["id"], "status": "resolved", "payload": {"approved": True},
-                 "metadata": {"tanstack:interruptContinuation": c}} for i, c in zip(interrupts, continuations)]
+        return [
+            {
+                "interruptId": i["id"],
+                "status": "resolved",
+                "payload": {"approved": True},
+                "metadata": {"tanstack:interruptContinuation": c},
+            }
+            for i, c in zip(interrupts, continuations, strict=False)
+        ]
 
     with external_agent([shutil.which("node"), peer / "agent.mjs", free_port()], tmp_path, timeout=30) as log:
         url = log.read_text().split("ready on ", 1)[1].split()[0]

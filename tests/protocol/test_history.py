@@ -198,7 +198,7 @@ def test_a_history_over_the_bound_is_refused_before_it_is_read():
 def test_a_history_at_the_bound_is_read_in_linear_time():
     # Every message both recorded and sent, each with a call, at the most a client may send.
     record = [call(f"m-{n}", call_id=f"tc-{n}", args={"n": n, "pad": "x" * 50}) for n in range(MAX_HISTORY_MESSAGES)]
-    client = [call(f"m-{n}", call_id=f"tc-{n}", args='{"pad": "%s", "n": %d}' % ("x" * 50, n))
+    client = [call(f"m-{n}", call_id=f"tc-{n}", args='{{"pad": "{}", "n": {}}}'.format("x" * 50, n))
               for n in range(MAX_HISTORY_MESSAGES)]
     started = time.process_time()
     assert len(resume_messages(record, client, {}).sent) == MAX_HISTORY_MESSAGES

@@ -8,7 +8,7 @@ import http.server
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from ag_ui.core import Interrupt, ResumeEntry
@@ -21,7 +21,7 @@ from interrupts.protocol.schema.limits import FAST_VALIDATION_STEPS, MAX_SCHEMA_
 from interrupts.protocol.schema.payloads import payload_errors, validate_payload
 from interrupts.protocol.schema.scan import schema_problems
 
-NOW = datetime(2026, 4, 20, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)
 # A bomb the budget cuts off ends in well under a second; one it did not would run for
 # hours (2**40 paths). The bound only has to tell those apart, and at 0.5 s a loaded
 # CI machine crossed it (0.63 s on the PostgreSQL pass) while the budget worked.

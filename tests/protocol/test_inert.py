@@ -68,7 +68,10 @@ def test_annotation_values_stay_json_data_and_text_stays_text():
 def test_object_and_array_annotation_values_never_reach_the_page(keyword, value):
     # json-editor's enum editor wrote an object value's keys into innerHTML: a hostile agent's
     # enum put a working <button formaction> in the form, and Enter in any field pressed it.
-    schema = {"type": "object", "properties": {"choice": {"type": "object", keyword: value}, "note": {"type": "string"}}}
+    schema = {
+        "type": "object",
+        "properties": {"choice": {"type": "object", keyword: value}, "note": {"type": "string"}},
+    }
     assert inert_schema(schema) == {"type": "object", "properties": {"choice": {"type": "object"},
                                                                      "note": {"type": "string"}}}
 
@@ -127,7 +130,10 @@ def test_other_references_are_dropped_never_followed():
 
 
 def test_recursive_references_are_cut():
-    tree = {"type": "object", "properties": {"name": {"type": "string"}, "kids": {"type": "array", "items": {"$ref": "#"}}}}
+    tree = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+    }
     reduced = inert_schema(tree)
     assert reduced["properties"]["kids"]["items"]["properties"]["kids"]["items"] == {}
     loop = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
@@ -136,8 +142,13 @@ def test_recursive_references_are_cut():
 
 def test_references_that_multiply_are_bounded():
     # Each level uses the next twice: 2**30 subschemas if inlined naively.
-    defs = {f"d{n}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/d{n + 1}"}, "b": {"$ref": f"#/$defs/d{n + 1}"}}}
-            for n in range(30)}
+    defs = {
+        f"d{n}": {
+            "type": "object",
+            "properties": {"a": {"$ref": f"#/$defs/d{n + 1}"}, "b": {"$ref": f"#/$defs/d{n + 1}"}},
+        }
+        for n in range(30)
+    }
     defs["d30"] = {"type": "string"}
     assert inert_schema({"$defs": defs, "$ref": "#/$defs/d0"}) is None
 
@@ -181,13 +192,40 @@ def test_not_an_object_gives_no_form():
         assert inert_schema(value) is None
 
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-                         st.sampled_from(["type", "properties", "items", "options", "links", "$ref", "enum",
-                                          "title", "default", "oneOf", "allOf", "prefixItems", "required",
-                                          "additionalProperties", "$defs", "format", "a", "onfocus"]) | st.text(max_size=5),
-                         inner, max_size=5),
-                     max_leaves=40)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "properties",
+                    "items",
+                    "options",
+                    "links",
+                    "$ref",
+                    "enum",
+                    "title",
+                    "default",
+                    "oneOf",
+                    "allOf",
+                    "prefixItems",
+                    "required",
+                    "additionalProperties",
+                    "$defs",
+                    "format",
+                    "a",
+                    "onfocus",
+                ]
+            )
+            | st.text(max_size=5),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=40,
+)
 _ALLOWED = {"type", "title", "description", "properties", "items", "additionalItems", "required", "enum", "const",
             "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
             "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties", "format", "default",

@@ -12,7 +12,7 @@ import asyncio
 import json
 
 import pytest
-from ag_ui.core import RunAgentInput, RunErrorEvent, TextMessageContentEvent, ToolCallArgsEvent
+from ag_ui.core import RunAgentInput, TextMessageContentEvent, ToolCallArgsEvent
 from hypothesis import given
 from hypothesis import strategies as st
 

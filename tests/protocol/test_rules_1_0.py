@@ -6,7 +6,7 @@ Each test is named after the checklist rule it checks
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from ag_ui.core import RunAgentInput
@@ -19,7 +19,7 @@ from interrupts.protocol.lifecycle import RunLifecycle
 from interrupts.protocol.wire import parse_event
 
 THREAD, RUN = "thread-1", "run-1"
-NOW = datetime(2026, 4, 20, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)
 
 
 def stream(*events: dict, outcome: dict | None = None, version: str | None = None) -> RunLifecycle:

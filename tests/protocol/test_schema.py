@@ -17,7 +17,6 @@ from interrupts.protocol.schema.payloads import payload_errors, validate_payload
 # The schemas of the spec's examples (int-abc123, int-email-edit, int-form).
 from ..spec_examples import APPROVAL_SCHEMA, EDIT_SCHEMA, FORM_SCHEMA
 
-
 # --------------------------------------------------------------------------- #
 # check_schema
 # --------------------------------------------------------------------------- #

@@ -32,7 +32,7 @@ def read_all(stream: bytes, chunks=None, **kwargs) -> list[SSEFrame]:
     reader = SSEReader(**kwargs)
     frames = []
     cuts = [0, *sorted(chunks or []), len(stream)]
-    for start, end in zip(cuts, cuts[1:]):
+    for start, end in zip(cuts, cuts[1:], strict=False):
         frames += reader.feed(stream[start:end])
     return frames + reader.close()
 

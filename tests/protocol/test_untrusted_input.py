@@ -7,7 +7,7 @@ whatever the chunking, order or content, the same input gets the same answer.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ag_ui.core import EventType, Interrupt, ResumeEntry, RunAgentInput
 from hypothesis import given, settings
@@ -19,7 +19,7 @@ from interrupts.protocol.errors import ContractViolation, MalformedMessage, Malf
 from interrupts.protocol.sse import SSEReader
 from interrupts.protocol.wire import MAX_DEPTH, dump, parse_event, parse_run_input
 
-NOW = datetime(2026, 4, 20, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 4, 20, 12, 0, tzinfo=UTC)
 
 # --------------------------------------------------------------------------- #
 # The SSE reader: any bytes, cut anywhere
@@ -38,7 +38,7 @@ def _read(stream: bytes, cuts: list[int], limit: int):
     bounds = [0, *sorted(cuts), len(stream)]
     frames = []
     try:
-        for start, end in zip(bounds, bounds[1:]):
+        for start, end in zip(bounds, bounds[1:], strict=False):
             frames += reader.feed(stream[start:end])
         return frames + reader.close()
     except MalformedStream as refusal:
@@ -169,9 +169,16 @@ def test_any_text_is_an_event_or_a_malformed_message(text):
 
 
 _CLEAN_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=6), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=6), inner, max_size=3
+        )
+    ),
     max_leaves=10,
 )
 

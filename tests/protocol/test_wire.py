@@ -3,8 +3,6 @@
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from ag_ui.core import (
     CustomEvent,
     Interrupt,
@@ -16,16 +14,18 @@ from ag_ui.core import (
     TextMessageContentEvent,
 )
 from ag_ui.encoder import EventEncoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interrupts.protocol.errors import MalformedMessage
 from interrupts.protocol.sse import SSEFrame
 from interrupts.protocol.wire import (
-    strip_unknown_outcome,
     MAX_DEPTH,
     dump,
     parse_event,
     parse_frame,
     parse_run_input,
+    strip_unknown_outcome,
 )
 
 from .. import spec_examples

@@ -199,7 +199,12 @@ def test_the_thread_page_and_its_live_reads_say_where_each_run_stands(client):
     make.run(thread, run_id="r4", status="queued", attempts=2)
     page = client.get(reverse("thread", args=[thread.thread_id])).content.decode()
     statuses = re.findall(r'data-testid="run-status">([^<]*)<', page)
-    assert statuses == ["paused, decided", "finished", "paused for 2 decisions", "waiting for the agent (attempt 2 failed)"]
+    assert statuses == [
+        "paused, decided",
+        "finished",
+        "paused for 2 decisions",
+        "waiting for the agent (attempt 2 failed)",
+    ]
     assert "not to them &lt;b&gt;" in page and "<b>" not in page
     assert re.search(r'<del>Approved</del></span> by <strong class="by">Rita</strong>.*?just now</time>\s*'
                      r'<span class="withdrawn-note" data-testid="withdrawn">withdrawn', page, re.S)

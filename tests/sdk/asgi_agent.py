@@ -22,7 +22,10 @@ APPROVAL_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolea
 
 
 class Shipper(Agent):
-    """Proposes with ``ctx.tool_call``: the driver's MESSAGES_SNAPSHOT holds the call, so the default fingerprint check binds it."""
+    """Proposes with ``ctx.tool_call``: the driver's MESSAGES_SNAPSHOT holds the call.
+
+    So the default fingerprint check binds it.
+    """
 
     name = "asgi-shipper"
 

@@ -325,7 +325,7 @@ def uvicorn_agents(served, tmp_path_factory):
 
 
 def approved_through_the_hub(served, name: str) -> tuple[dict, list[dict]]:
-    """Start a run of ``name``, see it interrupt on its tool call, approve it: the resumed run, and the thread's events."""
+    """Start a run of ``name``, see it interrupt on its tool call, approve it: the resumed run and thread's events."""
     with served.api() as api:
         started = api.post("/api/threads/", json={"agent": name, "message": "ship it"})
         assert started.status_code == 201, started.text

@@ -8,8 +8,7 @@ import asyncio
 import json
 
 from interrupts.protocol import capabilities
-from interrupts.sdk import Agent, RunOutcome
-from interrupts.sdk import dedupe
+from interrupts.sdk import Agent, RunOutcome, dedupe
 from interrupts.sdk.asgi import agent_app
 
 from .test_asgi import asgi, scope

@@ -34,7 +34,13 @@ async def test_run_started_comes_first_and_run_finished_last():
         return RunOutcome.success(result={"ok": 1})
 
     events = await events_of(Scripted(body), parentRunId="r0")
-    assert types(events) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"]
+    assert types(events) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
     assert events[0] == {**events[0], "threadId": "t", "runId": "r", "parentRunId": "r0"}
     assert events[-1]["outcome"] == {"type": "success"}
     assert events[-1]["result"] == {"ok": 1}
@@ -89,7 +95,13 @@ async def test_an_exception_in_the_agent_becomes_run_error_agent_error():
         raise KeyError("build")
 
     events = await events_of(Scripted(body))
-    assert types(events) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_ERROR"]
+    assert types(events) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_ERROR",
+    ]
     assert events[-1]["code"] == "AGENT_ERROR"
     assert "KeyError" in events[-1]["message"] and "build" in events[-1]["message"]
 
@@ -153,7 +165,9 @@ async def test_a_result_for_an_earlier_runs_tool_call_starts_with_a_messages_sna
     earlier_call = {
         "id": "m1",
         "role": "assistant",
-        "toolCalls": [{"id": "tc-1", "type": "function", "function": {"name": "sendEmail", "arguments": "{\"to\": \"a@b.com\"}"}}],
+        "toolCalls": [
+            {"id": "tc-1", "type": "function", "function": {"name": "sendEmail", "arguments": '{"to": "a@b.com"}'}}
+        ],
     }
 
     async def body(ctx):

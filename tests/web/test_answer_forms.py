@@ -10,7 +10,7 @@ from interrupts.demo.deployer import APPROVE_DEPLOY
 from interrupts.demo.filing import FILING
 from interrupts.demo.mailer import SEND_EMAIL_SCHEMA
 from interrupts.models import Decision
-from interrupts.protocol.inert import args_form, answer_start, inert_schema
+from interrupts.protocol.inert import answer_start, args_form, inert_schema
 from interrupts.web import diffs
 
 from .. import factories as make
@@ -108,7 +108,10 @@ def test_undescribed_arguments_get_fields_from_their_shape():
     "not an object",
 ])
 def test_shapes_a_form_cannot_give_back_unchanged_are_edited_as_json(args):
-    schema = {"type": "object", "properties": {"editedArgs": {"type": "object", "properties": {"to": {"type": "string"}}}}}
+    schema = {
+        "type": "object",
+        "properties": {"editedArgs": {"type": "object", "properties": {"to": {"type": "string"}}}},
+    }
     assert args_form(schema, args) is None
 
 
@@ -119,7 +122,10 @@ def test_a_choice_or_an_enum_the_proposal_misses_is_edited_as_json():
     assert args_form(edits({"oneOf": [{"type": "string"}, {"type": "integer"}]}), {"v": "a"}) is None
     assert args_form(edits({"enum": ["a", "b"]}), {"v": "c"}) is None
     assert args_form(edits({"enum": [1, 2]}), {"v": True}) is None  # true is not 1
-    assert args_form(edits({"enum": ["a", "b"]}), {"v": "b"})["properties"]["v"] == {"enum": ["a", "b"], "type": "string"}
+    assert args_form(edits({"enum": ["a", "b"]}), {"v": "b"})["properties"]["v"] == {
+        "enum": ["a", "b"],
+        "type": "string",
+    }
 
 
 def test_an_approval_form_starts_from_the_agents_request_and_an_input_form_from_nothing():
@@ -149,12 +155,15 @@ def card_of(client, interrupt):
 
 
 def test_buttons_show_their_keys_and_the_card_says_reject_from_cancel(client, reviewer):
-    interrupt = make.interrupt(reason="tool_call", tool_call_id="tc-1", proposed_args=MAIL, response_schema=SEND_EMAIL_SCHEMA)
+    interrupt = make.interrupt(
+        reason="tool_call", tool_call_id="tc-1", proposed_args=MAIL, response_schema=SEND_EMAIL_SCHEMA
+    )
     card = card_of(client, interrupt)
     for word, key in (("Approve", "a"), ("Reject", "r"), ("Cancel", "c"), ("Edit &amp; approve", "e")):
         assert re.search(rf'aria-keyshortcuts="{key}"[^>]*>{word} <kbd aria-hidden="true">{key}</kbd>', card), word
     assert "Reject tells the agent no;" in card and "Cancel declines without an answer." in card
-    # One comment box, in the form that sends approve, reject and cancel; the edit form has its own only without scripts.
+    # One comment box, in the form that sends approve, reject and cancel;
+    # the edit form has its own only without scripts.
     assert card.count("data-comment") == 1
     assert re.search(r"<noscript><label[^>]*>Comment \(optional\) <input[^>]*name=\"comment\"", card)
     assert 'data-schema="' in card and "&quot;format&quot;: &quot;email&quot;" in card  # a field per argument
@@ -195,7 +204,9 @@ def test_the_comment_is_recorded_whichever_action_sends_it(client, reviewer, act
 
 
 def test_without_javascript_the_edit_preview_is_a_page_that_carries_the_comment(client, reviewer):
-    interrupt = make.interrupt(reason="tool_call", tool_call_id="tc-1", proposed_args=MAIL, response_schema=SEND_EMAIL_SCHEMA)
+    interrupt = make.interrupt(
+        reason="tool_call", tool_call_id="tc-1", proposed_args=MAIL, response_schema=SEND_EMAIL_SCHEMA
+    )
     url = reverse("edit-preview", args=[interrupt.pk])
     page = client.post(url, {"edited_args": json.dumps({**MAIL, "to": "c@d.com"}), "comment": "new address",
                              "next": "/inbox/?q=x"}).content.decode()

@@ -36,13 +36,27 @@ def pages(staff):
     thread = make.thread(agent=agent)
     run = make.run(thread, agent=agent)
     make.event(run, 1, type="RUN_STARTED", payload={"type": "RUN_STARTED"})
-    interrupt = make.interrupt(run, interrupt_id="ask", reason="input_required", response_schema={
-        "type": "object", "properties": {"note": {"type": "string", "options": {"inputAttributes": {"onfocus": "x()"}}}}})
+    interrupt = make.interrupt(
+        run,
+        interrupt_id="ask",
+        reason="input_required",
+        response_schema={
+            "type": "object",
+            "properties": {"note": {"type": "string", "options": {"inputAttributes": {"onfocus": "x()"}}}},
+        },
+    )
     return {
-        "inbox": reverse("inbox"), "threads": reverse("threads"), "thread": reverse("thread", args=[thread.thread_id]),
-        "audit": reverse("audit"), "agents": reverse("agents"), "agent-edit": reverse("agent-edit", args=["evil"]),
-        "agent-add": reverse("agent-add"), "api-docs": reverse("api-docs"), "admin": "/admin/",
-        "admin-agent": f"/admin/interrupts/agent/{agent.pk}/change/", "admin-interrupts": "/admin/interrupts/interrupt/",
+        "inbox": reverse("inbox"),
+        "threads": reverse("threads"),
+        "thread": reverse("thread", args=[thread.thread_id]),
+        "audit": reverse("audit"),
+        "agents": reverse("agents"),
+        "agent-edit": reverse("agent-edit", args=["evil"]),
+        "agent-add": reverse("agent-add"),
+        "api-docs": reverse("api-docs"),
+        "admin": "/admin/",
+        "admin-agent": f"/admin/interrupts/agent/{agent.pk}/change/",
+        "admin-interrupts": "/admin/interrupts/interrupt/",
         "admin-interrupt": f"/admin/interrupts/interrupt/{interrupt.pk}/change/",
         "api": "/api/interrupts/",
     }
@@ -54,12 +68,14 @@ def policy(response) -> dict[str, list[str]]:
 
 
 def test_every_page_type_has_the_policy(client, pages):
-    for name, path in pages.items():
-        response = client.get(path)
+    for name, url in pages.items():
+        response = client.get(url)
         assert response.status_code == 200, name
         found = policy(response)
         assert found["default-src"] == ["'self'"], name
-        assert found["script-src"][0] == "'self'" and all(v.startswith("'nonce-") for v in found["script-src"][1:]), name
+        assert found["script-src"][0] == "'self'" and all(v.startswith("'nonce-") for v in found["script-src"][1:]), (
+            name
+        )
         assert found["style-src"] == ["'self'"], name
         assert found["object-src"] == found["base-uri"] == found["frame-ancestors"] == ["'none'"], name
         assert found["form-action"] == found["connect-src"] == ["'self'"], name

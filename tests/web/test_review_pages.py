@@ -106,12 +106,21 @@ def test_next_never_redirects_off_site(client, reviewer):
 
 
 def test_the_edit_preview_diffs_proposed_and_edited_args(client, reviewer):
-    interrupt = make.interrupt(interrupt_id="e-1", reason="tool_call", tool_call_id="tc-1", proposed_args={"to": "a@b.com"},
-                               response_schema=EDITS_SCHEMA,
-                               raw={"id": "e-1", "reason": "tool_call", "toolCallId": "tc-1", "responseSchema": EDITS_SCHEMA})
-    good = client.post(reverse("edit-preview", args=[interrupt.pk]), {"edited_args": '{"to": "c@d.com"}'}).content.decode()
+    interrupt = make.interrupt(
+        interrupt_id="e-1",
+        reason="tool_call",
+        tool_call_id="tc-1",
+        proposed_args={"to": "a@b.com"},
+        response_schema=EDITS_SCHEMA,
+        raw={"id": "e-1", "reason": "tool_call", "toolCallId": "tc-1", "responseSchema": EDITS_SCHEMA},
+    )
+    good = client.post(
+        reverse("edit-preview", args=[interrupt.pk]), {"edited_args": '{"to": "c@d.com"}'}
+    ).content.decode()
     assert 'data-testid="edit-diff"' in good and 'class="diff"' in good
-    assert '<del><span class="sr">removed: </span>a@b.com</del><ins><span class="sr">added: </span>c@d.com</ins>' in good
+    assert (
+        '<del><span class="sr">removed: </span>a@b.com</del><ins><span class="sr">added: </span>c@d.com</ins>' in good
+    )
     assert 'value="{&quot;to&quot;: &quot;c@d.com&quot;}"' in good  # what the final click sends
     bad = client.post(reverse("edit-preview", args=[interrupt.pk]), {"edited_args": '{"to": "nope"}'}).content.decode()
     assert 'data-testid="preview-error"' in bad and "/editedArgs/to" in bad
@@ -139,8 +148,15 @@ def test_c28_agent_supplied_markup_is_escaped_on_every_page(client, reviewer):
     agent = make.agent(name="evil", description=EVIL)
     thread = make.thread(agent=agent, title=EVIL)
     run = make.run(thread, status="interrupted")
-    make.event(run, 1, type="TOOL_CALL_START", payload={"type": "TOOL_CALL_START", "toolCallId": "tc", "toolCallName": EVIL})
-    make.event(run, 2, type="TOOL_CALL_ARGS", payload={"type": "TOOL_CALL_ARGS", "toolCallId": "tc", "delta": json.dumps({"x": EVIL})})
+    make.event(
+        run, 1, type="TOOL_CALL_START", payload={"type": "TOOL_CALL_START", "toolCallId": "tc", "toolCallName": EVIL}
+    )
+    make.event(
+        run,
+        2,
+        type="TOOL_CALL_ARGS",
+        payload={"type": "TOOL_CALL_ARGS", "toolCallId": "tc", "delta": json.dumps({"x": EVIL})},
+    )
     make.event(run, 3, type="STATE_SNAPSHOT", payload={"type": "STATE_SNAPSHOT", "snapshot": {EVIL: EVIL}})
     interrupt = make.interrupt(run, reason=EVIL, message=EVIL, tool_call_id="tc", tool_name=EVIL,
                                proposed_args={"x": EVIL}, metadata={EVIL: EVIL})
@@ -181,8 +197,12 @@ def audited(reviewer):
     make.decision(interrupt, reviewer, payload={"approved": True, "editedArgs": {"to": "c@d.com"}},
                   edited_args={"to": "c@d.com"})
     resume = make.run(run.thread, parent=run, resume_key="k1", status="succeeded")
-    make.event(resume, 1, type="TOOL_CALL_RESULT",
-               payload={"type": "TOOL_CALL_RESULT", "toolCallId": "tc-9", "messageId": "m", "content": "sent to c@d.com"})
+    make.event(
+        resume,
+        1,
+        type="TOOL_CALL_RESULT",
+        payload={"type": "TOOL_CALL_RESULT", "toolCallId": "tc-9", "messageId": "m", "content": "sent to c@d.com"},
+    )
     return interrupt, resume
 
 

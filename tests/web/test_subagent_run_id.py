@@ -13,9 +13,9 @@ import re
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import decisions
-from interrupts.hub.trail import content as trail_content, verify
-from interrupts.hub import events, outcomes
+from interrupts.hub import decisions, events, outcomes
+from interrupts.hub.trail import content as trail_content
+from interrupts.hub.trail import verify
 from interrupts.models import AuditEntry, Interrupt
 
 from .. import factories as make

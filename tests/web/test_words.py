@@ -11,7 +11,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from interrupts.hub import decisions
 from interrupts.reads import selectors
 from interrupts.rules.words import outcome_words
 from interrupts.web.templatetags.countersign import ago, from_now, json_brief, json_highlight, reason_words
@@ -79,9 +78,14 @@ def test_short_args_read_on_one_line_long_ones_indented():
 
 
 def _closed(reviewer, *, action, status="resolved", payload=None, edited_args=None, comment=""):
-    interrupt = make.interrupt(reason="tool_call", tool_call_id="tc-1", tool_name="sendEmail",
-                               proposed_args={"to": "a@b.com"}, status="cancelled" if status == "cancelled" else "resolved",
-                               closed_at=timezone.now())
+    interrupt = make.interrupt(
+        reason="tool_call",
+        tool_call_id="tc-1",
+        tool_name="sendEmail",
+        proposed_args={"to": "a@b.com"},
+        status="cancelled" if status == "cancelled" else "resolved",
+        closed_at=timezone.now(),
+    )
     make.decision(interrupt, reviewer, status=status, action=action, payload=payload, edited_args=edited_args,
                   comment=comment)
     return interrupt
@@ -90,14 +94,23 @@ def _closed(reviewer, *, action, status="resolved", payload=None, edited_args=No
 CASES = [
     ({"action": "approve", "payload": {"approved": True}}, "Approved"),
     ({"action": "reject", "payload": {"approved": False}, "comment": "wrong list"}, "Rejected"),
-    ({"action": "edit", "payload": {"approved": True, "editedArgs": {"to": "c@d.com"}}, "edited_args": {"to": "c@d.com"}},
-     "Approved with edits"),
+    (
+        {
+            "action": "edit",
+            "payload": {"approved": True, "editedArgs": {"to": "c@d.com"}},
+            "edited_args": {"to": "c@d.com"},
+        },
+        "Approved with edits",
+    ),
     ({"action": "respond", "payload": {"year": 2026}}, "Answered"),
     ({"action": "cancel", "status": "cancelled"}, "Cancelled"),
     # Decisions from before `action` was recorded: read from the answer.
     ({"action": "", "payload": {"approved": False}}, "Rejected"),
     ({"action": "", "payload": {"approved": True}}, "Approved"),
-    ({"action": "", "payload": {"approved": True, "editedArgs": {"to": "c"}}, "edited_args": {"to": "c"}}, "Approved with edits"),
+    (
+        {"action": "", "payload": {"approved": True, "editedArgs": {"to": "c"}}, "edited_args": {"to": "c"}},
+        "Approved with edits",
+    ),
     ({"action": "", "payload": {"note": "hi"}}, "Answered"),
     ({"action": "", "status": "cancelled"}, "Cancelled"),
 ]
@@ -245,8 +258,10 @@ def test_forms_label_their_fields_in_words_without_colons(client, url, form, lab
     page = client.get(url).content.decode()
     body = page[page.index(form):]
     body = body[: body.index("</form>")]
-    said = [re.sub(r"<[^>]+>", "", text).strip() for text in re.findall(r"<(?:label|legend)[^>]*>(.*?)</(?:label|legend)>",
-                                                                        body, re.S)]
+    said = [
+        re.sub(r"<[^>]+>", "", text).strip()
+        for text in re.findall(r"<(?:label|legend)[^>]*>(.*?)</(?:label|legend)>", body, re.S)
+    ]
     assert said and not [text for text in said if text.endswith(":")], said
     for label in labels:
         assert label in said, (label, said)

@@ -111,7 +111,7 @@ def record_emails(mails: list[Mail], worker: str, results: list[str]) -> None:
     """Settle each email ``worker`` tried: sent, queued again with backoff, or failed after its tries."""
     now = timezone.now()
     with transaction.atomic():
-        for item, error in zip(mails, results):
+        for item, error in zip(mails, results, strict=False):
             ours = EmailNotice.objects.filter(pk__in=item.notices, claimed_by=worker,
                                               status=EmailNotice.Status.SENDING)
             if not error:

@@ -8,7 +8,7 @@ has the idempotency contract.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
 from django.db.models import Q
@@ -31,7 +31,7 @@ def bounded(text, limit: int = MAX_NOTIFY_TEXT_CHARS) -> str:
 
 
 def iso_time(moment: datetime | None) -> str | None:
-    return moment.astimezone(dt_timezone.utc).isoformat().replace("+00:00", "Z") if moment else None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment else None
 
 
 def link(path: str) -> str:
@@ -223,7 +223,7 @@ def digest_due(now: datetime) -> datetime:
     """When a digest notice queued at ``now`` goes: the end of its COUNTERSIGN_EMAIL_DIGEST_SECONDS period."""
     period = max(1, int(settings.COUNTERSIGN_EMAIL_DIGEST_SECONDS))
     seconds = int(now.timestamp())
-    return datetime.fromtimestamp(seconds - seconds % period + period, tz=dt_timezone.utc)
+    return datetime.fromtimestamp(seconds - seconds % period + period, tz=UTC)
 
 
 def _clean_line(text: str, limit: int) -> str:

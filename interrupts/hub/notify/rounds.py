@@ -22,7 +22,7 @@ async def deliver_webhooks(worker: str) -> int:
     if not outgoing:
         return 0
     answers = await webhooks.post_all(outgoing)
-    for item, answer in zip(outgoing, answers):
+    for item, answer in zip(outgoing, answers, strict=False):
         await _threads(webhooks.record)(item, worker, answer)
     return len(outgoing)
 

@@ -8,8 +8,16 @@ from django.conf import settings
 from django.db import models
 
 from .chain import CHUNK, CONTEXT, DECISION, EXPIRY, SUPERSEDED, record
-from .content import (DECISION_ADDED, agent_content, decision_content, expiry_content, group_content, policy_content,
-                      superseded_content, user_content)
+from .content import (
+    DECISION_ADDED,
+    agent_content,
+    decision_content,
+    expiry_content,
+    group_content,
+    policy_content,
+    superseded_content,
+    user_content,
+)
 
 
 def backfill(apps) -> int:

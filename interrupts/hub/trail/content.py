@@ -223,7 +223,8 @@ def user_content(user) -> dict:
 
 def group_content(group) -> dict:
     """What a group entry records: its name and permissions (``app_label.codename``, sorted)."""
-    return _signable_fields({"group": group.pk, "name": group.name, "permissions": _permissions(group.permissions.all())})
+    return _signable_fields({"group": group.pk, "name": group.name,
+                             "permissions": _permissions(group.permissions.all())})
 
 
 def user_rows():

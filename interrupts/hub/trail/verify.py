@@ -13,9 +13,22 @@ from ...models import Agent, AuditCheckpoint, AuditEntry, Decision, Event, Inter
 from .chain import CHUNK, CONTEXT, DECISION, EXPIRY, GENESIS, SUPERSEDED, Head
 from .checkpoints import Problem, Verification, against_anchor, against_checkpoint, delivered_head, walk
 from .checkpoints import save as save_checkpoint
-from .content import (DECISION_ADDED, POLICY_VERSION, agent_content, decision_content, digests, expiry_content,
-                      group_content, group_rows, policy_content, subagents, superseded_content, user_content,
-                      user_rows, username)
+from .content import (
+    DECISION_ADDED,
+    POLICY_VERSION,
+    agent_content,
+    decision_content,
+    digests,
+    expiry_content,
+    group_content,
+    group_rows,
+    policy_content,
+    subagents,
+    superseded_content,
+    user_content,
+    user_rows,
+    username,
+)
 
 # The user fields verify holds the row to (not the name: people get renamed, and a rename grants nothing).
 _USER_VERIFIED = ("active", "staff", "superuser", "groupIds", "permissions")

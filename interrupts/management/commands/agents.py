@@ -22,7 +22,8 @@ class Command(BaseCommand):
         add = sub.add_parser("add", help="Register an agent (or change its URL and header).")
         add.add_argument("name", help="Short name, e.g. 'support-bot'.")
         add.add_argument("url", help="Where RunAgentInput is POSTed.")
-        add.add_argument("--header", metavar="K:V", help="A header with the agent's credential, e.g. 'Authorization:Bearer x'.")
+        add.add_argument("--header", metavar="K:V",
+                         help="A header with the agent's credential, e.g. 'Authorization:Bearer x'.")
         add.add_argument("--description", default="")
         add.add_argument("--dialect", choices=list(dialects.DIALECTS),
                          help="An override of how the agent raises interrupts: 'agui' (the default: an "

@@ -31,7 +31,8 @@ class Command(BaseCommand):
             where = f"  by {run.claimed_by}" if run.status == Run.Status.STREAMING else ""
             waiting = f"  ({run.delivery})" if run.awaiting_agent else ""
             self.stdout.write(f"{run.run_id}  thread {run.thread.thread_id}  agent {run.agent.name}  "
-                              f"{run.status}{waiting}{where}  since {run.started_at or run.created_at:%Y-%m-%d %H:%M:%S}")
+                              f"{run.status}{waiting}{where}  "
+                              f"since {run.started_at or run.created_at:%Y-%m-%d %H:%M:%S}")
 
     def do_cancel(self, run_id, thread, **options):
         found = Run.objects.select_related("thread").filter(run_id=run_id)

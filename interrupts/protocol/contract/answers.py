@@ -9,8 +9,9 @@ Pure: the caller passes ``now``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from ag_ui.core import Interrupt, ResumeEntry
 
@@ -79,10 +80,10 @@ def parse_expiry(expires_at: str | None) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(expires_at.strip().upper())
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
+            parsed = parsed.replace(tzinfo=UTC)
         # astimezone can overflow at the edges of the calendar
         # ("0001-01-01T00:00:00+01:00"): still unreadable, not "never".
-        return parsed.astimezone(timezone.utc)
+        return parsed.astimezone(UTC)
     except (ValueError, OverflowError):
         raise ContractViolation(
             "INVALID_EXPIRY",

@@ -90,7 +90,7 @@ class LegacyLangGraph(Dialect):
             shaped["forwardedProps"] = {**forwarded, "command": {"resume": {
                 langgraph_id: (entry.get("payload") if entry.get("status") == "resolved"
                                else {CANCELLED: True, "interrupt_id": langgraph_id})
-                for langgraph_id, entry in zip(ids, entries)}}}
+                for langgraph_id, entry in zip(ids, entries, strict=False)}}}
         return shaped
 
     def outgoing(self, run_input: dict) -> dict:

@@ -13,7 +13,6 @@ from pygments.lexers import JsonLexer
 
 from ...conf import MAX_SHOWN_CHARS
 from ...protocol import storable
-
 from ...protocol.inert import answer_start as _answer_start
 from ...protocol.inert import inert_schema as _inert_schema
 from .. import diffs
