@@ -21,7 +21,6 @@ import asyncio
 import time
 
 import httpx
-
 from backends import agent, arguments, backends, register_agent, served, session_cookie, ws_url
 from report import percentile, save, table
 from ws_client import WebSocket

@@ -25,7 +25,6 @@ import asyncio
 import time
 
 import httpx
-
 from backends import agent, arguments, backends, register_agent, served
 from report import percentile, save, table
 

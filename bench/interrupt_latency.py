@@ -25,7 +25,6 @@ import time
 import uuid
 
 import httpx
-
 from backends import agent, arguments, backends, register_agent, served, session_cookie, ws_url
 from report import percentile, save, table
 from ws_client import HandshakeRefused, WebSocket

@@ -22,7 +22,6 @@ import time
 import uuid
 
 import httpx
-
 from backends import Backend, agent, arguments, backends, register_agent, served, session_cookie, ws_url
 from report import save, table
 from ws_client import WebSocket

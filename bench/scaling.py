@@ -48,7 +48,6 @@ import uuid
 from collections import Counter
 
 import httpx
-
 from backends import agent, arguments, backends, register_agent, served, served_cluster, session_cookie, ws_url
 from report import RESULTS, percentile, run_folder, save, table
 from ws_client import HandshakeRefused, WebSocket

@@ -13,8 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from interrupts.protocol.sse import SSEReader, format_frame  # noqa: E402
 from report import save  # noqa: E402
+
+from interrupts.protocol.sse import SSEReader, format_frame  # noqa: E402
 
 
 def feed(stream: bytes, chunk: int) -> float:
