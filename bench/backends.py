@@ -172,7 +172,7 @@ class BenchApp(ServedApp):
                 "SELECT xact_commit, tup_inserted, tup_updated, tup_returned + tup_fetched, sessions "
                 "FROM pg_stat_database WHERE datname = current_database()"
             ).fetchone()
-        return dict(zip(("transactions", "inserted", "updated", "read", "sessions"), row))
+        return dict(zip(("transactions", "inserted", "updated", "read", "sessions"), row, strict=False))
 
     def stop(self) -> None:
         try:

@@ -66,7 +66,10 @@ async def timed_decision(api: httpx.AsyncClient, interrupt: int, body: dict) -> 
 
 
 async def refusals(api, plain: int, hostile: int, answer: str, samples: int) -> tuple[list, list, set[str]]:
-    """The same refused answer to both interrupts, alternately, ``samples`` times each (a refusal leaves them pending)."""
+    """The same refused answer to both interrupts, alternately, ``samples`` times each.
+
+    A refusal leaves them pending, so every sample meets the same two interrupts.
+    """
     body = {"action": "respond", "payload": {"answer": answer}}
     for interrupt in (plain, hostile):
         await timed_decision(api, interrupt, body)  # warm-up: caches, connections
@@ -161,15 +164,22 @@ def main() -> None:
     table(f"Catastrophic pattern against a plain one ({args.samples} decisions each)", header, rows)
     print()
     rows = [
-        ["thread A's approval alone: p50 ms", *(f"{results[b.name]['concurrent']['a_alone_p50_ms']:.1f}" for b in chosen)],
-        ["  while B's hostile answers are checked: p50 ms (goal <= 100)",
-         *(f"{results[b.name]['concurrent']['a_while_b_p50_ms']:.1f}" for b in chosen)],
+        [
+            "thread A's approval alone: p50 ms",
+            *(f"{results[b.name]['concurrent']['a_alone_p50_ms']:.1f}" for b in chosen),
+        ],
+        [
+            "  while B's hostile answers are checked: p50 ms (goal <= 100)",
+            *(f"{results[b.name]['concurrent']['a_while_b_p50_ms']:.1f}" for b in chosen),
+        ],
         ["  max ms", *(f"{results[b.name]['concurrent']['a_while_b_max_ms']:.1f}" for b in chosen)],
         ["  ratio to alone", *(f"{results[b.name]['concurrent']['ratio']:.2f}" for b in chosen)],
-        [f"B's answers checked meanwhile ({HOSTILE_LOOPS} clients)",
-         *(str(results[b.name]['concurrent']['b_decisions']) for b in chosen)],
+        [
+            f"B's answers checked meanwhile ({HOSTILE_LOOPS} clients)",
+            *(str(results[b.name]["concurrent"]["b_decisions"]) for b in chosen),
+        ],
         ["  each took: p50 ms", *(f"{results[b.name]['concurrent']['b_p50_ms']:.1f}" for b in chosen)],
-        ["  refused with", *(",".join(results[b.name]['concurrent']['b_codes']) for b in chosen)],
+        ["  refused with", *(",".join(results[b.name]["concurrent"]["b_codes"]) for b in chosen)],
     ]
     table(f"A decision on thread A while thread B's answers are checked ({args.samples} approvals)", header, rows)
     save("hostile_schema", results)

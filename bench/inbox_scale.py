@@ -45,7 +45,7 @@ def insert_rows(model, columns: list[str], rows: list[tuple], **constants) -> No
     from django.db.models.sql import InsertQuery
 
     fields = [f for f in model._meta.local_concrete_fields if not f.primary_key]
-    first = model(**constants, **dict(zip(columns, rows[0])))
+    first = model(**constants, **dict(zip(columns, rows[0], strict=False)))
     fixed = [None if f.attname in columns else f.get_db_prep_save(f.pre_save(first, True), connection) for f in fields]
     where = [columns.index(f.attname) if f.attname in columns else None for f in fields]
     params = [[fixed[i] if where[i] is None else f.get_db_prep_save(row[where[i]], connection)

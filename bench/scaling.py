@@ -204,7 +204,7 @@ async def measure_latency(apps, apis, inbox: Inbox, agent_process, runs: int) ->
         result = await latency_round(apps, apis, inbox, agent_process, runs)
         samples += result["latencies"]
         lost += result["lost"]
-        spread = [a + b for a, b in zip(spread, result["per_process"])]
+        spread = [a + b for a, b in zip(spread, result["per_process"], strict=False)]
         await asyncio.sleep(0.5)  # the interrupted runs' after-work is done before the next round
     return {
         "runs": runs, "rounds": ROUNDS.get(runs, 1), "sockets": len(inbox.heard),
@@ -281,7 +281,7 @@ async def measure_relay(apps, apis, agent_process, cookie: str, runs: int) -> di
     for task in unfinished:
         task.cancel()
     await asyncio.gather(*(socket.close() for socket in sockets), return_exceptions=True)
-    delivered = sum(last - first for last, first in zip(last_seq, starts))
+    delivered = sum(last - first for last, first in zip(last_seq, starts, strict=False))
     elapsed = max(heard_last) - released["at"] if any(heard_last) else None
     rate = delivered / elapsed if elapsed else None
     rows = await asyncio.to_thread(thread_rows, apps[0], thread_ids)
@@ -333,7 +333,7 @@ def chart(results: dict, levels, measured: str, cpus: int) -> None:
     plt.rcParams["svg.hashsalt"] = "countersign"  # stable ids: a redraw of the same figures is the same file
 
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.6))
-    for key, result in results.items():
+    for result in results.values():
         lat, rel = result["latency"], result["relay"]
         xs = [n for n in levels if lat[n]["p50_ms"] is not None]
         line, = left.plot(xs, [lat[n]["p50_ms"] for n in xs], marker="o", label=f"{result['label']} p50")

@@ -103,7 +103,9 @@ def interrupt_latency(results: Results) -> Figure:
             figure.cells[backend] = Cell("none arrived" if scenario else "no 50-run scenario", False)
             continue
         lost = scenario.get("missing", 0)
-        text = f"{number(scenario['p50_ms'])} / {number(scenario['p99_ms'])}" + (f" ({lost} of 50 lost)" if lost else "")
+        text = f"{number(scenario['p50_ms'])} / {number(scenario['p99_ms'])}" + (
+            f" ({lost} of 50 lost)" if lost else ""
+        )
         figure.cells[backend] = Cell(text, at_most(scenario["p50_ms"], 25) and at_most(scenario["p99_ms"], 100)
                                      and not lost)
     return figure
@@ -197,7 +199,7 @@ def verdict(figure: Figure) -> str:
     if not any(met):
         return "not met" + ("" if all(m is not None for m in met) else " (one back end not measured)")
     return "; ".join(f"{'met' if m else 'not met' if m is False else 'not measured'} on {label.split()[0]}"
-                     for m, (_, label) in zip(met, BACKENDS))
+                     for m, (_, label) in zip(met, BACKENDS, strict=False))
 
 
 def rows_of(all_figures: list[Figure]) -> list[list[str]]:
@@ -226,7 +228,7 @@ def scaling_rows(results: Results) -> list[list[str]] | None:
     if document is None:
         return None
     rows = []
-    for key, result in document["results"].items():
+    for result in document["results"].values():
         for runs in document["levels"]:
             lat, rel = result["latency"][str(runs)], result["relay"][str(runs)]
             latency = (f"{number(lat['p50_ms'])} / {number(lat['p99_ms'])}" if lat["p50_ms"] is not None
@@ -330,7 +332,8 @@ def main() -> None:
     met = sum(1 for f in all_figures if verdict(f) == "met")
     print(f"Goals met on both back ends: {met} of {len(all_figures)}.")
     document = {
-        "run": run, "machine": machine, "services": results.services, "header": HEADER, "rows": rows, "not_measured": unmeasured,
+        "run": run, "machine": machine, "services": results.services, "header": HEADER, "rows": rows,
+        "not_measured": unmeasured,
         "figures": [{"name": f.name, "goal": f.goal, "source": f.source, "verdict": verdict(f),
                      "cells": {b: vars(c) for b, c in f.cells.items()}} for f in all_figures],
         "scaling_rows": scaled,
@@ -360,7 +363,8 @@ def main() -> None:
                 shutil.copyfile(copy, RESULTS / name)
                 print(f"bench/results/{name}: this run's")
             elif scaled:
-                print(f"NOTE: no bench/results/runs/{run}/{name}: bench/results/{name} may not match docs/benchmarks.md")
+                print(f"NOTE: no bench/results/runs/{run}/{name}: "
+                      f"bench/results/{name} may not match docs/benchmarks.md")
 
 
 if __name__ == "__main__":

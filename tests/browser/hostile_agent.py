@@ -67,25 +67,51 @@ def _renderer_keywords() -> dict:
 def form_schema() -> dict:
     """An input_required schema: payloads in every annotation, and every renderer keyword."""
     return {
-        "type": "object", "title": TEXT, "description": TEXT, **_renderer_keywords(),
+        "type": "object",
+        "title": TEXT,
+        "description": TEXT,
+        **_renderer_keywords(),
         "properties": {
-            "note": {"type": "string", "title": TEXT, "description": TEXT, "default": TEXT, "examples": [SHORT],
-                     **_renderer_keywords()},
+            "note": {
+                "type": "string",
+                "title": TEXT,
+                "description": TEXT,
+                "default": TEXT,
+                "examples": [SHORT],
+                **_renderer_keywords(),
+            },
             "choice": {"type": "string", "title": TEXT, "enum": [TEXT, "plain"], "default": TEXT},
-            "flag": {"type": "boolean", "title": SHORT, "description": SHORT, "options": {"inputAttributes": EVIL_ATTRIBUTES}},
+            "flag": {
+                "type": "boolean",
+                "title": SHORT,
+                "description": SHORT,
+                "options": {"inputAttributes": EVIL_ATTRIBUTES},
+            },
             "count": {"type": "integer", "title": SHORT, "minimum": 0, "default": 1},
             "when": {"$ref": "#/$defs/when"},
             "rich": {"type": "string", "format": "html", "title": SHORT},
             "upload": {"type": "string", "format": "url", "title": SHORT, "links": LINKS},
             "info": {"format": "info", "title": SHORT, "description": SHORT},
-            "tags": {"type": "array", "title": SHORT, "items": {"type": "string", "title": SHORT, "default": SHORT,
-                                                              **_renderer_keywords()}},
-            "either": {"title": SHORT, "oneOf": [{"type": "string", "title": SHORT, **_renderer_keywords()},
-                                                {"type": "integer", "title": SHORT}]},
+            "tags": {
+                "type": "array",
+                "title": SHORT,
+                "items": {"type": "string", "title": SHORT, "default": SHORT, **_renderer_keywords()},
+            },
+            "either": {
+                "title": SHORT,
+                "oneOf": [
+                    {"type": "string", "title": SHORT, **_renderer_keywords()},
+                    {"type": "integer", "title": SHORT},
+                ],
+            },
             SHORT: {"type": "string"},  # a property name is shown as the label when there is no title
             # json-editor's enum editor writes an object value's keys into innerHTML.
-            "pick": {"type": "object", "enum": [{f"<button formaction='/interrupts/1/decide/'>{SHORT}</button>": 1}],
-                     "const": {f"<b formaction='x'>{SHORT}</b>": 1}, "default": {f"<i formaction='x'>{SHORT}</i>": 1}},
+            "pick": {
+                "type": "object",
+                "enum": [{f"<button formaction='/interrupts/1/decide/'>{SHORT}</button>": 1}],
+                "const": {f"<b formaction='x'>{SHORT}</b>": 1},
+                "default": {f"<i formaction='x'>{SHORT}</i>": 1},
+            },
         },
         "$defs": {"when": {"type": "string", "format": "date", "title": SHORT, **_renderer_keywords()}},
         "required": ["note"],
@@ -127,7 +153,8 @@ def hostile_run(body: dict) -> list[dict]:
         {"type": "MESSAGES_SNAPSHOT", "messages": [
             {"id": "m-user", "role": "user", "content": TEXT},
             {"id": "m-hostile", "role": "assistant", "content": TEXT, "toolCalls": [
-                {"id": "tc-hostile", "type": "function", "function": {"name": SHORT, "arguments": json.dumps({"html": TEXT})}}]},
+                {"id": "tc-hostile", "type": "function",
+                 "function": {"name": SHORT, "arguments": json.dumps({"html": TEXT})}}]},
         ]},
         {"type": "CUSTOM", "name": TEXT, "value": {TEXT: TEXT, "list": [TEXT]}},
         {"type": "STEP_FINISHED", "stepName": TEXT},

@@ -18,7 +18,8 @@ from .test_review import TIMEOUT, start
 SPY = """
 (() => {
   let hidden = false;
-  Object.defineProperty(Document.prototype, "visibilityState", {configurable: true, get: () => hidden ? "hidden" : "visible"});
+  Object.defineProperty(Document.prototype, "visibilityState",
+                        {configurable: true, get: () => hidden ? "hidden" : "visible"});
   Object.defineProperty(Document.prototype, "hidden", {configurable: true, get: () => hidden});
   window.setTabHidden = (value) => { hidden = value; document.dispatchEvent(new Event("visibilitychange")); };
   const Real = window.Notification;

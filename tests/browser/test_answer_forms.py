@@ -83,8 +83,13 @@ def test_forms_open_valid_with_nothing_invented_and_say_errors_once_touched(pers
     send.click()
     # The fields' order is the schema's as stored: PostgreSQL's jsonb keeps object keys in its own order.
     expect(page.locator(SHOWN_ERRORS)).to_have_count(3)
-    assert sorted(page.locator(SHOWN_ERRORS).all_inner_texts()) == ["Required.", "Required.", "Value must be at least 2000."]
-    expect(form.locator("[aria-invalid=true]:focus")).to_have_count(1)  # the first invalid field, in jsonb's key order on PostgreSQL
+    assert sorted(page.locator(SHOWN_ERRORS).all_inner_texts()) == [
+        "Required.",
+        "Required.",
+        "Value must be at least 2000.",
+    ]
+    # The first invalid field, in jsonb's key order on PostgreSQL.
+    expect(form.locator("[aria-invalid=true]:focus")).to_have_count(1)
     axe_check(page, "filing-form-errors", within=f"#{card.get_attribute('id')}")
     assert decisions_of(site, looked_at["filing"]) == []
 
@@ -132,7 +137,8 @@ def test_a_comment_goes_with_a_form_answer_and_survives_a_refusal(person, browse
     page.keyboard.press("a")
     expect(card).to_have_count(0, timeout=TIMEOUT)
     [decision] = decisions_of(site, thread)
-    assert (decision["action"], decision["payload"], decision["comment"]) == ("respond", {"build": 43}, "43 has the fix")
+    assert (decision["action"], decision["payload"], decision["comment"]) == (
+        "respond", {"build": 43}, "43 has the fix")
 
 
 def test_edit_and_approve_by_field_with_a_word_diff_and_no_unedited_approve(person, page, site):

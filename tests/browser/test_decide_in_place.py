@@ -204,4 +204,4 @@ def test_of_two_people_deciding_at_once_the_loser_is_told_who_won_and_it_stays(p
         expect(lost.get_by_test_id("conflict")).to_have_text(f"Already decided by {names[winner]}: Approved")
         expect(line_of(lost, "step-0")).to_contain_text(f"Decided by {names[winner]}: Approved")
         expect(lost.locator(".gone-note")).to_have_count(0)
-        assert len(wait_for(lambda: agent.resumes(thread), "the resume")) == 1
+        assert len(wait_for(lambda thread=thread: agent.resumes(thread), "the resume")) == 1

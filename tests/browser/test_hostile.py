@@ -36,16 +36,19 @@ DOM_FINDINGS = """
     for (const attribute of element.attributes) {
       const name = attribute.name.toLowerCase(), value = attribute.value.toLowerCase();
       if (name.startsWith("on")) found.push(`${element.tagName} ${name}`);
-      if (["href", "src", "action", "formaction", "data", "xlink:href"].includes(name) && value.trim().startsWith("javascript:"))
+      if (["href", "src", "action", "formaction", "data", "xlink:href"].includes(name)
+          && value.trim().startsWith("javascript:"))
         found.push(`${element.tagName} ${name}=${value.slice(0, 40)}`);
       if (name === "srcdoc") found.push(`${element.tagName} srcdoc`);
       if (name === "formaction") found.push(`${element.tagName} formaction`);
       if (name === "autofocus") found.push(`${element.tagName} autofocus`);
-      if (name.startsWith("hx-on") || (name.startsWith("hx-") && value.includes("__pwned"))) found.push(`${element.tagName} ${name}`);
+      if (name.startsWith("hx-on") || (name.startsWith("hx-") && value.includes("__pwned")))
+        found.push(`${element.tagName} ${name}`);
     }
     if (element.tagName === "IMG" && element.getAttribute("src") === "x") found.push("IMG src=x");
     if (["IFRAME", "OBJECT", "EMBED"].includes(element.tagName)) found.push(element.tagName);
-    if (element.tagName === "SCRIPT" && !element.src && element.type !== "application/json") found.push("inline SCRIPT");
+    if (element.tagName === "SCRIPT" && !element.src && element.type !== "application/json")
+      found.push("inline SCRIPT");
   }
   return found;
 }
@@ -66,7 +69,10 @@ def hostile(site):
             threads[key] = response.json()["thread"]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            counts = [api.get("/api/interrupts/", params={"thread": threads[k]}).json()["count"] for k in ("pending", "audited")]
+            counts = [
+                api.get("/api/interrupts/", params={"thread": threads[k]}).json()["count"]
+                for k in ("pending", "audited")
+            ]
             if counts == [3, 3] and _run_statuses(site, threads["failed"]) == ["failed"]:
                 break
             time.sleep(0.1)
@@ -88,7 +94,8 @@ def _run_statuses(site, thread):
 def _still_pending(site, thread):
     with site.api() as api:
         asked = api.get("/api/interrupts/", params={"thread": thread}).json()["results"]
-    assert len(asked) == 3 and {i["status"] for i in asked} == {"pending"}, [(i["interrupt_id"], i["status"]) for i in asked]
+    assert len(asked) == 3 and {i["status"] for i in asked} == {"pending"}, [
+        (i["interrupt_id"], i["status"]) for i in asked]
 
 
 def _visible(locator):

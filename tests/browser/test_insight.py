@@ -52,7 +52,7 @@ def test_the_dashboard_reads_the_decisions_just_made_live(watched, alice, site):
     expect(inbox.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
     with site.api() as api:
         decided = []
-        for thread, action in zip(threads[1:], ["reject", "approve"]):
+        for thread, action in zip(threads[1:], ["reject", "approve"], strict=False):
             (interrupt,) = api.get("/api/interrupts/", params={"thread": thread}).json()["results"]
             answered = api.post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": action})
             assert answered.status_code == 201, answered.text

@@ -133,7 +133,7 @@ def test_the_first_card_is_a_skip_link_away(staff, made):
     expect(skip).to_be_focused()
     expect(skip).to_be_in_viewport()
     page.keyboard.press("Enter")
-    for presses in range(1, 4):
+    for presses in range(1, 4):  # noqa: B007 (read after the loop)
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement.matches('[data-card]')"):
             break

@@ -55,7 +55,9 @@ def test_edit_and_approve_shows_a_diff_then_runs_the_edited_args(reviewer, site)
     page = inbox_for(reviewer, thread)
     card = page.locator("[data-card]").first
     card.get_by_text("Edit & approve").click()
-    card.get_by_role("button", name="Edit as JSON").click()  # (a field per argument: tests/browser/test_answer_forms.py)
+    card.get_by_role(
+        "button", name="Edit as JSON"
+    ).click()  # (a field per argument: tests/browser/test_answer_forms.py)
     editor = card.locator("textarea[name=edited_args]")
     expect(editor).to_have_value(re.compile('"to": "a@b.com"'))
     editor.fill(json.dumps({"to": "not-an-address", "subject": "Hi", "body": "x"}))

@@ -31,10 +31,33 @@ def hub(tmp_path_factory, scripted):
         DEMO_FILING_EXPIRES_IN="2",
     ).start()
     with app.api() as api:
-        for name in ["approve", "no-snapshot", "legacy", "malformed", "unknown-type", "error-first", "no-terminal", "after-end",
-                     "agent-error", "interrupt-then-noise", "duplicate-ids", "slow-finish", "wrong-run", "empty-interrupts", "http-422", "html", "silent", "linger",
-                     "refuse-error", "refuse-early", "refuse-http", "refuse-fault",
-                     "frontend-tool", "frontend-tool-silent", "newer-version"]:
+        for name in [
+            "approve",
+            "no-snapshot",
+            "legacy",
+            "malformed",
+            "unknown-type",
+            "error-first",
+            "no-terminal",
+            "after-end",
+            "agent-error",
+            "interrupt-then-noise",
+            "duplicate-ids",
+            "slow-finish",
+            "wrong-run",
+            "empty-interrupts",
+            "http-422",
+            "html",
+            "silent",
+            "linger",
+            "refuse-error",
+            "refuse-early",
+            "refuse-http",
+            "refuse-fault",
+            "frontend-tool",
+            "frontend-tool-silent",
+            "newer-version",
+        ]:
             response = api.post("/api/agents/", json={"name": f"x-{name}", "url": f"{scripted.url}/{name}/"})
             assert response.status_code == 201, response.text
         # A port nobody listens on: connection refused.
