@@ -261,7 +261,9 @@ def test_the_end_of_the_hold_wakes_the_supervisor_without_waiting_for_a_poll():
     finally:
         wakeup.register(None)
         loop.close()
-    assert len(listener.woken) == 1 and 0.2 <= listener.woken[0] - started < 0.4
+    # Only a wake reaches the listener (nothing polls here); the bound is a poll interval, so a loaded
+    # machine's slow timer still passes while a wake that waited for the next poll would not.
+    assert len(listener.woken) == 1 and 0.2 <= listener.woken[0] - started < 0.2 + 1.0
 
 
 @committed
