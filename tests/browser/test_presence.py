@@ -28,7 +28,10 @@ def test_a_reviewer_typing_in_a_card_stays_there_and_present_when_a_new_request_
     expect(comment).to_be_focused()
     mine.keyboard.type(" fine")
     expect(comment).to_have_value("looks fine")
-    mine.wait_for_timeout(500)  # past presence.js's settling delay, where a lost focus is told
+    # presence.js settles a focus change on a 200 ms timer queued by the move; a longer one queued now
+    # runs after it, so once it resolves, presence.js has judged the focus and told the server.
+    mine.evaluate("() => new Promise(done => setTimeout(done, 250))")
+    expect(comment).to_be_focused()
     expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer")
     # Closing the tab closes its socket: Alice sees nobody there.
     mine.close()
