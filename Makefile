@@ -101,7 +101,10 @@ lint: venv
 # most tests wait on servers, agents and Chromium, so more workers than the 2 cores pay.
 TEST_WORKERS ?= 4
 
+# Its tests of several server processes need PostgreSQL and Redis too: started
+# here, once, before the workers, rather than by the first worker to need them.
 test: venv peers $(AXE)/node_modules/.installed browser
+	@bin/services >/dev/null
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
 # The same suite against PostgreSQL and Redis (started on loopback by bin/services).
