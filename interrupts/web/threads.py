@@ -62,10 +62,13 @@ def thread_events(request, thread_id: str):
         return render(request, "interrupts/_refused.html", {
             "refused_answers": refused_answers, "refused_on_thread": True, "settle_actions": SETTLE_ACTIONS})
     shown = history.since(thread, after, limit=500)
-    pending = selectors.thread_has_pending(thread)
     # The Runs list comes along: a run's status changes without an event of its own (queued, paused, finished).
+    # Read before ``pending``: a run it shows paused has its interrupts committed with that status, so
+    # the page never hears "paused" with "nothing pending" and stops looking.
+    runs = history.runs(thread)
+    pending = selectors.thread_has_pending(thread)
     response = render(request, "interrupts/_history.html", {
-        "items": shown.items, "thread": thread, "runs": history.runs(thread), "runs_part": True})
+        "items": shown.items, "thread": thread, "runs": runs, "runs_part": True})
     response["X-Last-Seq"] = str(shown.last_seq)
     # A refused answer holds the thread like a pending decision does.
     response["X-Pending"] = "1" if pending or held else "0"
