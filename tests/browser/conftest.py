@@ -1,12 +1,11 @@
 """Real Chromium (Debian's, never a downloaded build) driven by Playwright against `manage.py serve`."""
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from ..servers import ROOT, ServedApp
 from . import chromium
@@ -35,14 +34,9 @@ def browser(chromium_session):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     # Retries wait 30 s: a test that retries an unreachable agent does it with the button.
-    app = ServedApp(tmp_path_factory.mktemp("browser"), self_approving=True, COUNTERSIGN_POLL_INTERVAL="0.2",
-                    COUNTERSIGN_RETRY_BASE="30").start()
-    code = ("from django.contrib.auth import get_user_model; "
-            "from django.contrib.auth.models import Group; "
-            "get_user_model().objects.create_user('alice', password='alice-pass-1234', first_name='Alice')"
-            ".groups.add(Group.objects.get(name='Reviewers'))")
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=app.env, check=True,
-                   capture_output=True, timeout=60)
+    # Alice, a second reviewer, comes with the database (its template), not a Django process per module.
+    app = ServedApp(tmp_path_factory.mktemp("browser"), self_approving=True, colleague=True,
+                    COUNTERSIGN_POLL_INTERVAL="0.2", COUNTERSIGN_RETRY_BASE="30").start()
     yield app
     app.stop()
 
@@ -53,6 +47,12 @@ class Reviewer:
     def __init__(self, browser, site, username, password):
         self.site = site
         self.context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``).
+        self.context.add_init_script("""
+            document.addEventListener("countersign:inbox-open", () => { window.__inboxOpened = true; });
+            document.addEventListener("countersign:refreshed", () => {
+                if (window.__inboxOpened) document.documentElement.dataset.inboxRead = "yes";
+            });""")
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.dialogs: list[str] = []
@@ -67,6 +67,12 @@ class Reviewer:
     def open(self, path: str):
         self.page.goto(f"{self.site.url}{path}")
         return self.page
+
+    def inbox_live(self, timeout: float = 30_000) -> None:
+        """Until the page's inbox socket has opened and the list it reads again then is in place: what
+        a test changes in the cards before that (an injected element) is swapped away by that read."""
+        # A locator, not wait_for_function: polling a script is an eval, which the CSP refuses.
+        expect(self.page.locator("html[data-inbox-read]")).to_be_attached(timeout=timeout)
 
     def screenshot(self, name: str):
         ARTIFACTS.mkdir(exist_ok=True)
