@@ -1,5 +1,6 @@
 import multiprocessing
 import os
+import uuid
 
 import pytest
 from django.conf import settings as django_settings
@@ -88,10 +89,20 @@ def pytest_runtest_setup(item):
         chromium.close()
 
 
+def pytest_configure(config):
+    # The run's name, inherited by its xdist workers: they share the served apps' template databases.
+    if not hasattr(config, "workerinput"):
+        os.environ.setdefault("COUNTERSIGN_TEST_RUN", uuid.uuid4().hex[:12])
+
+
 def pytest_sessionfinish(session):
     from .browser import chromium
 
     chromium.close()
+    if not hasattr(session.config, "workerinput"):  # the run itself, after all its workers
+        from .servers import drop_run_templates
+
+        drop_run_templates()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Real servers for end-to-end tests: `manage.py serve` as `make serve` runs it."""
 
 import atexit
+import fcntl
 import hashlib
 import os
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,52 +53,122 @@ def _drop_created() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-#: One prepared database per kind of app (self-approving or not), made once per test process:
-#: (location, demo reviewer's token). Every new app's database is a copy of it, which spares each
-#: of the suite's ~30 served apps four Django start-ups and a migration (seconds each on 2 cores).
-_TEMPLATES: dict[tuple[bool, bool], tuple[str, str]] = {}
+#: One prepared database per kind of app (self-approving or not) and back end: (location, the demo
+#: reviewer's token). Every new app's database is a copy of it, which spares each of the suite's
+#: ~45 served apps a migration and three Django start-ups (4 CPU-seconds each on 2 cores).
+_TEMPLATES: dict[tuple["Setup", bool], tuple[str, str]] = {}
 
 
-def _template(self_approving: bool, sqlite: bool) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Setup:
+    """What a served app's database holds beyond `make serve`'s: a policy letting the demo reviewer
+    approve their own runs (one operator), and Alice, a second reviewer (the browser's colleague)."""
+
+    self_approving: bool = False
+    colleague: bool = False
+
+    @property
+    def name(self) -> str:
+        return ("sa" if self.self_approving else "plain") + ("_alice" if self.colleague else "")
+
+    def code(self) -> str:
+        code = ""
+        if self.self_approving:
+            code += ("from interrupts.hub import policies; policies.get_or_create(agent=None, reason='', "
+                     "tool_name='', defaults={'name': 'one operator', 'allow_self_approval': True}); ")
+        if self.colleague:
+            code += ("from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
+                     "get_user_model().objects.create_user('alice', password='alice-pass-1234', first_name='Alice')"
+                     ".groups.add(Group.objects.get(name='Reviewers')); ")
+        return code
+
+
+def _run() -> str:
+    """The pytest run this process works for (``tests/conftest.py`` names it): its workers share
+    one template per kind, which that run drops at its end. Empty outside one (a benchmark)."""
+    return os.environ.get("COUNTERSIGN_TEST_RUN", "")
+
+
+def _template_location(setup: Setup, sqlite: bool) -> str:
     # One template per back end: a benchmark serves SQLite apps while DATABASE_URL names
     # PostgreSQL, and a SQLite app copied from a PostgreSQL template got an empty file.
-    if (self_approving, sqlite) not in _TEMPLATES:
-        workdir = Path(tempfile.mkdtemp(prefix="cs-template-"))
-        url = f"sqlite:///{workdir / 'db.sqlite3'}" if sqlite else database_for(workdir)
-        if url.startswith("postgres"):
-            import psycopg
-
-            name = url.rsplit("/", 1)[1] + ("_sa" if self_approving else "")
-            url = url.rsplit("/", 1)[0] + "/" + name
-            with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as admin:
-                if _pg_exists(admin, name):
-                    admin.execute(f'DROP DATABASE "{name}"')
-                _create_database(admin, name)
+    kind, run = setup.name, _run()
+    if sqlite:
+        if run:
+            folder = Path(tempfile.gettempdir()) / f"cs-template-{run}"
+            folder.mkdir(exist_ok=True)
         else:
-            atexit.register(shutil.rmtree, workdir, ignore_errors=True)
-        env = {**os.environ, "DATABASE_URL": url, "DEBUG": "true"}
-        token = _setup(env, self_approving)
-        _TEMPLATES[self_approving, sqlite] = (url, token)
-    return _TEMPLATES[self_approving, sqlite]
+            folder = Path(tempfile.mkdtemp(prefix="cs-template-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        return f"sqlite:///{folder / kind}.sqlite3"
+    return os.environ["DATABASE_URL"].rsplit("/", 1)[0] + f"/cs_template_{run or os.getpid()}_{kind}"
 
 
-def _setup(env: dict, self_approving: bool) -> str:
+def _build_template(url: str, setup: Setup) -> str:
+    if url.startswith("postgres"):
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as admin:
+            if _pg_exists(admin, name):
+                admin.execute(f'DROP DATABASE "{name}"')
+            if _run():
+                admin.execute(f'CREATE DATABASE "{name}"')  # the run drops it (drop_run_templates)
+            else:
+                _create_database(admin, name)
+    return _setup({**os.environ, "DATABASE_URL": url, "DEBUG": "true"}, setup)
+
+
+def _template(setup: Setup, sqlite: bool) -> tuple[str, str]:
+    key = (setup, sqlite)
+    if key not in _TEMPLATES:
+        url = _template_location(setup, sqlite)
+        if not (run := _run()):
+            token = _build_template(url, setup)
+        else:
+            # The first of the run's workers to need this kind builds it; the others wait, then read its token.
+            folder = Path(tempfile.gettempdir()) / f"cs-template-{run}"
+            folder.mkdir(exist_ok=True)
+            with open(folder / (url.rsplit("/", 1)[1] + ".token"), "a+") as made:
+                fcntl.flock(made, fcntl.LOCK_EX)
+                made.seek(0)
+                token = made.read().strip()
+                if not token:
+                    token = _build_template(url, setup)
+                    made.write(token)
+        _TEMPLATES[key] = (url, token)
+    return _TEMPLATES[key]
+
+
+def drop_run_templates() -> None:
+    """Drop the templates this pytest run's workers shared (called once, when the run ends)."""
+    if not (run := _run()):
+        return
+    shutil.rmtree(Path(tempfile.gettempdir()) / f"cs-template-{run}", ignore_errors=True)
+    if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as admin:
+            names = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                  (f"cs_template_{run}_%",)).fetchall()
+            for (name,) in names:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _setup(env: dict, setup: Setup) -> str:
     """What `make serve` does to a database before serving: migrate, the demo reviewer; returns its API token."""
     # The same commands, in one Django process rather than three or four (seconds each on a busy machine).
     code = ("import io; from django.core.management import call_command; quiet = io.StringIO(); "
             "call_command('migrate', interactive=False, stdout=quiet); call_command('demo_reviewer', stdout=quiet); ")
-    if self_approving:
-        code += ("from interrupts.hub import policies; policies.get_or_create(agent=None, reason='', "
-                 "tool_name='', defaults={'name': 'one operator', 'allow_self_approval': True}); ")
-    code += "call_command('tokens', 'create', 'reviewer')"
+    code += setup.code() + "call_command('tokens', 'create', 'reviewer')"
     done = manage("shell", "-c", code, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]  # the token, alone on its line as `tokens create` prints it
 
 
-def _copy_of_template(url: str, self_approving: bool) -> str | None:
+def _copy_of_template(url: str, setup: Setup) -> str | None:
     """Make the database at ``url`` a copy of the prepared template, if it does not exist yet; its token."""
-    template, token = _template(self_approving, url.startswith("sqlite:///"))
+    template, token = _template(setup, url.startswith("sqlite:///"))
     if url.startswith("sqlite:///"):
         target = Path(url.removeprefix("sqlite:///"))
         if target.exists():
@@ -156,11 +228,13 @@ class ServedApp:
     of one deployment, each with its own port and ``<name>.log``.
     """
 
-    def __init__(self, workdir: Path, name: str = "serve", *, self_approving: bool = False, **env: str) -> None:
+    def __init__(self, workdir: Path, name: str = "serve", *, self_approving: bool = False, colleague: bool = False,
+                 **env: str) -> None:
         self.workdir = workdir
         # A deployment with one operator: a policy for every agent lets the
         # demo reviewer approve the runs they start (the site default does not).
         self.self_approving = self_approving
+        self.setup = Setup(self_approving, colleague)
         self.name = name
         self.overrides = env
         # Resumes leave at once unless a test holds them for an undo (COUNTERSIGN_UNDO_SECONDS).
@@ -184,8 +258,8 @@ class ServedApp:
         A new database is a copy of one prepared so once per test process; one that
         exists already (a restarted deployment) is migrated and read as it is.
         """
-        token = _copy_of_template(self.env["DATABASE_URL"], self.self_approving)
-        self.token = token if token is not None else _setup(self.env, self.self_approving)
+        token = _copy_of_template(self.env["DATABASE_URL"], self.setup)
+        self.token = token if token is not None else _setup(self.env, self.setup)
         return self
 
     def empty_database(self) -> "ServedApp":
@@ -227,7 +301,8 @@ class ServedApp:
 
     def sibling(self, name: str) -> "ServedApp":
         """Another server process of this deployment: same database, channel prefix and settings."""
-        other = ServedApp(self.workdir, name, self_approving=self.self_approving, **self.overrides)
+        other = ServedApp(self.workdir, name, self_approving=self.self_approving, colleague=self.setup.colleague,
+                          **self.overrides)
         other.token = self.token
         return other
 

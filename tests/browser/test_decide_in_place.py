@@ -9,8 +9,6 @@ At 1440x900 and 390x844.
 """
 
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +16,7 @@ from playwright.sync_api import expect
 
 from ..e2e.scripted_agent import APPROVAL_SCHEMA, finished, started
 from ..loopback import LoopbackAgent, frame, stream
-from ..servers import ROOT, ServedApp
+from ..servers import ServedApp
 from .conftest import Reviewer, runs_settled
 from .test_review import TIMEOUT, inbox_for, start
 
@@ -55,13 +53,8 @@ def agent():
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, agent):
-    app = ServedApp(tmp_path_factory.mktemp("decide"), self_approving=True, COUNTERSIGN_POLL_INTERVAL="0.2",
-                    COUNTERSIGN_UNDO_SECONDS=str(HOLD)).start()
-    code = ("from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
-            "get_user_model().objects.create_user('alice', password='alice-pass-1234', first_name='Alice')"
-            ".groups.add(Group.objects.get(name='Reviewers'))")
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=app.env, check=True,
-                   capture_output=True, timeout=60)
+    app = ServedApp(tmp_path_factory.mktemp("decide"), self_approving=True, colleague=True,
+                    COUNTERSIGN_POLL_INTERVAL="0.2", COUNTERSIGN_UNDO_SECONDS=str(HOLD)).start()
     with app.api() as api:
         for name, path in (("solo", "one"), ("pair", "two")):
             assert api.post("/api/agents/", json={"name": name, "url": f"{agent.url}/{path}/"}).status_code == 201

@@ -71,7 +71,7 @@ def pg_app(tmp_path_factory, postgres):
     # not 20 (a fresh connection on a loaded CI machine can take a second or two).
     app = ServedApp(tmp_path_factory.mktemp("pg-faults"), self_approving=True, DATABASE_URL=postgres.url,
                     COUNTERSIGN_DB_POOL_TIMEOUT="5", COUNTERSIGN_POLL_INTERVAL="0.2")
-    app.token = _setup(app.env, self_approving=True)  # the test's own server: no shared template
+    app.token = _setup(app.env, app.setup)  # the test's own server: no shared template
     app.launch().ready()
     yield app
     app.stop()
