@@ -129,7 +129,7 @@ BENCH_BUDGET := 870
 # Generous limits (resume_latency took 5 min on a machine at load 17; its CPU, 22 s): free when it is fast.
 BENCH_SMOKE := sse_reader:60 hostile_schema:240:--samples=2 inbox_scale:240:--interrupts=300+--baseline=30 \
   relay_throughput:240:--events=500+--max-seconds=5 interrupt_latency:240:--rounds=2 resume_latency:240:--samples=3 \
-  connections:240:--sockets=20 scaling:240:--levels=1,10
+  connections:240:--sockets=20 scaling:240:--levels=1,10+--events=2000+--rounds=2
 BENCH_SMOKE_BUDGET := 900
 BENCH_REQUIREMENTS := bench/requirements.txt
 $(VENV)/.bench-installed: $(BENCH_REQUIREMENTS) $(VENV)/.installed

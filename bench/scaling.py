@@ -372,9 +372,14 @@ def chart(results: dict, levels, measured: str, cpus: int) -> None:
 
 
 def main() -> None:
+    global RELAY_EVENTS  # --events sets it for the run
     parser = arguments(__doc__.splitlines()[0])
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)),
                         help="Runs at once, comma-separated (default 1,10,50,200).")
+    parser.add_argument("--events", type=int, default=RELAY_EVENTS,
+                        help=f"Relay events per level, shared between its runs (default {RELAY_EVENTS:,}).")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="At most this many latency rounds per level (default: 10 at 1 run, 2 at 10, else 1).")
     parser.add_argument("--chart-only", action="store_true",
                         help="Only redraw bench/results/scaling.svg from bench/results/scaling.json.")
     args = parser.parse_args()
@@ -386,6 +391,9 @@ def main() -> None:
         chart(results, tuple(document["levels"]), document["measured_at"][:10], document["machine"]["cpus"])
         return
     levels = tuple(int(n) for n in args.levels.split(","))
+    RELAY_EVENTS = args.events
+    if args.rounds is not None:
+        ROUNDS.update({n: min(ROUNDS.get(n, 1), args.rounds) for n in levels})
     chosen = backends(args.backend)
     results = {}
     with agent("scaling") as agent_process:
