@@ -155,7 +155,6 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
         # What the agent says it speaks now; only written when it changed.
         Agent.objects.filter(pk=run.agent_id).exclude(protocol_version=declared).update(protocol_version=declared)
         thread_pk = run.thread_id
-        relay.run_settled(thread_pk)
         if run.status == Run.Status.INTERRUPTED:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
             enqueue.raised(run, raised)

@@ -411,7 +411,7 @@ class ThreadConsumer(_Standing, _PokeConsumer):
     exactly as long as its user may read at all (``standing``).
     """
 
-    pokes = frozenset({"thread.event", "thread.settled"})
+    pokes = frozenset({"thread.event"})
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
@@ -460,10 +460,6 @@ class ThreadConsumer(_Standing, _PokeConsumer):
         if self.ended:  # closed, the page gone: what was already on its way is not for it
             return
         await self.send_json({"type": "event", "seq": message["seq"], "event_type": message["event_type"]})
-
-    async def thread_settled(self, message):
-        if not self.ended:
-            await self.send_json({"type": "settled"})
 
     @database_sync_to_async
     def _thread_pk(self, thread_id: str):

@@ -142,12 +142,6 @@ def event_appended(thread_pk: int, seq: int, event_type: str) -> None:
         "type": "thread.event", "seq": seq, "event_type": event_type}))
 
 
-def run_settled(thread_pk: int) -> None:
-    """After commit, tell the thread's watchers that a run ended with no event of its own: the
-    interrupts it raised, its status. They read the thread again (whether a new run may start)."""
-    transaction.on_commit(lambda: _send(thread_group(thread_pk), {"type": "thread.settled"}))
-
-
 def inbox_changed(thread_pk: int, seq: int, reason: Reason) -> None:
     """After commit, tell inbox watchers that pending interrupts changed, with the new count.
 

@@ -67,8 +67,6 @@
     liveSocket(history.dataset.ws, {
       onState: (text) => { if (status) status.textContent = text; },
       onMessage: (message) => {
-        // A run ended (its interrupts raised, its status set) after its last event was read.
-        if (message.type === "settled") { catchUp(true); return; }
         const seq = message.type === "hello" ? message.last_seq : message.seq;
         if (seq > wanted) wanted = seq;
         catchUp();

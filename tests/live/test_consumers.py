@@ -101,25 +101,6 @@ async def test_the_thread_socket_says_where_the_log_stands_then_relays_each_even
     await communicator.disconnect()
 
 
-async def test_the_thread_socket_hears_a_run_settle_after_its_last_event():
-    # The interrupts a run raised commit after its RUN_FINISHED: the page reads the thread
-    # again on this, or it offered "Start run" while the run's requests waited.
-    from interrupts.hub import events, outcomes
-    from interrupts.models import Run
-
-    cookie = await session_cookie()
-    run = await database_sync_to_async(make.run)(status=Run.Status.STREAMING)
-    terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
-                "outcome": {"type": "interrupt", "interrupts": [{"id": "i-1", "reason": "confirmation"}]}}
-    await database_sync_to_async(events.append_many)(run, [terminal])
-    communicator, connected, _ = await connect(f"/ws/threads/{run.thread.thread_id}/", ORIGIN, cookie)
-    assert connected
-    assert await communicator.receive_json_from() == {"type": "hello", "last_seq": 1}
-    await database_sync_to_async(outcomes.finish)(run, terminal)
-    assert await communicator.receive_json_from() == {"type": "settled"}
-    await communicator.disconnect()
-
-
 async def test_an_unknown_thread_is_refused():
     cookie = await session_cookie()
     communicator, connected, code = await connect("/ws/threads/nope/", ORIGIN, cookie)
