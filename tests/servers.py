@@ -89,14 +89,20 @@ def _run() -> str:
     return os.environ.get("COUNTERSIGN_TEST_RUN", "")
 
 
+def _run_folder(run: str) -> Path:
+    """Where the run's SQLite templates and their tokens are kept."""
+    folder = Path(tempfile.gettempdir()) / f"cs-template-{run}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def _template_location(setup: Setup, sqlite: bool) -> str:
     # One template per back end: a benchmark serves SQLite apps while DATABASE_URL names
     # PostgreSQL, and a SQLite app copied from a PostgreSQL template got an empty file.
     kind, run = setup.name, _run()
     if sqlite:
         if run:
-            folder = Path(tempfile.gettempdir()) / f"cs-template-{run}"
-            folder.mkdir(exist_ok=True)
+            folder = _run_folder(run)
         else:
             folder = Path(tempfile.mkdtemp(prefix="cs-template-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
@@ -127,9 +133,7 @@ def _template(setup: Setup, sqlite: bool) -> tuple[str, str]:
             token = _build_template(url, setup)
         else:
             # The first of the run's workers to need this kind builds it; the others wait, then read its token.
-            folder = Path(tempfile.gettempdir()) / f"cs-template-{run}"
-            folder.mkdir(exist_ok=True)
-            with open(folder / (url.rsplit("/", 1)[1] + ".token"), "a+") as made:
+            with open(_run_folder(run) / (url.rsplit("/", 1)[1] + ".token"), "a+") as made:
                 fcntl.flock(made, fcntl.LOCK_EX)
                 made.seek(0)
                 token = made.read().strip()
@@ -233,7 +237,6 @@ class ServedApp:
         self.workdir = workdir
         # A deployment with one operator: a policy for every agent lets the
         # demo reviewer approve the runs they start (the site default does not).
-        self.self_approving = self_approving
         self.setup = Setup(self_approving, colleague)
         self.name = name
         self.overrides = env
@@ -301,8 +304,8 @@ class ServedApp:
 
     def sibling(self, name: str) -> "ServedApp":
         """Another server process of this deployment: same database, channel prefix and settings."""
-        other = ServedApp(self.workdir, name, self_approving=self.self_approving, colleague=self.setup.colleague,
-                          **self.overrides)
+        other = ServedApp(self.workdir, name, self_approving=self.setup.self_approving,
+                          colleague=self.setup.colleague, **self.overrides)
         other.token = self.token
         return other
 
