@@ -56,6 +56,13 @@
   // Server-rendered fragments (every agent text in them escaped there), parsed inert: scripts never run.
   const parse = (html) => new DOMParser().parseFromString(html, "text/html").body;
   let refreshing = null;
+  // Bumped when htmx asks for the list (a filter, a page) and when its answer lands: a live read that
+  // overlapped one was made for the old address and would put the unfiltered list back, so it is redone.
+  let listAsked = 0;
+  const forList = (event) => {
+    const target = event.detail.target;
+    if (target && target.id === "inbox-list") listAsked += 1;
+  };
   function busy(section) {
     return section.contains(document.activeElement) || $$("details[open]", section).length > 0
       || $$("[data-dirty]", section).length > 0
@@ -201,6 +208,7 @@
     if (!list) return;
     if (refreshing) { refreshing.again = true; return; }
     refreshing = { again: false };
+    const asked = listAsked;
     try {
       const response = await fetch(location.pathname + location.search, {
         headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
@@ -208,6 +216,7 @@
       // A redirect here is to the login page: the session ended, show nothing of it.
       if (!response.ok || response.redirected) return;
       const fresh = parse(await response.text());
+      if (asked !== listAsked) { refreshing.again = true; return; }
       const incoming = new Map($$("section.batch", fresh).map((s) => [s.id, s]));
       // Moving a kept batch out of the page and back blurs whatever had the focus in it: the
       // reader typing a comment would type into nothing, and presence would say they left the card.
@@ -343,6 +352,8 @@
     // and the focus would fall to the page: j/k would start again from the top, presence would drop the
     // card. A card still there keeps the focus (a claim, a refusal); a card decided gives it to the next
     // card; an undo gives it to the card it brought back.
+    document.body.addEventListener("htmx:beforeRequest", forList);
+    document.body.addEventListener("htmx:afterSwap", forList);
     let swapped = null;
     document.body.addEventListener("htmx:beforeSwap", (event) => {
       const target = event.detail.target;
