@@ -203,12 +203,32 @@
     if (first) first.before(section); else list.append(section);
   }
 
+  // Who is reviewing a card and who has it open, patched live by presence.js (which stamps data-heard-at):
+  // of two renderings of a batch, each card takes these lines from the later, a patch heard after this
+  // read was asked for or the read. Text and server-rendered elements only.
+  const ATTENTION_LINES = [".claim", ".viewers"];
+  function attend(into, from, asked, patchedLater) {
+    for (const to of $$("[data-attention]", into)) {
+      const source = $(`[data-attention="${to.dataset.attention}"]`, from);
+      if (!source) continue;
+      const patched = Number((patchedLater ? source : to).dataset.heardAt || 0) > asked;
+      if (patched !== patchedLater) continue;
+      for (const selector of ATTENTION_LINES) {
+        const line = $(selector, to), said = $(selector, source);
+        if (line && said) line.replaceChildren(...Array.from(said.childNodes, (node) => node.cloneNode(true)));
+      }
+      to.dataset.claimedBy = source.dataset.claimedBy || "";
+      if (patchedLater) to.dataset.heardAt = source.dataset.heardAt;
+    }
+  }
+
   async function refreshInbox() {
     const list = $("#inbox-list");
     if (!list) return;
     if (refreshing) { refreshing.again = true; return; }
     refreshing = { again: false };
     const asked = listAsked;
+    const askedAt = performance.now();
     try {
       const response = await fetch(location.pathname + location.search, {
         headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
@@ -232,9 +252,12 @@
         } else if (busy(section) || newer(section, next)) {
           // Someone is working in it, or this list was read before a change the batch already shows.
           section.dataset.listed = "1";
+          // Kept as it is, but who is reviewing it and who has it open is as the read says.
+          if (!newer(section, next)) attend(section, next, askedAt, false);
           next.replaceWith(section);
         } else {
           carry(section, next);
+          attend(next, section, askedAt, true);
           const entry = kept.get(section.id);
           if (entry && entry.keep !== "conflict" && next.dataset.state === "open") kept.delete(section.id);
         }

@@ -53,6 +53,8 @@
     if (!holder) return;
     const claim = message.claim;
     holder.dataset.claimedBy = claim ? claim.by : "";
+    // When it was heard: a read of the list asked for before it says less (countersign.js: attend).
+    holder.dataset.heardAt = String(performance.now());
     const line = $(".claim", holder);
     if (line) {
       line.replaceChildren();

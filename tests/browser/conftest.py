@@ -51,7 +51,9 @@ class Reviewer:
         self.context.add_init_script("""
             document.addEventListener("countersign:inbox-open", () => { window.__inboxOpened = true; });
             document.addEventListener("countersign:refreshed", () => {
-                if (window.__inboxOpened) document.documentElement.dataset.inboxRead = "yes";
+                const root = document.documentElement;
+                if (window.__inboxOpened) root.dataset.inboxRead = "yes";
+                root.dataset.inboxReads = String(Number(root.dataset.inboxReads || 0) + 1);
             });""")
         self.page = self.context.new_page()
         self.errors: list[str] = []
@@ -73,6 +75,14 @@ class Reviewer:
         a test changes in the cards before that (an injected element) is swapped away by that read."""
         # A locator, not wait_for_function: polling a script is an eval, which the CSP refuses.
         expect(self.page.locator("html[data-inbox-read]")).to_be_attached(timeout=timeout)
+
+    def reads(self) -> int:
+        """How many times the page has put a fresh read of its list (or of a batch) in place."""
+        return int(self.page.locator("html").get_attribute("data-inbox-reads") or 0)
+
+    def read_again(self, since: int, timeout: float = 15_000) -> None:
+        """Until the page has put another read in place since ``reads()`` said ``since``."""
+        expect(self.page.locator(f"html[data-inbox-reads='{since + 1}']")).to_be_attached(timeout=timeout)
 
     def screenshot(self, name: str):
         ARTIFACTS.mkdir(exist_ok=True)

@@ -1,6 +1,9 @@
 """Presence and claims in real Chromium, as two people with the inbox open: who has a card open is said while
 they stay on it, through the live refreshes and the claim answers that replace the cards around them."""
 
+import json
+import re
+
 from playwright.sync_api import expect
 
 from .test_review import TIMEOUT, start
@@ -110,3 +113,78 @@ def test_a_request_raised_before_the_page_s_socket_opened_still_appears(reviewer
         expect(page.locator("[data-card]")).to_have_count(before + 1, timeout=TIMEOUT)
     finally:
         context.close()
+
+
+def _attention(message: str | bytes) -> bool:
+    return isinstance(message, str) and json.loads(message).get("type") == "attention"
+
+
+def test_who_has_a_card_open_is_read_again_into_the_card_being_worked_on(reviewer, alice, site):
+    """A page that missed a presence message (a socket reconnecting) learns it from its next read of the
+    list, on the card its reader is working in too, which that read otherwise keeps as it is."""
+    thread = start(site, "mailer", "Email k@l.com about the agenda")
+    dropping, dropped = [True], []
+
+    def drop_attention(ws):
+        server = ws.connect_to_server()
+
+        def from_server(message):
+            if dropping[0] and _attention(message):
+                dropped.append(message)
+            else:
+                ws.send(message)
+
+        server.on_message(from_server)
+        ws.on_message(lambda message: server.send(message))
+
+    alice.page.route_web_socket(re.compile(r".*/ws/inbox/.*"), drop_attention)
+    theirs, their_card = open_card(alice, thread, f"thread={thread}")
+    alice.inbox_live()
+    their_card.focus()
+    mine, my_card = open_card(reviewer, thread, f"thread={thread}")
+    my_card.focus()
+    for _ in range(150):  # the reviewer's presence, told to Alice's socket and lost on the way
+        if any("Demo Reviewer" in m for m in dropped):
+            break
+        theirs.wait_for_timeout(100)
+    assert any("Demo Reviewer" in m for m in dropped), dropped
+    dropping[0] = False
+    expect(their_card).to_be_focused()
+    reads = alice.reads()
+    start(site, "mailer", "Email m@n.com about the minutes")  # a change: Alice's page reads its list again
+    alice.read_again(reads)
+    assert their_card.get_by_test_id("viewers").text_content() == "Open now: Demo Reviewer"
+    expect(their_card).to_be_focused()
+
+
+def test_a_read_asked_for_before_a_presence_message_does_not_undo_it(reviewer, alice, site):
+    """The list's read answered after a presence message it predates: the card keeps what the message said."""
+    thread = start(site, "mailer", "Email o@p.com about the offsite")
+    theirs, their_card = open_card(alice, thread, f"thread={thread}")
+    alice.inbox_live()
+    held = []
+
+    def hold_the_answer(route):
+        headers = route.request.headers
+        if "hx-target" in headers and "hx-current-url" not in headers and not held:
+            held.append((route, route.fetch()))  # read by the server now, answered when released
+        else:
+            route.continue_()
+
+    inbox = re.compile(r".*/inbox/(\?.*)?$")
+    theirs.route(inbox, hold_the_answer)
+    try:
+        with theirs.expect_request(lambda request: "hx-target" in request.headers
+                                   and "hx-current-url" not in request.headers):
+            start(site, "mailer", "Email q@r.com about the quarter")
+        mine, my_card = open_card(reviewer, thread, f"thread={thread}")
+        my_card.focus()
+        expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer", timeout=TIMEOUT)
+        assert held, "the read was not held"
+        reads = alice.reads()
+        route, answer = held[0]
+        route.fulfill(response=answer)
+        alice.read_again(reads)
+        assert their_card.get_by_test_id("viewers").text_content() == "Open now: Demo Reviewer"
+    finally:
+        theirs.unroute(inbox)
