@@ -499,7 +499,7 @@ class RunStreamer:
     def _writer_ended(self, writer: asyncio.Task) -> None:
         if writer.cancelled() or writer.exception() is None:
             return
-        if not self.reading_done:  # else the reader is waiting for the writer, and gets its error there
+        if not self.reading_done:  # else the reader waits for the writer (and gets its error there), or has left
             self.write_failed = writer.exception()
             self.reading.cancel()
 
@@ -698,6 +698,9 @@ class RunStreamer:
                 raise
             await self._drain()
         finally:
+            # Left, however: a writer that failed just now (its done callback still to
+            # run) must not cancel what this task does next, such as _tell_settled.
+            self.reading_done = True
             if not self.writer.done():
                 self.writer.cancel()
 

@@ -537,3 +537,58 @@ async def test_writes_that_keep_failing_leave_the_run_to_recovery_not_to_a_dead_
     await sync_to_async(streaming.recover)(lapsed, "another")
     ended = await stored(run.pk)
     assert (ended.status, ended.error_code) == ("failed", "WORKER_LOST")
+
+
+# --- a run ended by an operator while it streams -------------------------------------------------
+
+
+async def test_an_operator_s_ending_reaches_the_listener_when_the_refused_batch_ends_the_writer_late(
+        agent, monkeypatch):
+    """The heartbeat cancels the reader for the operator; the writer's batch, refused, ends in the same turn.
+
+    Both follow from the operator's commit, so they reach the loop together.
+    Forced here: the batch waits on the database thread until the run is
+    cancelled and the reader is closing the agent's connection, and that close
+    (a few turns of the loop in httpcore) ends in the turn the writer ends in:
+    the writer's done callback then runs only after the reader left ``_receive``.
+    """
+    run = await sync_to_async(claimed_run)(f"{agent.url}/silent/")
+    held, release = threading.Event(), threading.Event()
+    append, chunks = streaming._append, streaming._chunks
+
+    def held_append(*args, **kwargs):
+        held.set()
+        release.wait(10)
+        return append(*args, **kwargs)
+
+    closing = asyncio.Event()
+
+    async def closed_with_the_writer(response, lifecycle):
+        try:
+            async for chunk in chunks(response, lifecycle):
+                yield chunk
+        except asyncio.CancelledError:
+            closing.set()
+            while not streamer.writer.done():
+                await asyncio.sleep(0)  # a turn of the loop at a time, as the close takes them
+            raise
+
+    monkeypatch.setattr(streaming, "_append", held_append)
+    monkeypatch.setattr(streaming, "_chunks", closed_with_the_writer)
+    heard, stop = asyncio.Queue(), asyncio.Event()
+    streamer = streaming.RunStreamer(run, WORKER, heard, stop)
+    task = asyncio.ensure_future(streamer.stream())
+    await until(held.is_set)  # RUN_STARTED's batch is on the database thread; the agent says nothing more
+    staff = await sync_to_async(make.user)(is_staff=True)
+    assert await sync_to_async(runs.cancel)(await stored(run.pk), staff)
+    stop.set()  # what wakeup.stop_stream does after that commit, under manage.py serve
+    await asyncio.wait_for(closing.wait(), 5)  # the heartbeat cancelled the reader
+    release.set()  # the batch is refused: the run has ended
+    await asyncio.wait([task], timeout=10)
+    told = []
+    while not heard.empty():
+        told.append(heard.get_nowait())
+    error = await sync_to_async(Event.objects.get)(run_id=run.pk, type="RUN_ERROR")
+    # The operator's RUN_ERROR, then the end; the task was not cancelled on its way.
+    assert told == [(error.seq, error.payload), None]
+    assert error.payload["code"] == "CANCELLED_BY_OPERATOR" and not task.cancelled()
