@@ -19,7 +19,8 @@ from django.db import connection
 # milliseconds, so there one thread writes for all.
 
 
-def _released(function: Callable) -> Callable:
+def released(function: Callable) -> Callable:
+    """``function``, giving its thread's connection back when done: for threads that never see a request end."""
     @functools.wraps(function)
     def call(*args, **kwargs):
         try:
@@ -53,4 +54,4 @@ class Pool:
         return self._executor
 
     def __call__(self, function: Callable) -> Callable[..., Awaitable]:
-        return sync_to_async(_released(function), thread_sensitive=False, executor=self.executor())
+        return sync_to_async(released(function), thread_sensitive=False, executor=self.executor())

@@ -77,6 +77,9 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
     """
     new_limit = limit if new_limit is None else min(new_limit, limit)
     now = timezone.now()
+    due = Q(retry_at__isnull=True) | Q(retry_at__lte=now)
+    if not Run.objects.filter(due, status=Run.Status.QUEUED).exists():
+        return []  # the usual poll: nothing queued, and no write lock taken to find out
     taken: list[tuple[int, bool]] = []
     delivering: dict[int, int] = {}  # runs taken that waited for their agent before: pk -> thread
     skipped: set[int] = set()  # agents at their limit, or locked by a concurrent claim
@@ -91,8 +94,7 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
                     break
                 rows = list(
                     Run.objects.select_for_update(skip_locked=True)
-                    .filter(status=Run.Status.QUEUED, resume_key__isnull=not resumes)
-                    .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+                    .filter(due, status=Run.Status.QUEUED, resume_key__isnull=not resumes)
                     .exclude(agent_id__in=skipped)
                     .exclude(pk__in=[pk for pk, _ in taken])
                     .order_by("created_at", "pk")

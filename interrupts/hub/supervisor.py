@@ -27,11 +27,10 @@ import uuid
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 from django.utils import timezone
 
 from ..conf import settings
-from . import claims, decisions, escalation, outbox, streaming, wakeup
+from . import claims, dbthreads, decisions, escalation, outbox, streaming, wakeup
 from .notify import rounds
 
 logger = logging.getLogger(__name__)
@@ -59,6 +58,23 @@ def ensure() -> Supervisor:
     """
     current = wakeup.registered()
     return current.supervisor if isinstance(current, _Listener) else Supervisor().start_and_return()
+
+
+# A round's database work, each in one trip to the shared database thread (a trip costs more than
+# an idle round's queries), and its connection given back after: PostgreSQL's to the pool.
+_claim_due = dbthreads.released(outbox.claim_due)
+
+
+@dbthreads.released
+def _round(sweep: bool) -> list:
+    """Expire due interrupts, and every sweep interval lapse what is overdue; the runs whose lease lapsed."""
+    decisions.expire_due()
+    if sweep:
+        escalation.escalate_due()
+        claims.lapse_due()
+        # Decisions whose process died before telling their reviewer: taken back, never sent.
+        decisions.drop_unacknowledged()
+    return outbox.lapsed(timezone.now())
 
 
 class Supervisor:
@@ -112,16 +128,11 @@ class Supervisor:
         decision's resume) that its agent is waiting for. A lost run settled
         after the claim frees its agent's stream: the next round, at once, may use it.
         """
-        await sync_to_async(close_old_connections)()
         await self._claim()
-        await sync_to_async(decisions.expire_due)()
-        if self.loop.time() - self.swept_at >= settings.COUNTERSIGN_SWEEP_INTERVAL:
+        sweep = self.loop.time() - self.swept_at >= settings.COUNTERSIGN_SWEEP_INTERVAL
+        if sweep:
             self.swept_at = self.loop.time()
-            await sync_to_async(escalation.escalate_due)()
-            await sync_to_async(claims.lapse_due)()
-            # Decisions whose process died before telling their reviewer: taken back, never sent.
-            await sync_to_async(decisions.drop_unacknowledged)()
-        for run in await sync_to_async(outbox.lapsed)(timezone.now()):
+        for run in await sync_to_async(_round)(sweep):
             if await sync_to_async(outbox.take_over)(run, self.worker):
                 await sync_to_async(streaming.recover)(run, self.worker)
                 self.wakeup.set()
@@ -132,7 +143,7 @@ class Supervisor:
             return
         self.claiming, self.claimed = (room, new_room), asyncio.Event()
         try:
-            claimed = await sync_to_async(outbox.claim_due)(room, self.worker, new_limit=new_room)
+            claimed = await sync_to_async(_claim_due)(room, self.worker, new_limit=new_room)
         finally:
             self.claiming = (0, 0)
             self.claimed.set()
