@@ -68,21 +68,23 @@ def _tier(item) -> int:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    # In-process tests first, then end-to-end, then the browser: Playwright's sync API
-    # runs an event loop of its own, which must not overlap the async tests. The
-    # `e2e` and `browser` markers let `-m "not e2e and not browser"` run the fast part.
+    # The browser first, then end-to-end, then in-process: the longest files start first and
+    # the many short ones even the workers out at the end (xdist keeps this order with
+    # --no-loadscope-reorder; its default, most tests first, left the longest files last
+    # and relaunched Chromium whenever a worker went back to the browser). The `e2e` and
+    # `browser` markers let `-m "not e2e and not browser"` run the fast part.
     for item in items:
         tier = _tier(item)
         if tier == 1:
             item.add_marker(pytest.mark.e2e)
         elif tier == 2:
             item.add_marker(pytest.mark.browser)
-    items.sort(key=_tier)
+    items.sort(key=lambda item: -_tier(item))
 
 
 def pytest_runtest_setup(item):
-    # Browser tests come last; should another test follow one anyway (a -k selection, a worker's
-    # queue), the shared Chromium and Playwright's event loop stop before it.
+    # Playwright's sync API runs an event loop of its own, which must not overlap the async
+    # tests: once a worker moves on from the browser tests, Chromium and that loop stop.
     if _tier(item) != 2:
         from .browser import chromium
 
