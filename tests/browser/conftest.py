@@ -193,6 +193,26 @@ def runs_settled(site, thread: str, timeout: float = 15) -> list[str]:
         time.sleep(0.05)
 
 
+def until(page, predicate: str, timeout: float = 15_000) -> None:
+    """Until ``predicate`` (a JS arrow function of no arguments) holds in the page, checked there every 50 ms.
+
+    page.evaluate, which the CSP allows: wait_for_function builds its polled check with an eval,
+    which our CSP refuses whenever the condition does not hold at once.
+    """
+    page.evaluate(f"""() => new Promise((done, fail) => {{
+        const holds = {predicate};
+        const started = performance.now();
+        const check = () => {{
+            let held = false;
+            try {{ held = holds(); }} catch (problem) {{ /* not yet */ }}
+            if (held) done(true);
+            else if (performance.now() - started > {timeout}) fail(new Error("still false: " + holds));
+            else setTimeout(check, 50);
+        }};
+        check();
+    }})""")
+
+
 def sideways_overflow(page) -> int:
     """How many CSS pixels the page itself scrolls sideways (0 when it fits the window)."""
     return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")

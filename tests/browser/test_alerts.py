@@ -62,7 +62,7 @@ def heard_out(page, count):
     """Until the page has handled the raise: the badge shows the recount ("mine", which follows "changed"
     and is where alerts.js decides to notify) and the list's refresh is back."""
     wait_for_badge(page, count)
-    page.wait_for_function("!document.querySelector('.htmx-request')", timeout=TIMEOUT)
+    expect(page.locator(".htmx-request")).to_have_count(0, timeout=TIMEOUT)
     settled(page)
 
 

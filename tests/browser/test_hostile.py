@@ -16,7 +16,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import settled
+from .conftest import settled, until
 from .hostile_agent import MARK, TEXT, HostileAgent
 
 TIMEOUT = 15_000
@@ -220,8 +220,8 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
     page.locator("#slipped-field").fill("typed", timeout=3000)
     page.locator("#slipped-field").press("Enter", timeout=3000)
     # The button, Enter in the field, and the htmx element have each been tried and refused.
-    page.wait_for_function("window.__attempts.filter(([kind]) => kind === 'submit').length >= 2"
-                           " && window.__attempts.some(([kind]) => kind === 'htmx')", timeout=TIMEOUT)
+    until(page, "() => window.__attempts.filter(([kind]) => kind === 'submit').length >= 2"
+                " && window.__attempts.some(([kind]) => kind === 'htmx')", timeout=TIMEOUT)
     assert all(refused for _kind, refused in page.evaluate("window.__attempts")), page.evaluate("window.__attempts")
     assert not [url for url in sent if url.endswith(target)], sent
     with site.api() as api:
@@ -312,6 +312,6 @@ def test_the_browser_enforces_the_csp(reviewer, site, hostile):
         document.body.append(img);
     }""")
     # The browser reports each refusal as it makes it: once both are in, neither ran.
-    page.wait_for_function("['script-src-elem', 'script-src-attr'].every("
-                           "d => window.__violations.some(v => v.directive === d))", timeout=TIMEOUT)
+    until(page, "() => ['script-src-elem', 'script-src-attr'].every("
+                "d => window.__violations.some(v => v.directive === d))", timeout=TIMEOUT)
     assert page.evaluate("window.__injected") is None

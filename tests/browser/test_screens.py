@@ -14,7 +14,7 @@ from collections import defaultdict
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS, Reviewer, axe_findings, shoot, sideways_overflow
+from .conftest import ARTIFACTS, Reviewer, axe_findings, shoot, sideways_overflow, until
 from .test_review import TIMEOUT, start
 
 WIDTHS = {1440: 900, 390: 844}
@@ -145,7 +145,7 @@ def settle(page):
     transitions have ended: axe measures colours as they are, and half-way through a fade they are neither."""
     page.wait_for_load_state("load")
     page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
-    page.wait_for_function("""() => document.getAnimations().every(a =>
+    until(page, """() => document.getAnimations().every(a =>
         a.playState !== 'running' || a.effect?.getTiming().iterations === Infinity)""", timeout=TIMEOUT)
 
 
