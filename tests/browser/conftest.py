@@ -41,12 +41,20 @@ def site(tmp_path_factory):
     app.stop()
 
 
+# A person's session cookie by (site, username), kept from their first login on that site: their later
+# contexts start signed in, skipping three page loads and the server's password hash. Cookies only:
+# what a page keeps in localStorage stays with its context.
+_signed_in: dict[tuple[str, str], list[dict]] = {}
+
+
 class Reviewer:
     """One person in one browser context, logged in, with every page error collected."""
 
     def __init__(self, browser, site, username, password):
         self.site = site
-        self.context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        signed_in = _signed_in.get((site.url, username))
+        self.context = browser.new_context(viewport={"width": 1280, "height": 1000},
+                                           storage_state={"cookies": signed_in or [], "origins": []})
         # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``).
         self.context.add_init_script("""
             document.addEventListener("countersign:inbox-open", () => { window.__inboxOpened = true; });
@@ -60,11 +68,17 @@ class Reviewer:
         self.dialogs: list[str] = []
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
         self.page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
+        if signed_in:
+            self.page.goto(f"{site.url}/inbox/")
+            if self.page.url == f"{site.url}/inbox/":
+                return
+            # The server no longer honours that session: log in afresh.
         self.page.goto(f"{site.url}/accounts/login/")
         self.page.fill("#id_username", username)
         self.page.fill("#id_password", password)
         self.page.click("button[type=submit]")
         self.page.wait_for_url(f"{site.url}/inbox/")
+        _signed_in[(site.url, username)] = self.context.cookies()
 
     def open(self, path: str):
         self.page.goto(f"{self.site.url}{path}")
