@@ -166,6 +166,7 @@ class GatewayStream:
         self.run_id = f"run-{thread}"
         self.events: list[dict] = []
         self.ended = threading.Event()
+        self.failure: BaseException | None = None  # why the client stopped reading, if not the stream's end
         body = {"threadId": thread, "runId": self.run_id, "messages": [], "state": {}, "tools": [], "context": [],
                 "forwardedProps": {}}
         self.thread = threading.Thread(target=self._read, args=(app, agent, body), daemon=True)
@@ -178,6 +179,8 @@ class GatewayStream:
                 for line in response.iter_lines():
                     if line.startswith("data: "):
                         self.events.append(json.loads(line[6:]))
+        except Exception as problem:  # told apart from a clean end in the assertions
+            self.failure = problem
         finally:
             self.ended.set()
 
@@ -297,7 +300,7 @@ def test_gateway_streams_count_against_the_process_and_the_agent(hub, api, agent
     freed = time.monotonic()
     response = api.post(f"/api/runs/{stopped.run_id}/cancel/")
     assert response.status_code == 202, response.text
-    assert stopped.ended.wait(5)
+    assert stopped.ended.wait(5) and stopped.failure is None, stopped.failure
     assert stopped.events[-1]["type"] == "RUN_ERROR" and stopped.events[-1]["code"] == "CANCELLED_BY_OPERATOR"
     # Its slot is free again: the queued hub run takes it, and had waited for it; endless-a is still at its limit.
     streaming(api, queued["run_id"])
