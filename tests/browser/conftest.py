@@ -1,6 +1,7 @@
 """Real Chromium (Debian's, never a downloaded build) driven by Playwright against `manage.py serve`."""
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -205,6 +206,15 @@ def runs_settled(site, thread: str, timeout: float = 15) -> list[str]:
             return statuses
         assert time.monotonic() < deadline, f"runs of {thread} still going: {statuses}"
         time.sleep(0.05)
+
+
+# The inbox page's own address, with or without a query: what its live read of the list fetches.
+INBOX_PAGE = re.compile(r".*/inbox/(\?.*)?$")
+
+
+def live_read(request) -> bool:
+    """The inbox's live read of its list: a fetch with HX-Target and no HX-Current-URL (htmx sends both)."""
+    return "hx-target" in request.headers and "hx-current-url" not in request.headers
 
 
 def until(page, predicate: str, timeout: float = 15_000) -> None:

@@ -12,7 +12,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import Reviewer, axe_findings, describe_findings, sideways_overflow
+from .conftest import INBOX_PAGE, Reviewer, axe_findings, describe_findings, live_read, sideways_overflow
 from .test_review import TIMEOUT, start
 
 WIDE, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
@@ -130,18 +130,13 @@ def test_a_live_read_crossing_a_filter_change_does_not_bring_the_whole_list_back
     page.set_viewport_size(WIDE)
     held = []
 
-    def live_read(request) -> bool:
-        # The live read is a fetch with HX-Target and no HX-Current-URL; htmx's own requests send both.
-        return "hx-target" in request.headers and "hx-current-url" not in request.headers
-
     def hold_the_live_read(route):
         if not held and live_read(route.request):
             held.append(route)
         else:
             route.continue_()
 
-    inbox = re.compile(r".*/inbox/(\?.*)?$")
-    page.route(inbox, hold_the_live_read)
+    page.route(INBOX_PAGE, hold_the_live_read)
     try:
         with page.expect_request(live_read):
             staff.open("/inbox/")
@@ -161,7 +156,7 @@ def test_a_live_read_crossing_a_filter_change_does_not_bring_the_whole_list_back
         expect(cards).to_have_count(1)
         assert cards.first.get_attribute("data-interrupt-id") == "approve-deploy"
     finally:
-        page.unroute(inbox)
+        page.unroute(INBOX_PAGE)
 
 
 def test_the_first_card_is_a_skip_link_away(staff, made):

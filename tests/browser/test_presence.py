@@ -6,6 +6,7 @@ import re
 
 from playwright.sync_api import expect
 
+from .conftest import INBOX_PAGE, live_read
 from .test_review import TIMEOUT, start
 
 
@@ -165,17 +166,14 @@ def test_a_read_asked_for_before_a_presence_message_does_not_undo_it(reviewer, a
     held = []
 
     def hold_the_answer(route):
-        headers = route.request.headers
-        if "hx-target" in headers and "hx-current-url" not in headers and not held:
+        if live_read(route.request) and not held:
             held.append((route, route.fetch()))  # read by the server now, answered when released
         else:
             route.continue_()
 
-    inbox = re.compile(r".*/inbox/(\?.*)?$")
-    theirs.route(inbox, hold_the_answer)
+    theirs.route(INBOX_PAGE, hold_the_answer)
     try:
-        with theirs.expect_request(lambda request: "hx-target" in request.headers
-                                   and "hx-current-url" not in request.headers):
+        with theirs.expect_request(live_read):
             start(site, "mailer", "Email q@r.com about the quarter")
         mine, my_card = open_card(reviewer, thread, f"thread={thread}")
         my_card.focus()
@@ -187,4 +185,4 @@ def test_a_read_asked_for_before_a_presence_message_does_not_undo_it(reviewer, a
         alice.read_again(reads)
         assert their_card.get_by_test_id("viewers").text_content() == "Open now: Demo Reviewer"
     finally:
-        theirs.unroute(inbox)
+        theirs.unroute(INBOX_PAGE)
