@@ -41,6 +41,8 @@ def test_a_refused_answer_is_reopened_from_the_inbox_and_answered_again(reviewer
     card = page.locator("[data-card]").first
     expect(card).to_be_visible(timeout=TIMEOUT)  # the batch waits again, without a reload
     card.get_by_role("button", name="Approve").click()
+    # Leaving the page before the decision is answered would abort its request.
+    expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
     page = reviewer.open(f"/threads/{thread}/")
     expect(page.get_by_test_id("tool-result").last).to_contain_text("int-1", timeout=TIMEOUT)
     resumes = [c["body"] for c in refuser.calls() if c["body"].get("resume") and c["body"]["threadId"] == thread]
