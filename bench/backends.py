@@ -127,9 +127,9 @@ class BenchApp(ServedApp):
 
     def prepare(self) -> BenchApp:
         global _static_collected
-        if self.env.get("DEBUG") == "false" and not _static_collected:
+        if self.env.get("DEBUG") == "false" and not (_static_collected or os.environ.get("BENCH_STATIC_COLLECTED")):
             # Whitenoise serves the collected files when DEBUG is off (the manifest the pages name);
-            # once per benchmark: a minute of the machine when it is busy.
+            # once per benchmark, unless bench/run.py has (4 CPU-seconds; a minute when the machine is busy).
             done = subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
                                   env=self.env, capture_output=True, text=True)
             if done.returncode != 0:
