@@ -304,3 +304,5 @@ DELIVERIES_PAGE_SIZE = 50
 # much of the agent's reason for refusing the latest refused one it quotes.
 AGENT_RECENT_RESUMES = 5
 AGENT_REFUSAL_CHARS = 300
+# The Threads page's agent menu: how much of each agent's description follows its name.
+AGENT_BLURB_CHARS = 90

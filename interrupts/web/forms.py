@@ -4,7 +4,14 @@ import json
 
 from django import forms
 
-from ..conf import ACTIONS, MAX_COMMENT_CHARS, MAX_CREDENTIAL_CHARS, MAX_JSON_CHARS, MAX_MESSAGE_CHARS
+from ..conf import (
+    ACTIONS,
+    AGENT_BLURB_CHARS,
+    MAX_COMMENT_CHARS,
+    MAX_CREDENTIAL_CHARS,
+    MAX_JSON_CHARS,
+    MAX_MESSAGE_CHARS,
+)
 from ..models import DIALECT_CHOICES, Agent, Policy
 from ..protocol import storable
 
@@ -60,10 +67,26 @@ class DecideForm(forms.Form):
         return cleaned
 
 
+class AgentChoiceField(forms.ModelChoiceField):
+    """Agents by name with what each does, so the menu says which one to pick."""
+
+    def label_from_instance(self, agent) -> str:
+        about = agent.description.strip()
+        if len(about) > AGENT_BLURB_CHARS:
+            about = about[:AGENT_BLURB_CHARS - 1].rstrip() + "…"
+        return f"{agent.name}: {about}" if about else agent.name
+
+
 class StartRunForm(forms.Form):
-    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), to_field_name="name", required=False,
-                                   empty_label=None)
-    message = forms.CharField(max_length=MAX_MESSAGE_CHARS, required=False,
+    # No agent preselected: the first by name is not a choice the person made.
+    agent = AgentChoiceField(queryset=Agent.objects.order_by("name"), to_field_name="name",
+                             empty_label="Choose an agent…",
+                             error_messages={"required": "Choose the agent to start a thread with.",
+                                             "invalid_choice": "That agent is no longer registered: pick another."})
+    # Required: an empty message started a thread the agent had nothing to act on, titled by its id.
+    message = forms.CharField(max_length=MAX_MESSAGE_CHARS,
+                              error_messages={"required": "Write a message for the agent.",
+                                              "max_length": "Keep the message under %(limit_value)s characters."},
                               widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Message to the agent"}))
 
 

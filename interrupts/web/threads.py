@@ -15,20 +15,19 @@ from ..protocol.errors import ProtocolError
 from ..reads import history, selectors
 from ..rules import settling
 from .forms import StartRunForm
-from .navigation import safe_next
 from .settle import SETTLE_ACTIONS
 
 
-def threads(request):
+def threads(request, start_form: StartRunForm | None = None, status: int = 200):
     page = Paginator(selectors.threads(request.GET.get("agent", ""), request.GET.get("q", "").strip()), 50)
     return render(request, "interrupts/threads.html", {
         "page": page.get_page(request.GET.get("page")),
-        "start_form": StartRunForm(),
+        "start_form": start_form or StartRunForm(),
         "q": request.GET.get("q", ""),
-    })
+    }, status=status)
 
 
-def thread_detail(request, thread_id: str):
+def thread_detail(request, thread_id: str, start_form: StartRunForm | None = None, status: int = 200):
     thread = get_object_or_404(selectors.thread_rows(), thread_id=thread_id)
     shown = history.page(thread, limit=THREAD_EVENTS_LIMIT)
     return render(request, "interrupts/thread.html", {
@@ -37,13 +36,13 @@ def thread_detail(request, thread_id: str):
         "last_seq": shown.last_seq,
         "truncated": shown.count == THREAD_EVENTS_LIMIT,
         "pending": shown.pending,
-        "start_form": StartRunForm(initial={"agent": thread.agent.name}),
+        "start_form": start_form or StartRunForm(initial={"agent": thread.agent.name}),
         "runs": history.runs(thread),
         # Every refused answer holds the thread; each person sees those they may settle.
         "refused_answers": settling.settleable_by(request.user, held := selectors.refused_answers(thread=thread)),
         "refused_held": bool(held),
         "settle_actions": SETTLE_ACTIONS,
-    })
+    }, status=status)
 
 
 def thread_events(request, thread_id: str):
@@ -78,15 +77,18 @@ def thread_events(request, thread_id: str):
 
 @require_POST
 def start_run(request, thread_id: str | None = None):
-    form = StartRunForm(request.POST)
     thread = get_object_or_404(Thread, thread_id=thread_id) if thread_id else None
-    if not form.is_valid() or (thread is None and form.cleaned_data.get("agent") is None):
-        messages.error(request, "Pick an agent and write a message (at most 100,000 characters).")
-        return redirect(safe_next(request, request.META.get("HTTP_REFERER"), reverse("threads")))
+    # A thread's own run goes to its agent, whatever the post names.
+    form = StartRunForm({**request.POST.dict(), "agent": thread.agent.name} if thread else request.POST)
+    if not form.is_valid():
+        # The page again, with what was typed and the error beside its field.
+        if thread:
+            return thread_detail(request, thread.thread_id, start_form=form, status=400)
+        return threads(request, start_form=form, status=400)
     agent = thread.agent if thread else form.cleaned_data["agent"]
     try:
         run = runs.start_run(agent, user=request.user, thread_id=thread.thread_id if thread else None,
-                             message=form.cleaned_data["message"] or None)
+                             message=form.cleaned_data["message"])
     except ProtocolError as refused:
         messages.error(request, refused.message)
         return redirect(reverse("thread", args=[thread.thread_id]) if thread else reverse("threads"))
