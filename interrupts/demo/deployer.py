@@ -1,6 +1,7 @@
 """The seed's deployer: one approval with a custom, namespaced reason."""
 
 from ..sdk import Agent, InterruptDefinition, RunOutcome
+from . import asked
 
 APPROVE_DEPLOY = InterruptDefinition(
     id="approve-deploy",
@@ -17,17 +18,19 @@ APPROVE_DEPLOY = InterruptDefinition(
 
 class Deployer(Agent):
     name = "deployer"
-    description = "Asks before deploying build 42 to production."
+    description = "Asks before deploying the build your message names (build 42 to production if it names none)."
 
     async def run(self, ctx):
         # Validated against the schema: an approval without a build number
         # fails the run (RUN_ERROR INVALID_RESUME) instead of deploying something.
         answer = ctx.resume_for(APPROVE_DEPLOY)
+        text = asked.last_user_text(ctx)
         if answer is None:
-            ctx.say("Deploying to production needs a human.")
-            return RunOutcome.interrupt(
-                [APPROVE_DEPLOY.interrupt(metadata={"environment": "production", "build": 42})]
-            )
+            build, environment = asked.build(text, 42), asked.environment(text, "production")
+            ctx.say(f"Deploying to {environment} needs a human.")
+            return RunOutcome.interrupt([APPROVE_DEPLOY.interrupt(
+                message=f"Deploy build {build} to {environment}?",
+                metadata={"environment": environment, "build": build})])
         if answer.status == "resolved":
             build = answer.payload["build"]
             # Only a signed, fingerprint-checked resume names its approvers; a direct curl names nobody.
@@ -39,5 +42,6 @@ class Deployer(Agent):
                 ctx.set_state({**ctx.state, "deployed": build})
                 ctx.say(f"Deployed build {build}.")
         else:
-            ctx.say("Left production alone.")
+            # The thread's messages come with the resume: the environment is read from them again.
+            ctx.say(f"Left {asked.environment(text, 'production')} alone.")
         return RunOutcome.success()

@@ -4,12 +4,11 @@ The ledger of every proposed email lives in the agent's state, so a resumed
 run knows what it proposed, and tests can see that a declined email never went.
 """
 
-import re
-
 from ..protocol.errors import ContractViolation
 from ..protocol.schema.edits import apply_edits
 from ..protocol.schema.payloads import payload_errors
 from ..sdk import Agent, InvalidResume, RunOutcome, interrupt
+from . import asked
 
 # The approve-with-edits pattern of interrupts.mdx: editedArgs is a full replacement.
 SEND_EMAIL_SCHEMA = {
@@ -31,9 +30,6 @@ SEND_EMAIL_SCHEMA = {
     "required": ["approved"],
 }
 
-ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-
 def interrupt_id(tool_call_id: str) -> str:
     return f"approve-{tool_call_id}"
 
@@ -47,16 +43,9 @@ def in_order(emails: dict) -> list:
     return sorted(emails.items(), key=lambda item: item[1].get("n", 0))
 
 
-def last_user_text(ctx) -> str:
-    for message in reversed(ctx.messages):
-        if getattr(message, "role", None) == "user" and isinstance(message.content, str):
-            return message.content
-    return ""
-
-
 class Mailer(Agent):
     name = "mailer"
-    description = "Drafts an email and sends it only once a person approves (edits allowed)."
+    description = "Drafts the email your message asks for (to, subject, saying …) and sends it once approved."
 
     def tool_call_ids_for(self, run_input, interrupt_id: str):
         # The interrupt id names the tool call, and the ledger says it was ours:
@@ -66,15 +55,9 @@ class Mailer(Agent):
         return [tool_call_id] if interrupt_id.startswith("approve-") and tool_call_id in emails else [None]
 
     def drafts(self, ctx) -> list[dict]:
-        text = last_user_text(ctx)
-        to = ADDRESS.search(text)
-        return [
-            {
-                "to": to.group(0) if to else "a@b.com",
-                "subject": "Hi",
-                "body": text or "Hello from Countersign's demo mailer.",
-            }
-        ]
+        text = asked.last_user_text(ctx)
+        return [{"to": asked.recipient(text, "a@b.com"), "subject": asked.subject(text, "Hi"),
+                 "body": asked.body(text, "Hello from Countersign's demo mailer.")}]
 
     async def run(self, ctx):
         state = ctx.state if isinstance(ctx.state, dict) else {}

@@ -197,4 +197,4 @@ def test_edit_and_approve_by_field_with_a_word_diff_and_no_unedited_approve(pers
     expect(card).to_have_count(0, timeout=TIMEOUT)
     [decision] = decisions_of(site, thread)
     assert decision["action"] == "edit" and decision["comment"] == "dinner, not lunch"
-    assert decision["edited_args"] == {"to": "c@d.com", "subject": "Hi", "body": "Email c@d.com about dinner"}
+    assert decision["edited_args"] == {"to": "c@d.com", "subject": "Lunch", "body": "Email c@d.com about dinner"}

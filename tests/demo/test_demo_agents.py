@@ -147,7 +147,7 @@ async def test_the_mailer_proposes_send_email_and_asks_with_approve_with_edits(a
     call = first.events[1]
     assert call["toolCallName"] == "sendEmail"
     proposed = json.loads(first.events[2]["delta"])
-    assert proposed == {"to": "c@d.com", "subject": "Hi", "body": "Email c@d.com about lunch"}
+    assert proposed == {"to": "c@d.com", "subject": "Lunch", "body": "Email c@d.com about lunch"}
     [asked] = first.interrupts
     assert asked["reason"] == "tool_call"
     assert asked["toolCallId"] == call["toolCallId"]
@@ -302,7 +302,8 @@ async def test_the_janitor_asks_for_confirmation_and_clears_on_yes(agent_url):
     first = await start(agent_url, "janitor")
     [asked] = first.interrupts
     assert asked["reason"] == "confirmation"
-    assert asked["message"] == "Clear the board? 3 task(s) will be removed."
+    assert asked["message"] == ("Clear the board? 3 task(s) will be removed: "
+                                "Write release notes, Rotate staging keys, Archive Q3 tickets.")
     yes = await resume(
         agent_url,
         "janitor",
@@ -318,6 +319,41 @@ async def test_the_janitor_asks_for_confirmation_and_clears_on_yes(agent_url):
     )
     assert no.said() == ["Kept the board as it was."]
     assert no.snapshot("STATE_SNAPSHOT") is None
+
+
+# --- what the person typed ---------------------------------------------------------------
+
+
+def said_by_user(text: str) -> list[dict]:
+    return [{"id": "u1", "role": "user", "content": text}]
+
+
+async def test_the_deployer_asks_about_the_build_and_environment_the_message_names(agent_url):
+    first = await start(agent_url, "deployer", messages=said_by_user("Deploy build 812 to staging, please"))
+    [asked] = first.interrupts
+    assert asked["message"] == "Deploy build 812 to staging?"
+    assert asked["metadata"] == {"environment": "staging", "build": 812}
+    # The resume carries the thread's messages, the request among them.
+    no = await resume(agent_url, "deployer", first, [{"interruptId": "approve-deploy", "status": "cancelled"}])
+    assert no.said() == ["Left staging alone."]
+
+
+async def test_the_mailer_drafts_the_recipient_subject_and_words_the_message_gives(agent_url):
+    text = "Send an email to bob@x.org with subject 'Q3 numbers' saying \"The numbers are in.\""
+    first = await start(agent_url, "mailer", messages=said_by_user(text))
+    assert json.loads(first.events[2]["delta"]) == {"to": "bob@x.org", "subject": "Q3 numbers",
+                                                    "body": "The numbers are in."}
+    [asked] = first.interrupts
+    assert asked["message"] == "Send email to bob@x.org with subject 'Q3 numbers'?"
+
+
+async def test_the_janitor_asks_about_the_paths_the_message_names(agent_url):
+    first = await start(agent_url, "janitor", messages=said_by_user("Clean up /tmp/cache and ~/old-logs."))
+    [asked] = first.interrupts
+    assert asked["message"] == "Clear the board? 2 task(s) will be removed: /tmp/cache, ~/old-logs."
+    yes = await resume(agent_url, "janitor", first,
+                       [{"interruptId": "confirm-clear", "status": "resolved", "payload": {"confirm": True}}])
+    assert yes.said() == ["Cleared 2 task(s)."]
 
 
 # --- the endpoint itself -------------------------------------------------------------------

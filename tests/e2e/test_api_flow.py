@@ -36,7 +36,7 @@ def test_a_newcomer_approves_an_email_with_edits_and_reads_the_result(api):
     [asked] = interrupts_of(api, thread)
     assert asked["reason"] == "tool_call" and asked["supports_edits"] is True
     assert asked["tool_name"] == "sendEmail"
-    assert asked["proposed_args"] == {"to": "c@d.com", "subject": "Hi", "body": "Email c@d.com about lunch"}
+    assert asked["proposed_args"] == {"to": "c@d.com", "subject": "Lunch", "body": "Email c@d.com about lunch"}
 
     edited = {"to": "c@d.com", "subject": "Lunch", "body": "Tuesday at noon?"}
     answer = decide(api, asked, action="edit", edited_args=edited)

@@ -158,7 +158,7 @@ def test_the_real_mailer_stream_and_its_resumed_run_are_well_formed():
     [asked] = first.interrupts
     name, args, problems = first.proposed_args(asked.tool_call_id)
     assert (name, problems) == ("sendEmail", [])
-    assert args == {"to": "c@d.com", "subject": "Hi", "body": "Email c@d.com about lunch"}
+    assert args == {"to": "c@d.com", "subject": "Lunch", "body": "Email c@d.com about lunch"}
 
     by_type = {dump(e)["type"]: dump(e) for e in first_events}
     second_events = asyncio.run(events_of({
