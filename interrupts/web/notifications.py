@@ -37,13 +37,38 @@ class WebhookForm(forms.ModelForm):
         self.fields["policy"].empty_label = "Any policy"
 
 
-class PreferenceForm(forms.Form):
-    email = forms.ChoiceField(choices=EmailChoice.choices, widget=forms.RadioSelect,
-                              label="Email me about requests I may decide")
+class OnlyReachableChoices(forms.RadioSelect):
+    """Radio buttons with those the person cannot receive on shown, but disabled."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, unreachable=(), **kwargs):
         super().__init__(*args, **kwargs)
+        self.unreachable = set(unreachable)
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        if value in self.unreachable:
+            option["attrs"]["disabled"] = True
+        return option
+
+
+class PreferenceForm(forms.Form):
+    email = forms.ChoiceField(choices=EmailChoice.choices, label="Email me about requests I may decide")
+
+    def __init__(self, data=None, *, user):
+        # Without an address, email cannot reach them: "No email" is what they get, and what shows.
+        self.reachable = bool(user.email)
+        unreachable = () if self.reachable else (EmailChoice.IMMEDIATE, EmailChoice.DIGEST)
+        chosen = notify_email.email_choice(user) if self.reachable else EmailChoice.NONE
+        super().__init__(data, initial={"email": chosen})
+        self.fields["email"].widget = OnlyReachableChoices(choices=EmailChoice.choices, unreachable=unreachable)
         self.label_suffix = ""
+
+    def clean_email(self):
+        choice = self.cleaned_data["email"]
+        if not self.reachable and choice != EmailChoice.NONE:
+            raise forms.ValidationError("Your account has no email address, so no email can reach you. "
+                                        "Ask an admin to add one first.")
+        return choice
 
 
 @staff_member_required
@@ -88,7 +113,7 @@ def resend(request, pk: int):
 
 @login_required
 def preferences(request):
-    form = PreferenceForm(request.POST or None, initial={"email": notify_email.email_choice(request.user)})
+    form = PreferenceForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         notify_email.choose_email(request.user, form.cleaned_data["email"])
         messages.success(request, "Saved how you get email.")

@@ -88,3 +88,16 @@ def test_deliveries_are_staff_only_and_preferences_are_each_ones_own(client):
         == {"email": "none"}
     bad = client.put("/api/me/notifications/", {"email": "loud"}, content_type="application/json")
     assert bad.status_code == 400
+
+
+def test_without_an_email_address_no_email_is_what_shows_and_the_others_cannot_be_picked(client):
+    user = make.user(reviewer=False, email="")
+    client.force_login(user)
+    page = client.get("/settings/notifications/").content.decode()
+    assert '<input type="radio" name="email" value="none" required id="id_email_2" checked>' in page
+    assert '<input type="radio" name="email" value="immediate" required id="id_email_0" disabled>' in page
+    assert '<input type="radio" name="email" value="digest" required id="id_email_1" disabled>' in page
+    refused = client.post("/settings/notifications/", {"email": "immediate"})
+    assert refused.status_code == 200 and "Your account has no email address" in refused.content.decode()
+    assert not NotificationPreference.objects.filter(user=user).exists()
+    assert client.post("/settings/notifications/", {"email": "none"}).status_code == 302
