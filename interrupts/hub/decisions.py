@@ -131,6 +131,9 @@ def action_of(interrupt: Interrupt, status: str, payload) -> str:
         return "reject"
     if payload is not None and payload == approval_payload(interrupt.response_schema, True):
         return "approve"
+    # A yes/no question's no ({"confirm": false}) is a refusal, not a neutral answer.
+    if payload is not None and payload == approval_payload(interrupt.response_schema, False):
+        return "reject"
     return "respond"
 
 

@@ -182,3 +182,24 @@ def test_the_gateway_checks_its_agent_s_capacity_under_the_lock_not_around_the_c
     assert seen == [False]
     assert not Decision.objects.exists()  # nothing left behind: the client may send it again
     assert Interrupt.objects.get(pk=interrupt.pk).status == "pending"
+
+
+CONFIRM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
+
+
+@pytest.mark.parametrize("payload, action, words", [
+    ({"confirm": True}, "approve", "Approved"), ({"confirm": False}, "reject", "Rejected")])
+def test_a_yes_no_question_s_answer_is_recorded_as_the_yes_or_no_it_is(payload, action, words):
+    from interrupts.rules.words import outcome_words
+
+    interrupt = make.interrupt(make.run(status="interrupted"), reason="confirmation", response_schema=CONFIRM)
+    decision = decisions.decide(interrupt, make.user(), "resolved", payload)
+    assert (decision.action, outcome_words(decision)) == (action, words)
+
+
+def test_a_no_to_a_question_needing_two_yeses_ends_it_at_once():
+    interrupt = make.interrupt(make.run(status="interrupted"), reason="confirmation", response_schema=CONFIRM)
+    make.policy(required_approvals=2)
+    decisions.decide(interrupt, make.user(), "resolved", {"confirm": False})
+    interrupt.refresh_from_db()
+    assert interrupt.status != Interrupt.Status.PENDING
