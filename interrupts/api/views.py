@@ -300,7 +300,7 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     @extend_schema(request=s.DecideSerializer, responses={201: s.DecisionSerializer})
     @action(detail=True, methods=["post"])
     def decide(self, request, pk=None):
-        """Answer the interrupt: approve, reject, edit (approve with edited args), respond, or cancel.
+        """Answer the interrupt: approve, reject, edit (approve with edited args), respond, or cancel (dismiss).
 
         The author may send another answer to change it until the batch is
         sent; anyone else gets 409 ALREADY_DECIDED naming who decided.
@@ -309,13 +309,13 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         body = s.DecideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        status_, payload = decisions.answer_for(
+        answer = decisions.answer_for(
             interrupt, data["action"], payload=data.get("payload"), edited_args=data.get("edited_args")
         )
         decision = decisions.decide(
-            interrupt, request.user, status_, payload, metadata=data.get("metadata"), comment=data.get("comment", ""),
-            seen=data.get("seen"), fresh=True, claim_confirmed=data["confirm_claim"],
-            unsent=replies.deferrable(request),
+            interrupt, request.user, answer.status, answer.payload, metadata=data.get("metadata"),
+            comment=data.get("comment", ""), seen=data.get("seen"), fresh=True, claim_confirmed=data["confirm_claim"],
+            unsent=replies.deferrable(request), action=answer.action,
         )
         # It travels once this answer has left: a process dying first never told anyone it was taken.
         replies.acknowledge_after(request, [decision])

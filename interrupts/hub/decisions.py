@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import NamedTuple
 
 from ag_ui.core import Interrupt as WireInterrupt
 from ag_ui.core import ResumeEntry
@@ -142,18 +143,28 @@ def ends_at_once(action: str) -> bool:
     return action in ("reject", "cancel")
 
 
-def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=None) -> tuple[str, object]:
-    """What a reviewer's action means on the wire: the (status, payload) of the resume entry.
+class Answer(NamedTuple):
+    """A reviewer's action as the resume entry carries it, and the action to record when the entry cannot say it."""
+
+    status: str
+    payload: object
+    action: str | None = None
+
+
+def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=None) -> Answer:
+    """What a reviewer's action means on the wire: the status and payload of the resume entry.
 
     ``approve``/``reject`` use the schema's yes/no field (``{approved: false}``
-    for a rejection: denials live in the payload); ``edit`` approves with
-    ``editedArgs``, offered only when the schema declares it; ``respond``
-    sends ``payload`` as given; ``cancel`` declines without an answer.
+    for a rejection: denials live in the payload); a request with no such field
+    is rejected the only way the protocol offers, ``cancelled``, recorded as the
+    rejection it is. ``edit`` approves with ``editedArgs``, offered only when
+    the schema declares it; ``respond`` sends ``payload`` as given; ``cancel``
+    dismisses the request without an answer.
     """
     if action == "cancel":
-        return Decision.Status.CANCELLED, None
+        return Answer(Decision.Status.CANCELLED, None)
     if action == "respond":
-        return Decision.Status.RESOLVED, payload
+        return Answer(Decision.Status.RESOLVED, payload)
     if action == "edit":
         if not supports_edits(interrupt.response_schema):
             raise Refusal(
@@ -161,10 +172,12 @@ def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=N
                 f"Interrupt {interrupt.interrupt_id}'s responseSchema has no editedArgs: approve or reject it.",
                 status=400,
             )
-        return Decision.Status.RESOLVED, {"approved": True, EDITED_ARGS: edited_args}
+        return Answer(Decision.Status.RESOLVED, {"approved": True, EDITED_ARGS: edited_args})
     if action not in ("approve", "reject"):
         raise Refusal("INVALID_ACTION", f"Unknown action {action!r}: use one of {', '.join(ACTIONS)}.", status=400)
     answer = approval_payload(interrupt.response_schema, action == "approve")
+    if answer is None and action == "reject":
+        return Answer(Decision.Status.CANCELLED, None, "reject")
     if answer is None:
         raise Refusal(
             "NEEDS_PAYLOAD",
@@ -172,7 +185,7 @@ def answer_for(interrupt: Interrupt, action: str, *, payload=None, edited_args=N
             "'respond' and a payload that fits its responseSchema.",
             status=400,
         )
-    return Decision.Status.RESOLVED, answer
+    return Answer(Decision.Status.RESOLVED, answer)
 
 
 @dataclass(frozen=True)
@@ -213,13 +226,16 @@ class _Checked:
 
 
 def _check(interrupt: Interrupt, status: str, payload, metadata, comment: str, now,
-           rule: eligibility.Rule, seen: str | None) -> _Checked:
+           rule: eligibility.Rule, seen: str | None, action: str | None = None) -> _Checked:
     """Every check of the answer against what the agent sent, done outside any transaction."""
     if len(comment) > MAX_COMMENT_CHARS:
         raise Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
     _checked(interrupt, status, payload, metadata, now)
     edited = _edited_args(interrupt, payload) if status == Decision.Status.RESOLVED else None
-    return _Checked(status, payload, metadata, edited, comment, action_of(interrupt, status, payload), rule, seen)
+    # Only a rejection sent as cancelled is recorded as chosen; every other action is read from the answer.
+    recorded = "reject" if action == "reject" and status == Decision.Status.CANCELLED \
+        else action_of(interrupt, status, payload)
+    return _Checked(status, payload, metadata, edited, comment, recorded, rule, seen)
 
 
 def answer_digest(decision: Decision | None) -> str:
@@ -256,14 +272,15 @@ def _refuse_if_expired(interrupt: Interrupt, status: str) -> None:
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
            seen: str | None = None, *, fresh: bool = False, claim_confirmed: bool = True,
-           unsent: bool = False) -> Decision:
+           unsent: bool = False, action: str | None = None) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
     Refusals (NOT_ELIGIBLE, SELF_APPROVAL, CLAIMED, ALREADY_DECIDED, CLOSED,
     ANSWER_CHANGED, EXPIRED, TOO_LARGE and the contract's codes) are listed in
     docs/internals/decisions.md. ``fresh``: ``interrupt`` was loaded with its run
     in this request. ``unsent``: the caller replies after commit and then calls
-    ``acknowledge``; until then the decision travels nowhere.
+    ``acknowledge``; until then the decision travels nowhere. ``action``: what
+    ``answer_for`` says to record when the answer cannot (``Answer.action``).
     """
     now = timezone.now()
     # What is read here only picks the rule and checks the answer (the agent's
@@ -275,7 +292,7 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     claims.refuse_if_claimed(current, user, claim_confirmed, now)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
-    checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen), unsent=unsent)
+    checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen, action), unsent=unsent)
     with transaction.atomic(durable=True):
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
@@ -475,7 +492,7 @@ def _after_decision(interrupt: Interrupt, user, reason: relay.Reason) -> None:
 
 
 #: How a bulk summary names what each action did.
-_DONE = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}
+_DONE = {"approve": "approved", "reject": "rejected", "cancel": "dismissed"}
 
 
 @dataclass(frozen=True)
@@ -506,7 +523,7 @@ def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str
     once, as always. Skipped, not revised: an interrupt no longer pending
     (decided meanwhile, even by this reviewer), one this reviewer already
     answered under a quorum, and every refusal ``decide`` gives
-    (``NOT_ELIGIBLE``, ``SELF_APPROVAL``, ``NEEDS_PAYLOAD`` for a form, ...),
+    (``NOT_ELIGIBLE``, ``SELF_APPROVAL``, ``NEEDS_PAYLOAD`` for approving a form, ...),
     ``CLAIMED`` for a card a colleague is reviewing unless ``claim_confirmed``.
     ``interrupts`` must come with their runs loaded.
     """
@@ -524,9 +541,9 @@ def decide_many(interrupts: Iterable[Interrupt], user, action: str, comment: str
                 raise Refusal("ALREADY_ANSWERED", f"You already answered interrupt {interrupt.interrupt_id}; it "
                                                   "waits for other approvers.", status=409,
                               interrupt_id=interrupt.interrupt_id)
-            status, payload = answer_for(interrupt, action)
-            decided.append(decide(interrupt, user, status, payload, comment=comment, fresh=True,
-                                  claim_confirmed=claim_confirmed, unsent=unsent))
+            answer = answer_for(interrupt, action)
+            decided.append(decide(interrupt, user, answer.status, answer.payload, comment=comment, fresh=True,
+                                  claim_confirmed=claim_confirmed, unsent=unsent, action=answer.action))
         except ProtocolError as problem:
             skipped.append((interrupt, problem))
     return Bulk(action, decided, skipped)

@@ -610,12 +610,12 @@ class AuditRow:
     @property
     def outcome(self) -> str:
         """What became of the request, in words: "Approved", "Approved with edits", "Rejected", "Answered",
-        "Cancelled" or "Expired" (the status and payload say it to a machine; this says it to a person)."""
+        "Dismissed", "Expired" or "Closed" (the status and payload say it to a machine; this says it to a person)."""
         i, d = self.interrupt, self.decision
         if i.status == Interrupt.Status.EXPIRED:
             return "Expired"
-        if d is None:  # closed without a decision: the run was stopped, or the batch closed
-            return words.OUTCOME_WORDS["cancel"] if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
+        if d is None:  # closed without a decision: the run was stopped, or the batch closed; nobody dismissed it
+            return "Closed" if i.status == Interrupt.Status.CANCELLED else i.get_status_display()
         # The decision's words are the ones the inbox, the thread page and a refusal say.
         return words.outcome_words(d)
 

@@ -7,11 +7,11 @@ from ..protocol.schema.edits import EDITED_ARGS
 
 #: How each action reads once taken, on every page: words, never the wire's ``resolved`` or ``{"approved": false}``.
 OUTCOME_WORDS = {"approve": "Approved", "edit": "Approved with edits", "respond": "Answered",
-                 "reject": "Rejected", "cancel": "Cancelled"}
+                 "reject": "Rejected", "cancel": "Dismissed"}
 
 
 def outcome_words(decision: Decision) -> str:
-    """What ``decision`` did, in words: "Approved", "Rejected", "Approved with edits", "Answered", "Cancelled"."""
+    """What ``decision`` did, in words: "Approved", "Rejected", "Approved with edits", "Answered", "Dismissed"."""
     if decision.action in OUTCOME_WORDS:
         return OUTCOME_WORDS[decision.action]
     # A decision recorded before actions were: read it from the answer, as ``action_of`` does.

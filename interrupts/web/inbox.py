@@ -184,12 +184,13 @@ def decide(request, pk: int):
     if form.is_valid():
         data = form.cleaned_data
         try:
-            status, payload = decisions.answer_for(
+            answer = decisions.answer_for(
                 interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
             )
-            decision = decisions.decide(interrupt, request.user, status, payload, comment=data["comment"],
-                                        seen=data["seen"] if "seen" in request.POST else None, fresh=True,
-                                        claim_confirmed=data["confirm_claim"], unsent=replies.deferrable(request))
+            decision = decisions.decide(interrupt, request.user, answer.status, answer.payload,
+                                        comment=data["comment"], seen=data["seen"] if "seen" in request.POST else None,
+                                        fresh=True, claim_confirmed=data["confirm_claim"],
+                                        unsent=replies.deferrable(request), action=answer.action)
             replies.acknowledge_after(request, [decision])
         except ProtocolError as refused:
             # With its details: who decided first, and what (the batch says so in words).

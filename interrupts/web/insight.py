@@ -25,7 +25,7 @@ from .templatetags.countersign import reason_words
 
 # The figures as the charts show them; the page's tables give every number too.
 OUTCOME_LABELS = {"approve": "approved", "edit": "edited", "respond": "answered", "reject": "rejected",
-                  "cancel": "cancelled", "expire": "expired", "other": "closed otherwise"}
+                  "cancel": "dismissed", "expire": "expired", "other": "closed otherwise"}
 
 
 def _period(request):

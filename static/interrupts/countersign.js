@@ -345,7 +345,7 @@
     switch (event.key) {
       case "j": if (cards.length) { event.preventDefault(); cards[Math.min(index + 1, cards.length - 1)].focus(); } break;
       case "k": if (cards.length) { event.preventDefault(); cards[Math.max(index - 1, 0)].focus(); } break;
-      case "a": case "r": case "c": press(event.key); break;
+      case "a": case "r": case "d": press(event.key); break;
       case "e": {
         const edit = current && $("details[data-edit]", current);
         if (edit) {

@@ -70,23 +70,24 @@ def test_forms_open_valid_with_nothing_invented_and_say_errors_once_touched(pers
     expect(page.locator(SHOWN_ERRORS)).to_have_count(0)
     send = card.get_by_role("button", name="Send answer")
     key_hint(send, "a")
-    key_hint(card.get_by_role("button", name="Cancel"), "c")
-    expect(card.get_by_test_id("decide-help")).to_contain_text("Cancel declines without an answer")
+    # A form has no yes/no: its Reject tells the agent no the only way it can (cancelled).
+    key_hint(card.get_by_role("button", name="Reject"), "r")
+    expect(card.get_by_role("button", name="Dismiss")).to_have_count(0)
     no_sideways_scroll(page)
     # Touched: only that field says what is wrong.
     year = form.get_by_label("Year", exact=True)
     year.fill("1999")
     year.press("Tab")
-    expect(page.locator(SHOWN_ERRORS)).to_have_text(["Value must be at least 2000."])
+    expect(page.locator(SHOWN_ERRORS)).to_have_text(["Enter 2000 or more."])
     expect(year).to_have_attribute("aria-invalid", "true")
     # Sent: every field that is wrong says so, and nothing is sent.
     send.click()
     # The fields' order is the schema's as stored: PostgreSQL's jsonb keeps object keys in its own order.
     expect(page.locator(SHOWN_ERRORS)).to_have_count(3)
     assert sorted(page.locator(SHOWN_ERRORS).all_inner_texts()) == [
+        "Enter 2000 or more.",
         "Required.",
         "Required.",
-        "Value must be at least 2000.",
     ]
     # The first invalid field, in jsonb's key order on PostgreSQL.
     expect(form.locator("[aria-invalid=true]:focus")).to_have_count(1)
@@ -97,7 +98,7 @@ def test_forms_open_valid_with_nothing_invented_and_say_errors_once_touched(pers
     card = open_card(person, looked_at["deployer"])
     approve = card.get_by_role("button", name="Approve")
     key_hint(approve, "a")
-    expect(card.get_by_role("button", name="Reject")).to_have_count(0)
+    key_hint(card.get_by_role("button", name="Reject"), "r")  # every request can be refused
     expect(card.get_by_label("Build", exact=True)).to_have_value("42")
     expect(card.get_by_test_id("prefilled")).to_be_visible()
     expect(page.locator(SHOWN_ERRORS)).to_have_count(0)
@@ -148,8 +149,7 @@ def test_edit_and_approve_by_field_with_a_word_diff_and_no_unedited_approve(pers
     key_hint(summary, "e")
     key_hint(card.get_by_role("button", name="Approve"), "a")
     key_hint(card.get_by_role("button", name="Reject"), "r")
-    expect(card.get_by_test_id("decide-help")).to_have_text(
-        re.compile(r"Reject tells the agent no;\s+Cancel declines without an answer\."))
+    key_hint(card.get_by_role("button", name="Dismiss"), "d")
     summary.click()
     editor = card.locator(".edit-editor")
     to, body = editor.get_by_label("To", exact=True), editor.get_by_label("Body", exact=True)

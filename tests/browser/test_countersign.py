@@ -163,7 +163,7 @@ def test_two_deployers_countersign_a_deploy_the_requester_cannot_and_the_trail_s
     expect(card.get_by_test_id("read-only")).to_have_text(
         "You started this run, so another reviewer must decide it: waiting for Deployers.")
     expect(card.get_by_test_id("approvals")).to_have_text("0 of 2 approvals")
-    for button in ("Approve", "Send answer", "Cancel"):
+    for button in ("Approve", "Send answer", "Reject", "Dismiss"):
         expect(card.get_by_role("button", name=button)).to_have_count(0)
     expect(card.locator("form")).to_have_count(0)
     # Forged from the requester's page: the API refuses it, 403 SELF_APPROVAL...

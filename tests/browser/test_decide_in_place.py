@@ -167,8 +167,8 @@ def test_esc_gives_a_field_s_focus_back_to_its_card(people, site):
     card.locator("input[name=comment]").first.focus()
     page.keyboard.press("Escape")
     assert focused_id(page) == card.get_attribute("id")
-    page.keyboard.press("c")  # the keys work again
-    expect(line_of(page, interrupt_id).get_by_test_id("outcome")).to_have_text("Cancelled", timeout=TIMEOUT)
+    page.keyboard.press("d")  # the keys work again
+    expect(line_of(page, interrupt_id).get_by_test_id("outcome")).to_have_text("Dismissed", timeout=TIMEOUT)
 
 
 def test_of_two_people_deciding_at_once_the_loser_is_told_who_won_and_it_stays(people, site, agent):
@@ -198,3 +198,26 @@ def test_of_two_people_deciding_at_once_the_loser_is_told_who_won_and_it_stays(p
         expect(line_of(lost, "step-0")).to_contain_text(f"Decided by {names[winner]}: Approved")
         expect(lost.locator(".gone-note")).to_have_count(0)
         assert len(wait_for(lambda thread=thread: agent.resumes(thread), "the resume")) == 1
+
+
+def test_after_the_last_decision_the_page_says_one_thing_and_the_badge_follows(people, site):
+    me = sized(people["me"], WIDE)
+    thread = start(site, "solo")
+    page = inbox_for(me, thread)
+    badge = page.locator("#pending-badge")
+    before = int(badge.inner_text())
+    assert before >= 1
+    card_of(page, "step-0").locator("button[data-key=a]").click()
+    line = line_of(page, "step-0")
+    expect(line.get_by_test_id("outcome")).to_have_text("Approved", timeout=TIMEOUT)
+    expect(badge).to_have_text(str(before - 1), timeout=TIMEOUT)
+    expect(page.get_by_test_id("inbox-count")).to_have_text("0", timeout=TIMEOUT)
+    # The decision's line (its undo, then its receipt) stands where the card was; "nothing waits" is not
+    # said beside it, through the list's reads as the batch is held and then sent.
+    expect(line.get_by_test_id("sent")).to_be_visible(timeout=TIMEOUT)
+    assert me.reads() >= 1 and page.get_by_test_id("inbox-empty").count() == 1
+    expect(page.get_by_test_id("inbox-empty")).to_be_hidden()
+    expect(line).to_be_visible()
+    # Once the page is opened again, nothing is left, and it says so.
+    page = me.open(f"/inbox/?thread={thread}")
+    expect(page.get_by_test_id("inbox-empty")).to_be_visible()

@@ -92,17 +92,19 @@ def test_the_filing_form_shows_a_field_error_before_it_sends(reviewer, site):
     expect(page.locator(".bubble").last).to_contain_text("Filed Q2 2026", timeout=TIMEOUT)
 
 
-def test_cancel_declines_without_an_answer(reviewer, site):
+def test_a_request_with_no_yes_or_no_is_rejected_and_the_record_says_so(reviewer, site):
     thread = start(site, "deployer")
     page = inbox_for(reviewer, thread)
     card = page.locator("[data-card]").first
     # The reason in words, the agent's own value kept in its title.
     expect(card.locator(".reason")).to_have_text("Deploy")
     expect(card.locator(".reason")).to_have_attribute("title", "reason: countersign:deploy")
-    card.get_by_role("button", name="Cancel").click()
+    card.get_by_role("button", name="Reject").click()
     expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
     page = reviewer.open(f"/threads/{thread}/")
     expect(page.locator(".bubble").last).to_contain_text("Left production alone.", timeout=TIMEOUT)
+    page = reviewer.open(f"/threads/{thread}/audit/")
+    expect(page.get_by_test_id("audit-row").first).to_contain_text("Rejected")
 
 
 def test_the_planner_batch_shows_progress_and_resumes_after_the_second_decision(reviewer, site):

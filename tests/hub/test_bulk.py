@@ -79,7 +79,7 @@ def test_the_api_decides_every_pending_interrupt_matching_a_filter():
                            format="json")
     assert response.status_code == 200, response.content
     body = response.json()
-    assert body["summary"] == "3 cancelled" and body["skipped"] == [] and body["more"] == 0
+    assert body["summary"] == "3 dismissed" and body["skipped"] == [] and body["more"] == 0
     assert set(Interrupt.objects.filter(pk__in=[i.pk for i in mine]).values_list("status", flat=True)) == {"cancelled"}
     assert Interrupt.objects.get(pk=untouched.pk).status == "pending"
 

@@ -203,3 +203,30 @@ def test_a_no_to_a_question_needing_two_yeses_ends_it_at_once():
     decisions.decide(interrupt, make.user(), "resolved", {"confirm": False})
     interrupt.refresh_from_db()
     assert interrupt.status != Interrupt.Status.PENDING
+
+
+FORM = {"type": "object", "properties": {"build": {"type": "integer"}}, "required": ["build"]}
+
+
+def test_a_request_with_no_yes_no_field_is_rejected_as_cancelled_and_recorded_as_rejected():
+    from interrupts.rules.words import outcome_words
+
+    interrupt = make.interrupt(make.run(status="interrupted"), reason="countersign:deploy", response_schema=FORM)
+    answer = decisions.answer_for(interrupt, "reject")
+    assert answer == (Decision.Status.CANCELLED, None, "reject")
+    decision = decisions.decide(interrupt, make.user(), answer.status, answer.payload, action=answer.action)
+    assert (decision.status, decision.action, outcome_words(decision)) == ("cancelled", "reject", "Rejected")
+    [resume] = Run.objects.filter(parent_id=interrupt.run_id)
+    assert resume.input["resume"] == [{"interruptId": interrupt.interrupt_id, "status": "cancelled",
+                                       "metadata": resume.input["resume"][0]["metadata"]}]
+    # Dismissing is the other way to send "cancelled", and reads as what it is.
+    other = make.interrupt(make.run(status="interrupted"), reason="countersign:deploy", response_schema=FORM)
+    dismissed = decisions.decide(other, make.user(), *decisions.answer_for(other, "cancel")[:2])
+    assert (dismissed.action, outcome_words(dismissed)) == ("cancel", "Dismissed")
+
+
+def test_only_a_rejection_sent_as_cancelled_is_recorded_as_chosen():
+    interrupt = make.interrupt(make.run(status="interrupted"), reason="confirmation", response_schema=CONFIRM)
+    # A caller naming another action than the answer's is not believed: the answer says what it is.
+    decision = decisions.decide(interrupt, make.user(), "resolved", {"confirm": True}, action="reject")
+    assert decision.action == "approve"

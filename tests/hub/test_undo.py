@@ -220,10 +220,10 @@ def test_the_inbox_hears_of_an_undo(monkeypatch):
 def test_words_for_each_outcome():
     interrupt, me = raised(), make.user()
     words = [outcome_words(Decision(action=action)) for action in OUTCOME_WORDS]
-    assert words == ["Approved", "Approved with edits", "Answered", "Rejected", "Cancelled"]
+    assert words == ["Approved", "Approved with edits", "Answered", "Rejected", "Dismissed"]
     # Decisions recorded before actions were are read from the answer.
     assert outcome_words(Decision(status="resolved", payload=REJECT)) == "Rejected"
-    assert outcome_words(Decision(status="cancelled")) == "Cancelled"
+    assert outcome_words(Decision(status="cancelled")) == "Dismissed"
     decisions.decide(interrupt, me, "resolved", REJECT)
     problem = refusal(decisions.decide, interrupt, make.user(first_name="Bob"), "resolved", APPROVE)
     assert (problem.details["decided_by_name"], problem.details["outcome"]) == (me.username, "Rejected")

@@ -154,14 +154,14 @@ def card_of(client, interrupt):
     return page[start:page.index("</article>", start)]
 
 
-def test_buttons_show_their_keys_and_the_card_says_reject_from_cancel(client, reviewer):
+def test_buttons_show_their_keys_and_say_what_they_do_without_a_help_sentence(client, reviewer):
     interrupt = make.interrupt(
         reason="tool_call", tool_call_id="tc-1", proposed_args=MAIL, response_schema=SEND_EMAIL_SCHEMA
     )
     card = card_of(client, interrupt)
-    for word, key in (("Approve", "a"), ("Reject", "r"), ("Cancel", "c"), ("Edit &amp; approve", "e")):
+    for word, key in (("Approve", "a"), ("Reject", "r"), ("Dismiss", "d"), ("Edit &amp; approve", "e")):
         assert re.search(rf'aria-keyshortcuts="{key}"[^>]*>{word} <kbd aria-hidden="true">{key}</kbd>', card), word
-    assert "Reject tells the agent no;" in card and "Cancel declines without an answer." in card
+    assert "declines without an answer" not in card and 'data-testid="decide-help"' not in card
     # One comment box, in the form that sends approve, reject and cancel;
     # the edit form has its own only without scripts.
     assert card.count("data-comment") == 1

@@ -72,7 +72,7 @@ def test_everything_matching_the_inbox_filter_is_decided_and_nothing_else(client
     response = client.post(reverse("bulk-decide") + "?agent=wanted", {"action": "cancel", "everything": "1",
                                                                       "ids": [untouched.pk]})
     assert response.status_code == 302 and response["Location"] == reverse("inbox") + "?agent=wanted"
-    assert said(response) == ["2 cancelled"]
+    assert said(response) == ["2 dismissed"]
     assert set(Interrupt.objects.filter(pk__in=[i.pk for i in chosen]).values_list("status", flat=True)) == {
         "cancelled"}
     assert Interrupt.objects.get(pk=untouched.pk).status == "pending"

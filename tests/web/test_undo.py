@@ -146,3 +146,15 @@ def test_the_audit_page_says_who_undid_a_decision_and_which_resume_was_withdrawn
     assert api_post(client, f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve"}).status_code == 201
     page = client.get(reverse("audit")).content.decode()
     assert f"{me.get_username()} undid their decision (Rejected); its resume {withdrawn} was withdrawn" in page
+
+
+def test_a_decision_and_its_undo_bring_the_header_count_along(client, me):
+    interrupt, other = raised(), raised(interrupt_id="int-2")
+    badge = '<span class="badge" id="pending-badge" aria-live="polite" aria-label="{n} waiting for you" ' \
+            'hx-swap-oob="true">{n}</span>'
+    page = htmx(client, reverse("decide", args=[interrupt.pk]), {"action": "approve"}).content.decode()
+    assert badge.format(n=1) in page  # only the other one waits now
+    page = htmx(client, reverse("undo", args=[interrupt.pk])).content.decode()
+    assert badge.format(n=2) in page
+    # The page's own reads of a batch carry no badge: only what this reader did moves it.
+    assert "pending-badge" not in client.get(reverse("undo", args=[other.pk]), HTTP_HX_REQUEST="true").content.decode()

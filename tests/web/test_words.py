@@ -103,7 +103,8 @@ CASES = [
         "Approved with edits",
     ),
     ({"action": "respond", "payload": {"year": 2026}}, "Answered"),
-    ({"action": "cancel", "status": "cancelled"}, "Cancelled"),
+    ({"action": "cancel", "status": "cancelled"}, "Dismissed"),
+    ({"action": "reject", "status": "cancelled"}, "Rejected"),  # a request with no yes/no field, rejected
     # Decisions from before `action` was recorded: read from the answer.
     ({"action": "", "payload": {"approved": False}}, "Rejected"),
     ({"action": "", "payload": {"approved": True}}, "Approved"),
@@ -112,7 +113,7 @@ CASES = [
         "Approved with edits",
     ),
     ({"action": "", "payload": {"note": "hi"}}, "Answered"),
-    ({"action": "", "status": "cancelled"}, "Cancelled"),
+    ({"action": "", "status": "cancelled"}, "Dismissed"),
 ]
 
 
@@ -130,7 +131,7 @@ def test_expired_and_closed_without_a_decision():
     expired = make.interrupt(status="expired", closed_at=timezone.now(), closed_reason="expired at its expiresAt")
     stopped = make.interrupt(status="cancelled", closed_at=timezone.now(), closed_reason="run cancelled by operator")
     rows = {row.interrupt.pk: row for row in selectors.audit_rows([expired, stopped])}
-    assert (rows[expired.pk].outcome, rows[stopped.pk].outcome) == ("Expired", "Cancelled")
+    assert (rows[expired.pk].outcome, rows[stopped.pk].outcome) == ("Expired", "Closed")
     assert rows[expired.pk].as_dict()["comment"] == ""
 
 
