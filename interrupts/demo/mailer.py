@@ -17,7 +17,8 @@ SEND_EMAIL_SCHEMA = {
         "approved": {"type": "boolean"},
         "editedArgs": {
             "type": "object",
-            "description": "Full replacement of the tool args. Not merged.",
+            "title": "The email as it will be sent",
+            "description": "Every field as it should go out: what you leave here is what is sent.",
             "properties": {
                 "to": {"type": "string", "format": "email"},
                 "subject": {"type": "string"},

@@ -14,6 +14,21 @@
   // unpatched parsed the agent's text as HTML and set style attributes the CSP refuses).
   const asText = (text) => (text === undefined || text === null ? "" : String(text));
 
+  // json-editor's error messages, plainly (it adds the full stop).
+  const PLAIN_ERRORS = {
+    error_type: "Enter {{0}}", error_notset: "Required", error_notempty: "Required",
+    error_enum: "Pick one of the choices", error_required: "Fill in {{0}}",
+    error_minimum_incl: "Enter {{0}} or more", error_maximum_incl: "Enter {{0}} or less",
+    error_minimum_excl: "Enter more than {{0}}", error_maximum_excl: "Enter less than {{0}}",
+    error_multipleOf: "Enter a multiple of {{0}}", error_minLength: "Enter at least {{0}} characters",
+    error_maxLength: "Use at most {{0}} characters", error_pattern: "This is not in the form asked for",
+    error_date: "Enter a date as {{0}}", error_minItems: "Add at least {{0}}", error_maxItems: "Keep at most {{0}}",
+    error_uniqueItems: "Each entry must differ from the others",
+    error_additional_properties: "{{0}} is not one of the fields asked for",
+  };
+  const KIND_WORDS = { integer: "a whole number", number: "a number", string: "text", boolean: "yes or no",
+                       array: "a list", object: "the fields asked for", null: "nothing" };
+
   function harden(JSONEditor) {
     if (!JSONEditor) return;
     // json-editor strips tags by parsing text as HTML; agent text must never be parsed.
@@ -26,6 +41,17 @@
     // empty year. Starting it at the setting in use waits for a change, or the submit.
     const kinds = (JSONEditor.defaults && JSONEditor.defaults.editors) || {};
     if (kinds.string) kinds.string.prototype.previous_error_setting = "interaction";
+    // Its messages in a reviewer's words, not a schema's ("Value must be of type integer").
+    const english = JSONEditor.defaults && JSONEditor.defaults.languages && JSONEditor.defaults.languages.en;
+    if (english) Object.assign(english, PLAIN_ERRORS);
+    const translate = JSONEditor.defaults && JSONEditor.defaults.translate;
+    if (translate) {
+      JSONEditor.defaults.translate = function (key, variables, schema) {
+        const said = key === "error_type" && Array.isArray(variables)
+          ? variables.map((kind) => KIND_WORDS[kind] || kind) : variables;
+        return translate.call(this, key, said, schema);
+      };
+    }
     // A field starts with what the agent gave (the schema's default or const, the
     // start value) or empty: json-editor's own start is 0 for a required number, ""
     // for a text, false for a yes/no and the first choice of a list, all shown as

@@ -60,7 +60,7 @@ PAGES = {
     "inbox, all pending": (lambda w: "/inbox/?scope=all", 20),
     "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 20),
     "inbox, page 2": (lambda w: "/inbox/?page=2", 19),
-    "threads": (lambda w: "/threads/", 13),
+    "threads": (lambda w: "/threads/", 12),
     "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
     "audit": (lambda w: "/audit/", 28),
     "agents and policies": (lambda w: "/registry/", 11),  # one for each agent's latest resumes
