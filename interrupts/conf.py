@@ -306,3 +306,5 @@ AGENT_RECENT_RESUMES = 5
 AGENT_REFUSAL_CHARS = 300
 # The Threads page's agent menu: how much of each agent's description follows its name.
 AGENT_BLURB_CHARS = 90
+# A request named in a list (the thread page's decisions): how much of its message.
+REQUEST_LABEL_CHARS = 80

@@ -29,7 +29,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from ..conf import settings
+from ..conf import REQUEST_LABEL_CHARS, settings
 from ..models import Decision, Event, Interrupt, Run, Thread
 from ..protocol import storable
 from ..protocol.errors import ProtocolError
@@ -295,7 +295,15 @@ DECISION_COLUMNS = ("run__run_id", "interrupt_id", "status", "closed_at", "close
                     "decisions__pk", "decisions__action", "decisions__status", "decisions__payload",
                     "decisions__edited_args", "decisions__comment", "decisions__created_at",
                     "decisions__superseded_at", "decisions__user__username", "decisions__user__first_name",
-                    "decisions__user__last_name")
+                    "decisions__user__last_name", "message", "tool_name")
+
+
+def request_label(message: str, tool_name: str) -> str:
+    """A request in words for a list: its message, else the call it would make (the id goes in a tooltip)."""
+    message = " ".join((message or "").split())
+    if message:
+        return message if len(message) <= REQUEST_LABEL_CHARS else message[:REQUEST_LABEL_CHARS - 1].rstrip() + "…"
+    return f"the {tool_name} call" if tool_name else "a request"
 
 
 def decisions_items(rows, now: datetime) -> dict[str, Item]:
@@ -308,10 +316,12 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
     """
     runs: dict[str, dict[str, list]] = {}
     closed: dict[tuple[str, str], tuple] = {}
+    labels: dict[tuple[str, str], str] = {}
     for (run_id, interrupt_id, status, closed_at, closed_reason, pk, action, decided, payload, edited,
-         comment, at, withdrawn_at, username, first, last) in rows:
+         comment, at, withdrawn_at, username, first, last, message, tool_name) in rows:
         entries = runs.setdefault(run_id, {}).setdefault(interrupt_id, [])
         closed[run_id, interrupt_id] = (status, closed_at, closed_reason)
+        labels[run_id, interrupt_id] = request_label(message, tool_name)
         if pk is None:
             continue
         words = outcome_words(Decision(action=action, status=decided, payload=payload))
@@ -344,6 +354,8 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
                                 "action": "expired" if status == "expired" else "closed", "who": "",
                                 "comment": closed_reason, "answer": None, "at": closed_at,
                                 "withdrawn_at": None})
+        for entry in entries:  # what each was about, in words; its id stays for a tooltip
+            entry["label"] = labels[run_id, entry["interrupt"]]
         # In the order they happened; what still waits, last.
         entries.sort(key=lambda e: (e.get("waiting", False), e["at"] or now))
         version = "{decided}.{withdrawn}.{closed}.{waiting}".format(**counts)

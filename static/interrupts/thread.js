@@ -149,7 +149,7 @@
     if (reason) {
       reason.hidden = allowed;
       if (!allowed && !$("[data-pending-list]", reason).textContent) {
-        $("[data-pending-list]", reason).textContent = "the interrupts of the last run";
+        $("[data-pending-list]", reason).textContent = "the last run's requests";
       }
     }
   }

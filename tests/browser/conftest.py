@@ -51,10 +51,11 @@ _signed_in: dict[tuple[str, str], list[dict]] = {}
 class Reviewer:
     """One person in one browser context, logged in, with every page error collected."""
 
-    def __init__(self, browser, site, username, password):
+    def __init__(self, browser, site, username, password, **device):
         self.site = site
         signed_in = _signed_in.get((site.url, username))
-        self.context = browser.new_context(viewport={"width": 1280, "height": 1000},
+        # ``device``: more of Playwright's context options (a phone's has_touch, is_mobile).
+        self.context = browser.new_context(**{"viewport": {"width": 1280, "height": 1000}, **device},
                                            storage_state={"cookies": signed_in or [], "origins": []})
         # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``).
         self.context.add_init_script("""

@@ -23,3 +23,15 @@ def test_the_header_wraps_rather_than_pushing_its_controls_off_a_phone(browser, 
         assert page.evaluate("document.querySelector('header.topbar').scrollWidth") <= PHONE
     finally:
         person.close()
+
+
+def test_a_touch_screen_is_not_offered_keyboard_shortcuts(browser, site):
+    phone = Reviewer(browser, site, "reviewer", "countersign", viewport={"width": PHONE, "height": 844},
+                     has_touch=True, is_mobile=True)
+    laptop = Reviewer(browser, site, "reviewer", "countersign")
+    try:
+        assert phone.open("/inbox/").get_by_role("button", name="Keyboard shortcuts (?)").is_hidden()
+        assert laptop.open("/inbox/").get_by_role("button", name="Keyboard shortcuts (?)").is_visible()
+    finally:
+        phone.close()
+        laptop.close()

@@ -120,8 +120,9 @@ def paused_and_resumed(reviewer, colleague):
         "type": "RUN_FINISHED", "threadId": thread.thread_id, "runId": "r1",
         "outcome": {"type": "interrupt", "interrupts": [{"id": "approve-tc-1"}, {"id": "deploy"}]}})
     email = make.interrupt(run, interrupt_id="approve-tc-1", reason="tool_call", tool_call_id="tc-1",
-                           status="resolved", response_schema=APPROVAL)
-    deploy = make.interrupt(run, interrupt_id="deploy", status="resolved")
+                           tool_name="sendEmail", message="", status="resolved", response_schema=APPROVAL)
+    deploy = make.interrupt(run, interrupt_id="deploy", message="Deploy build 42\n to   production?",
+                            status="resolved")
     now = timezone.now()
     make.decision(email, reviewer, payload={"approved": True}, action="approve", comment="first thought",
                   superseded_at=now)
@@ -153,6 +154,9 @@ def test_the_page_shows_who_decided_what_with_the_comment_and_withdrawn_ones_mar
         ("Answered", "colleague", "deploy", "", False),
     ]
     assert decisions.data["entries"][2]["answer"] == '{"build": 42}'
+    # Each named in words, for the page (its id goes in a tooltip).
+    assert [e["label"] for e in decisions.data["entries"]] == [
+        "the sendEmail call", "the sendEmail call", "Deploy build 42 to production?"]
     assert shown.pending == []
     assert shown.items[6].data["name"] == "sendEmail"
     assert shown.items[7].data["changes"] == [{"op": "changed", "path": "/n", "before": "1", "after": "2"}]

@@ -174,7 +174,7 @@ def test_the_thread_page_disables_start_while_decisions_are_pending(client, revi
     run = make.run(status="interrupted")
     make.interrupt(run, interrupt_id="wait-for-me")
     page = client.get(reverse("thread", args=[run.thread.thread_id])).content.decode()
-    assert "Waiting for decisions on: <span data-pending-list>wait-for-me</span>" in page
+    assert 'Waiting for decisions on <span data-pending-list title="wait-for-me">1 request</span>' in page
     assert 'type="submit" disabled' in page
     refused = client.post(reverse("start-run", args=[run.thread.thread_id]), {"message": "go"}, follow=True)
     assert "wait-for-me" in refused.content.decode()
