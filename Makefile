@@ -76,6 +76,7 @@ $(AXE)/node_modules/.installed: $(AXE)/package-lock.json
 serve: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_reviewer
+	$(PY) manage.py demo_requests
 	@echo "Log in at http://$(HOST):$(PORT)/ as reviewer / countersign (admin: /admin/)."
 	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
