@@ -42,7 +42,14 @@ def test_approve_the_mailer(reviewer, site):
     thread = start(site, "mailer", "Email c@d.com about lunch")
     page = inbox_for(reviewer, thread)
     card = page.locator("[data-card]").first
-    expect(card.locator(".proposal")).to_contain_text('"to": "c@d.com"')
+    # The args for people: a label per key, text as text; the exact JSON behind "as JSON".
+    args = card.get_by_test_id("args")
+    expect(args.locator("dt")).to_have_text(["To", "Subject", "Body"])
+    expect(args.locator("dd")).to_have_text(["c@d.com", "Lunch", "Email c@d.com about lunch"])
+    json_view = card.locator(".proposal details.as-json")
+    expect(json_view.locator("pre")).to_be_hidden()
+    json_view.locator("summary").click()
+    expect(json_view.locator("pre")).to_contain_text('"to": "c@d.com"')
     reviewer.screenshot("inbox")
     card.get_by_role("button", name="Approve").click()
     expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)

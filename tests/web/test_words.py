@@ -5,6 +5,7 @@ words on every page, forms labelled in words, and a JSON tree that counts its ke
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,14 @@ from django.utils import timezone
 
 from interrupts.reads import selectors
 from interrupts.rules.words import outcome_words
-from interrupts.web.templatetags.countersign import ago, from_now, json_brief, json_highlight, reason_words
+from interrupts.web.templatetags.countersign import (
+    ago,
+    args_fields,
+    from_now,
+    json_brief,
+    json_highlight,
+    reason_words,
+)
 
 from .. import factories as make
 
@@ -287,3 +295,22 @@ def test_a_json_tree_says_1_key_and_2_keys(value, said):
     from interrupts.web.templatetags.countersign import json_tree
 
     assert said in str(json_tree(value))
+
+
+def test_args_read_as_labelled_fields_with_text_as_text_and_the_json_one_click_away():
+    shown = str(args_fields({"to": "c@d.com", "subject": "<b>Hi</b>", "body": "Line one\nline two",
+                             "dueDate": None, "urgent": True, "copies": 2, "cc": ["a@b.com"]}))
+    labels = re.findall(r'<dt title="([^"]+)">([^<]+)</dt>', shown)
+    assert labels == [("to", "To"), ("subject", "Subject"), ("body", "Body"), ("dueDate", "Due date"),
+                      ("urgent", "Urgent"), ("copies", "Copies"), ("cc", "Cc")]
+    assert '<dd class="arg-text">Line one\nline two</dd>' in shown  # not "Line one\\nline two"
+    assert '<dd class="arg-text">&lt;b&gt;Hi&lt;/b&gt;</dd>' in shown and "<b>Hi" not in shown
+    assert '<dd class="arg-plain">yes</dd>' in shown and '<dd class="arg-plain muted">(none)</dd>' in shown
+    assert '<details class="as-json"><summary>as JSON</summary>' in shown
+
+
+@pytest.mark.parametrize("value", [["a", "b"], "text", {}, {f"k{n}": n for n in range(21)}, {"two words": 1},
+                                   {"<img src=x>": 1}])
+def test_args_that_are_not_a_few_named_fields_stay_json(value):
+    shown = str(args_fields(value))
+    assert 'data-testid="args"' not in shown and shown == str(json_brief(value))

@@ -176,6 +176,46 @@ def json_brief(value) -> str:
     return json_highlight(value)
 
 
+#: Args shown as labelled fields when they are an object of at most this many plainly named keys.
+MAX_ARG_FIELDS = 20
+_ARG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,59}")
+
+
+def field_words(name: str) -> str:
+    """An argument's key as a label: "to" → "To", "dueDate" → "Due date", "cc_list" → "Cc list"."""
+    words = " ".join(w for w in _REASON_WORD_BREAKS.split(name) if w).lower()
+    return words[:1].upper() + words[1:]
+
+
+def _arg_value(value) -> SafeString:
+    if isinstance(value, str):
+        # Text as text: line breaks kept, wrapped, never a JSON string literal.
+        return format_html('<dd class="arg-text">{}</dd>', value[:MAX_SHOWN_CHARS])
+    if isinstance(value, bool):
+        return format_html('<dd class="arg-plain">{}</dd>', "yes" if value else "no")
+    if value is None:
+        return mark_safe('<dd class="arg-plain muted">(none)</dd>')
+    if isinstance(value, (int, float)):
+        return format_html('<dd class="arg-plain">{}</dd>', json.dumps(value))
+    return format_html('<dd class="arg-json">{}</dd>', json_brief(value))
+
+
+@register.filter
+def args_fields(value) -> SafeString:
+    """A tool call's args for people: each key a label in words, text as text, the rest as short JSON.
+
+    Anything else (not an object, too many keys, keys that are not names) stays JSON; the exact
+    JSON is always one click away ("as JSON").
+    """
+    if not (isinstance(value, dict) and 0 < len(value) <= MAX_ARG_FIELDS
+            and all(isinstance(k, str) and _ARG_NAME.fullmatch(k) for k in value)):
+        return json_brief(value)
+    rows = format_html_join("", '<div class="arg"><dt title="{}">{}</dt>{}</div>',
+                            ((key, field_words(key), _arg_value(item)) for key, item in value.items()))
+    return format_html('<dl class="args" data-testid="args">{}</dl><details class="as-json"><summary>as JSON'
+                       '</summary>{}</details>', rows, json_brief(value))
+
+
 def _reachable(html: str, lines: int) -> SafeString:
     # A long block scrolls in its own box (max-height), and a box that scrolls must be reachable by
     # keyboard (axe: scrollable-region-focusable): tabindex and a name. Short blocks wrap and never
