@@ -28,6 +28,7 @@ from django.db.models import Count, Q, Subquery, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
+from django.utils.text import Truncator
 
 from ..conf import REQUEST_LABEL_CHARS, settings
 from ..models import Decision, Event, Interrupt, Run, Thread
@@ -302,7 +303,7 @@ def request_label(message: str, tool_name: str) -> str:
     """A request in words for a list: its message, else the call it would make (the id goes in a tooltip)."""
     message = " ".join((message or "").split())
     if message:
-        return message if len(message) <= REQUEST_LABEL_CHARS else message[:REQUEST_LABEL_CHARS - 1].rstrip() + "…"
+        return Truncator(message).chars(REQUEST_LABEL_CHARS)
     return f"the {tool_name} call" if tool_name else "a request"
 
 

@@ -3,6 +3,7 @@
 import json
 
 from django import forms
+from django.utils.text import Truncator
 
 from ..conf import (
     ACTIONS,
@@ -71,9 +72,7 @@ class AgentChoiceField(forms.ModelChoiceField):
     """Agents by name with what each does, so the menu says which one to pick."""
 
     def label_from_instance(self, agent) -> str:
-        about = agent.description.strip()
-        if len(about) > AGENT_BLURB_CHARS:
-            about = about[:AGENT_BLURB_CHARS - 1].rstrip() + "…"
+        about = Truncator(agent.description.strip()).chars(AGENT_BLURB_CHARS)
         return f"{agent.name}: {about}" if about else agent.name
 
 

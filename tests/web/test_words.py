@@ -303,6 +303,7 @@ def test_args_read_as_labelled_fields_with_text_as_text_and_the_json_one_click_a
     labels = re.findall(r'<dt title="([^"]+)">([^<]+)</dt>', shown)
     assert labels == [("to", "To"), ("subject", "Subject"), ("body", "Body"), ("dueDate", "Due date"),
                       ("urgent", "Urgent"), ("copies", "Copies"), ("cc", "Cc")]
+    assert "<dt title=\"imageURL\">Image URL</dt>" in str(args_fields({"imageURL": "x"}))  # as the edit form says it
     assert '<dd class="arg-text">Line one\nline two</dd>' in shown  # not "Line one\\nline two"
     assert '<dd class="arg-text">&lt;b&gt;Hi&lt;/b&gt;</dd>' in shown and "<b>Hi" not in shown
     assert '<dd class="arg-plain">yes</dd>' in shown and '<dd class="arg-plain muted">(none)</dd>' in shown

@@ -7,6 +7,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
@@ -122,11 +123,15 @@ def reason_words(reason) -> str:
     if not text:
         return "Request"
     last = [part for part in _REASON_SEPARATORS.split(text) if part.strip()]
-    words = " ".join(w for w in _REASON_WORD_BREAKS.split(last[-1] if last else text) if w).lower()
+    words = " ".join(_words(last[-1] if last else text)).lower()
     if not words:
         return text[:REASON_WORDS_CHARS]
-    words = words[0].upper() + words[1:]
-    return words if len(words) <= REASON_WORDS_CHARS else words[: REASON_WORDS_CHARS - 1] + "…"
+    return Truncator(words[0].upper() + words[1:]).chars(REASON_WORDS_CHARS)
+
+
+def _words(text: str) -> list[str]:
+    """"due_date", "dueDate", "due-date" → ["due", "date"]: where people would put spaces."""
+    return [word for word in _REASON_WORD_BREAKS.split(text) if word]
 
 
 def _span(seconds: float) -> str:
@@ -182,8 +187,9 @@ _ARG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,59}")
 
 
 def field_words(name: str) -> str:
-    """An argument's key as a label: "to" → "To", "dueDate" → "Due date", "cc_list" → "Cc list"."""
-    words = " ".join(w for w in _REASON_WORD_BREAKS.split(name) if w).lower()
+    """An argument's key as a label, as the edit form labels it (forms.js humanize): "dueDate" → "Due date",
+    "imageURL" → "Image URL" (a word in capitals stays so)."""
+    words = " ".join(w if len(w) > 1 and w.isupper() else w.lower() for w in _words(name))
     return words[:1].upper() + words[1:]
 
 
