@@ -327,6 +327,8 @@
   // A control a key may press: enabled and shown (not inside a closed <details>, not disabled while edits wait).
   const pressable = (control) => !control.disabled && control.getAttribute("aria-disabled") !== "true"
     && !control.closest("fieldset:disabled") && control.getClientRects().length > 0;
+  // Before the focus goes to a card: the triage list (triage.js) shows it first when it shows one at a time.
+  const reveal = (card) => document.dispatchEvent(new CustomEvent("countersign:reveal", { detail: card }));
   const inView = (element) => {
     const box = element.getBoundingClientRect();
     return box.bottom > 0 && box.top < window.innerHeight && box.height > 0;
@@ -373,12 +375,12 @@
       event.preventDefault();
       next.focus();
       const card = document.getElementById(next.dataset.rowFor);
-      if (card) card.scrollIntoView({ block: "nearest" });
+      if (card) { reveal(card); card.scrollIntoView({ block: "nearest" }); }
       return;
     }
     if (moving && (event.key.length === 1 || active === document.body || active.matches("[data-card], .decided-line"))) {
       const next = step(cards, active, moving);
-      if (next) { event.preventDefault(); next.focus(); }
+      if (next) { event.preventDefault(); reveal(next); next.focus(); }
       return;
     }
     switch (event.key) {
@@ -462,7 +464,7 @@
         || $(".batch-error", section);
       if (line) { line.focus(); return; }
       const next = was.following.map((id) => document.getElementById(id)).find((c) => c && !c.classList.contains("expired"));
-      if (next) next.focus();
+      if (next) { reveal(next); next.focus(); }
     });
     document.body.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
     const help = $("[data-action=shortcuts]");

@@ -1,6 +1,7 @@
 // The inbox's triage list (_triage.html): a row per request beside the cards. The row of the card the
 // reader is on is marked current; a row opens its card (click or Enter); rows that arrived since the
-// reader last looked are marked new, counted at the top of the list.
+// reader last looked are marked new, counted at the top of the list. One at a time (the default, kept in
+// this browser): beside the list, only the open request shows, its card or the line of its decision.
 "use strict";
 
 (() => {
@@ -9,6 +10,28 @@
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
   const seen = new Set();
   let current = null;
+  const VIEW = "countersign:inbox-view";
+  const single = () => (localStorage.getItem(VIEW) || "one") === "one";
+
+  // The open request: its card, or once decided the line that says so (the view moves on only with j).
+  function show(id) {
+    // An attribute, not a class: htmx's settle puts back a swapped element's classes 20 ms after a swap.
+    for (const open of $$(".stack [data-open]")) open.removeAttribute("data-open");
+    const shown = (id && (document.getElementById(id) || document.getElementById(id.replace("interrupt-", "decided-"))))
+      || $(".stack [data-card]:not(.expired)");
+    if (shown) shown.dataset.open = "";
+    return shown;
+  }
+
+  function view() {
+    const list = $("#inbox-list");
+    list.classList.toggle("one-at-a-time", single());
+    const toggle = $("[data-view-toggle]");
+    if (toggle) {
+      toggle.textContent = single() ? "Show every card" : "Show one at a time";
+      toggle.hidden = false;
+    }
+  }
 
   const rowFor = (id) => id && $(`[data-row-for="${id}"]`);
 
@@ -21,7 +44,9 @@
   }
 
   function mark(id) {
-    current = id;
+    const shown = show(id);
+    current = shown ? shown.id.replace("decided-", "interrupt-") : id;
+    id = current;
     for (const row of $$("[data-row-for][aria-current]")) row.removeAttribute("aria-current");
     const row = rowFor(id);
     roving();
@@ -64,12 +89,14 @@
         seen.add(id);
       }
     }
-    if (current) mark(current); else { roving(); count(); }
+    mark(current);
+    view();
   }
 
   function open(row) {
     const card = document.getElementById(row.dataset.rowFor);
     if (!card) return;
+    show(card.id);
     card.scrollIntoView({ block: "start" });
     card.focus({ preventScroll: true });
   }
@@ -77,6 +104,8 @@
   document.addEventListener("DOMContentLoaded", () => {
     if (!$("[data-testid=triage]")) return;
     known(false);
+    // countersign.js, before it moves the focus to a card: shown first, or the focus would not land.
+    document.addEventListener("countersign:reveal", (event) => mark(event.detail.id));
     document.addEventListener("focusin", (event) => {
       const row = event.target.closest && event.target.closest("[data-row-for]");
       const at = event.target.closest && event.target.closest("[data-card], .decided-line");
@@ -84,6 +113,11 @@
       else if (at) mark(at.id.replace("decided-", "interrupt-"));
     });
     document.addEventListener("click", (event) => {
+      if (event.target.closest && event.target.closest("[data-view-toggle]")) {
+        localStorage.setItem(VIEW, single() ? "all" : "one");
+        view();
+        return;
+      }
       const marker = event.target.closest && event.target.closest("[data-new-marker] button");
       const row = marker ? $("[data-row-for].new") : event.target.closest && event.target.closest("[data-row-for]");
       if (!row || event.ctrlKey || event.metaKey || event.shiftKey) return;
@@ -91,11 +125,14 @@
       open(row);
     });
     // The live list read again: its new rows are news. A filter or a page changes what is listed: not news.
+    // A batch read again or answered (a decision, an undo) is new markup: the open request is marked again.
     document.addEventListener("countersign:refreshed", (event) => {
       if (event.detail && event.detail.list && event.detail.list.id === "inbox-list") known(true);
+      else mark(current);
     });
     document.body.addEventListener("htmx:afterSwap", (event) => {
       if (event.detail.target && event.detail.target.id === "inbox-list") known(false);
+      else mark(current);
     });
   });
 })();

@@ -47,7 +47,7 @@ def threads(site):
 
 
 def person(browser, site, viewport, scheme="light"):
-    return Reviewer(browser, site, "reviewer", "countersign", viewport=viewport, color_scheme=scheme)
+    return Reviewer(browser, site, "reviewer", "countersign", view="one", viewport=viewport, color_scheme=scheme)
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -67,6 +67,14 @@ def test_at_1440_the_list_shows_eight_requests_or_more_one_line_each(browser, si
         first_card = page.locator("[data-card]").first
         assert rows.first.bounding_box()["x"] + rows.first.bounding_box()["width"] <= first_card.bounding_box()["x"]
         expect(rows.filter(has_text="deployer").first).to_contain_text("Deploy build 812 to staging")
+        # One request at a time beside the list (the default), or every card stacked, as the reader picks.
+        expect(page.locator("[data-card]:visible")).to_have_count(1)
+        toggle = page.get_by_test_id("view-toggle")
+        toggle.click()
+        expect(page.locator("[data-card]:visible")).to_have_count(REQUESTS)
+        expect(toggle).to_have_text("Show one at a time")
+        toggle.click()
+        expect(page.locator("[data-card]:visible")).to_have_count(1)
         no_sideways_scroll(page)
         axe_check(page, f"triage list, {scheme}")
         shoot(page, f"triage-{scheme}", full_page=False)
@@ -131,9 +139,10 @@ def test_a_bulk_decision_comes_with_a_receipt_and_one_undo(browser, site, thread
         total = len(threads) + 4  # the bulk-mailer's runs ask three each
         expect(cards).to_have_count(total, timeout=TIMEOUT)
         me.inbox_live()
-        picks = page.locator("section.batch").filter(has_text="bulk-mailer").first.locator("input[data-bulk-pick]")
-        for n in range(3):
-            picks.nth(n).check()
+        # The first batch's three cards, one at a time: open each with j, select it with x.
+        for _ in range(3):
+            page.keyboard.press("j")
+            page.keyboard.press("x")
         expect(page.get_by_test_id("bulk-count")).to_have_text("3 selected.")
         page.get_by_role("button", name="Approve selected").click()
         toast = page.get_by_test_id("bulk-result")
