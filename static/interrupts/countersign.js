@@ -77,6 +77,12 @@
       || $$("details[open]", section).length > 0 || $$("[data-dirty]", section).length > 0
       || section.matches(".htmx-request") || $$(".htmx-request", section).length > 0;
   }
+  // What the server last rendered of each batch in the page, CSRF tokens aside (each rendering masks its own):
+  // a live read that renders one the same leaves it be, rather than replace the buttons under a click.
+  const rendered = new WeakMap();
+  // (Nor the page's own marks: which card is open, whether the list holds the batch.)
+  const markup = (section) => section.outerHTML
+    .replace(/name="csrfmiddlewaretoken" value="[^"]*"/g, "").replace(/ data-(open|listed)="[^"]*"/g, "");
   // A batch's members' versions, in order: each only grows, so a rendering with one higher is later.
   const versions = (section) => (section.dataset.versions || "").split(" ").map(Number);
   function newer(a, b) {
@@ -245,11 +251,17 @@
       const leaving = [];
       let before = null;
       for (const section of incoming.values()) section.dataset.listed = "1";
+      const said = new Map(Array.from(incoming.values(), (section) => [section, markup(section)]));
       for (const section of $$("section.batch", list)) {
         const next = incoming.get(section.id);
         if (!next) {
           section.dataset.listed = "0";
           leaving.push([section, before]);
+        } else if (rendered.get(section) === said.get(next)) {
+          // Unchanged: the one in the page stays (its fields, its focus, a click under way), as read.
+          section.dataset.listed = "1";
+          attend(section, next, askedAt, false);
+          next.replaceWith(section);
         } else if (busy(section) || newer(section, next)) {
           // Someone is working in it, or this list was read before a change the batch already shows.
           section.dataset.listed = "1";
@@ -264,6 +276,7 @@
         }
         before = section.id;
       }
+      for (const [section, html] of said) if (fresh.contains(section)) rendered.set(section, html);
       list.replaceChildren(...fresh.childNodes);
       for (const [section, after] of leaving) {
         place(list, section, after);
@@ -413,6 +426,7 @@
   window.countersign.enhance = enhance;
 
   document.addEventListener("DOMContentLoaded", () => {
+    for (const section of $$("#inbox-list section.batch")) rendered.set(section, markup(section));
     enhance();
     setInterval(tick, 1000);
     document.addEventListener("keydown", keyboard);
