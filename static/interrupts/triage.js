@@ -19,7 +19,7 @@
     for (const open of $$(".stack [data-open]")) open.removeAttribute("data-open");
     const shown = (id && (document.getElementById(id) || document.getElementById(id.replace("interrupt-", "decided-"))))
       || $(".stack [data-card]:not(.expired)");
-    if (shown) shown.dataset.open = "";
+    if (shown && single()) shown.dataset.open = "";  // every card stacked: none is singled out
     return shown;
   }
 
@@ -116,6 +116,7 @@
       if (event.target.closest && event.target.closest("[data-view-toggle]")) {
         localStorage.setItem(VIEW, single() ? "all" : "one");
         view();
+        mark(current);
         return;
       }
       const marker = event.target.closest && event.target.closest("[data-new-marker] button");
