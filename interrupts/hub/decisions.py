@@ -425,6 +425,17 @@ def undo(interrupt: Interrupt, user) -> Interrupt:
     return Interrupt.objects.select_related("run__thread", "run__agent").get(pk=current.pk)
 
 
+def undo_many(interrupts: Iterable[Interrupt], user) -> tuple[list[Interrupt], list[tuple[Interrupt, ProtocolError]]]:
+    """Undo ``user``'s decision on each interrupt, each as ``undo`` alone would; those it refuses, with why."""
+    undone, skipped = [], []
+    for interrupt in interrupts:
+        try:
+            undone.append(undo(interrupt, user))
+        except ProtocolError as problem:
+            skipped.append((interrupt, problem))
+    return undone, skipped
+
+
 def _nothing_to_undo(interrupt: Interrupt, live: list[Decision]) -> Refusal:
     if live:
         who = ", ".join(_name(d.user) for d in live)
@@ -504,9 +515,14 @@ class Bulk:
     skipped: list[tuple[Interrupt, ProtocolError]]
 
     @property
+    def verb(self) -> str:
+        """What the action did to each: "approved", "rejected", "dismissed"."""
+        return _DONE[self.action]
+
+    @property
     def summary(self) -> str:
         """'18 approved, 2 skipped: int-3 (ALREADY_DECIDED), int-9 (NOT_ELIGIBLE)'."""
-        said = f"{len(self.decided)} {_DONE[self.action]}"
+        said = f"{len(self.decided)} {self.verb}"
         if self.skipped:
             said += f", {len(self.skipped)} skipped: " + ", ".join(
                 f"{interrupt.interrupt_id} ({problem.code})" for interrupt, problem in self.skipped)

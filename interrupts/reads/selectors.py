@@ -173,13 +173,19 @@ def bulk_targets(*, ids: list[int] | None = None, filters: InboxFilters | None =
     """
     if ids is not None:
         wanted = list(dict.fromkeys(ids))
-        found = Interrupt.objects.select_related("run").in_bulk(wanted)
+        found = Interrupt.objects.select_related("run__agent").in_bulk(wanted)
         return BulkTargets([found[pk] for pk in wanted if pk in found], [pk for pk in wanted if pk not in found])
     matching = inbox(filters, user=user, in_force=in_force)
     pks = list(matching.values_list("pk", flat=True)[:MAX_BULK_DECISIONS + 1])
     more = max(matching.count() - MAX_BULK_DECISIONS, 0) if len(pks) > MAX_BULK_DECISIONS else 0
-    found = Interrupt.objects.select_related("run").in_bulk(pks[:MAX_BULK_DECISIONS])
+    found = Interrupt.objects.select_related("run__agent").in_bulk(pks[:MAX_BULK_DECISIONS])
     return BulkTargets([found[pk] for pk in pks[:MAX_BULK_DECISIONS] if pk in found], [], more)
+
+
+def interrupts_by_pk(pks: list[int]) -> list[Interrupt]:
+    """The interrupts ``pks`` name that exist, in that order, with their runs and agents."""
+    found = Interrupt.objects.select_related("run__agent").in_bulk(pks)
+    return [found[pk] for pk in dict.fromkeys(pks) if pk in found]
 
 
 def agent_names():

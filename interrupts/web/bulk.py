@@ -15,6 +15,8 @@ from ..conf import BULK_ACTIONS, MAX_BULK_DECISIONS, MAX_COMMENT_CHARS
 from ..hub import decisions, replies
 from ..protocol.errors import ProtocolError
 from ..reads import selectors
+from ..reads.history import request_label
+from ..rules.words import outcome_words
 from .navigation import htmx_or_redirect
 
 # Ids are 64-bit: a larger number is no interrupt, and the database refuses to compare with it.
@@ -89,9 +91,34 @@ def bulk_decide(request):
                 "detail": problem.message} for interrupt, problem in done.skipped]
     skipped += [{"interrupt_id": f"#{pk}", "agent": "", "code": "NOT_FOUND",
                  "detail": f"No interrupt {pk}: it was removed."} for pk in targets.missing]
-    summary = done.summary + (f"; {len(targets.missing)} not found" if targets.missing else "")
-    return _answer(request, {"summary": summary, "decided": len(done.decided), "skipped": skipped,
+    # In words for the reader (the API's summary names codes): each skipped card is listed with why.
+    summary = f"{len(done.decided)} {done.verb}" + (f", {len(skipped)} skipped" if skipped else "")
+    # The receipt: each request decided, in words, with one Undo for them all while their batches are unsent.
+    chosen = {interrupt.pk: interrupt for interrupt in targets.chosen}
+    receipt = [{"pk": d.interrupt_id, "agent": chosen[d.interrupt_id].run.agent.name,
+                "what": request_label(chosen[d.interrupt_id].message, chosen[d.interrupt_id].tool_name),
+                "outcome": outcome_words(d)} for d in done.decided]
+    return _answer(request, {"summary": summary, "decided": len(done.decided), "skipped": skipped, "receipt": receipt,
                              "more": _more_left(targets.more) if targets.more else ""})
+
+
+class UndoForm(forms.Form):
+    ids = CardIdsField()
+
+
+@require_POST
+def bulk_undo(request):
+    """Undo the reader's decisions on the cards a bulk decision's receipt lists (those still unsent)."""
+    form = UndoForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, {"error": " ".join(m for errors in form.errors.values() for m in errors)}, status=400)
+    undone, refused = decisions.undo_many(selectors.interrupts_by_pk(form.cleaned_data["ids"]), request.user)
+    summary = f"{len(undone)} undone: {'they wait' if len(undone) != 1 else 'it waits'} for a decision again"
+    if not undone:
+        summary = "Nothing undone"
+    skipped = [{"interrupt_id": interrupt.interrupt_id, "agent": interrupt.run.agent.name, "code": problem.code,
+                "detail": problem.message} for interrupt, problem in refused]
+    return _answer(request, {"summary": summary, "skipped": skipped, "receipt": [], "more": "", "undone": True})
 
 
 def _answer(request, result: dict, status: int = 200):

@@ -12,6 +12,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import Truncator
 from django.views.decorators.http import require_http_methods, require_POST
 
 from ..conf import INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS
@@ -26,6 +27,7 @@ from ..rules import eligibility, targets, words
 from .forms import DecideForm
 from .navigation import back_to, htmx_or_redirect, without, without_page
 from .settle import SETTLE_ACTIONS
+from .templatetags.countersign import reason_words
 
 
 def home(request):
@@ -130,8 +132,8 @@ def _decided(member: Interrupt, user, sending: _Sending) -> dict:
     }
 
 
-def inbox(request):
-    filters = selectors.InboxFilters.from_query(request.GET)
+def cards(request, filters: selectors.InboxFilters) -> dict:
+    """The cards ``filters`` match, a page of them in batches: what the inbox lists and the thread page decides."""
     in_force = selectors.policies_in_force(request)
     paginator = Paginator(selectors.inbox(filters, user=request.user, in_force=in_force), INBOX_PAGE_SIZE)
     if filters.unfiltered and filters.scope == "mine":
@@ -144,22 +146,52 @@ def inbox(request):
     resumed = selectors.resumed_by(b.run.pk for b in groups)
     rules = eligibility.rules_for(page.object_list, in_force)
     viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
-    context = {
+    return {
         "filters": filters,
         "page": page,
         "batches": [_batch_context(b, resumed, request.user, rules=rules, viewers=viewers) for b in groups],
+        "now": timezone.now(),
+        # The thread filter picks from the threads this page lists (and the one chosen): no query of its own.
+        "threads": sorted({b.run.thread.thread_id for b in groups} | ({filters.thread} if filters.thread else set())),
+    }
+
+
+def inbox(request):
+    filters = selectors.InboxFilters.from_query(request.GET)
+    if request.GET.get("embedded") == "1":
+        # The thread page's cards, read again live: no tools, no triage list.
+        return render(request, "interrupts/_inbox_list.html", {**cards(request, filters), "embedded": True})
+    context = cards(request, filters)
+    context |= {
         "agents": selectors.agent_names(),
         "reasons": selectors.pending_reasons(),
         "query": without_page(request.GET),
         "scope_query": without(request.GET, "page", "format", "scope"),
-        "now": timezone.now(),
         "awaiting": selectors.awaiting_agent(),
         "refused_answers": selectors.refused_answers(user=request.user),
         "settle_actions": SETTLE_ACTIONS,
+        "chips": _chips(request.GET, filters),
+        "clear_query": without(request.GET, "page", "format", *_CHIPPED),
     }
     if request.htmx and request.htmx.target == "inbox-list":
         return render(request, "interrupts/_inbox_list.html", context)
     return render(request, "interrupts/inbox.html", context)
+
+
+_AGE_WORDS = {"1h": "waiting over 1 hour", "1d": "waiting over 1 day", "7d": "waiting over 7 days"}
+
+
+def _chips(params, filters: selectors.InboxFilters) -> list[dict]:
+    """The filters on, each as words and the query without it: removable chips above the list."""
+    said = [("agent", f"Agent: {filters.agent}"), ("reason", f"Reason: {reason_words(filters.reason)}"),
+            ("thread", f"Thread: {Truncator(filters.thread).chars(28)}"),
+            ("q", f"Search: {Truncator(filters.q).chars(28)}"),
+            ("age", _AGE_WORDS.get(filters.age, "").capitalize()), ("expiring", "Expiring within an hour")]
+    return [{"words": words, "query": without(params, "page", "format", name)}
+            for name, words in said if getattr(filters, name)]
+
+
+_CHIPPED = ("agent", "reason", "thread", "q", "age", "expiring")
 
 
 def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False):

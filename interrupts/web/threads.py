@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,6 +16,7 @@ from ..models import Run, Thread
 from ..protocol.errors import ProtocolError
 from ..reads import history, selectors
 from ..rules import settling
+from . import inbox
 from .forms import StartRunForm
 from .settle import SETTLE_ACTIONS
 
@@ -30,7 +33,13 @@ def threads(request, start_form: StartRunForm | None = None, status: int = 200):
 def thread_detail(request, thread_id: str, start_form: StartRunForm | None = None, status: int = 200):
     thread = get_object_or_404(selectors.thread_rows(), thread_id=thread_id)
     shown = history.page(thread, limit=THREAD_EVENTS_LIMIT)
+    # Its pending requests as the inbox's cards, decided here (read again live through the inbox's list).
+    its = selectors.InboxFilters(thread=thread.thread_id, scope="all")
+    waiting = inbox.cards(request, its) if shown.pending else {}
     return render(request, "interrupts/thread.html", {
+        **waiting,
+        "embedded": True,
+        "list_url": f"{reverse('inbox')}?{urlencode({'thread': thread.thread_id, 'scope': 'all', 'embedded': '1'})}",
         "thread": thread,
         "items": shown.items,
         "last_seq": shown.last_seq,

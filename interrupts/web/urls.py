@@ -9,6 +9,7 @@ urlpatterns = [
     path("interrupts/<int:pk>/preview/", inbox.edit_preview, name="edit-preview"),
     path("interrupts/<int:pk>/undo/", inbox.undo, name="undo"),
     path("interrupts/bulk-decide/", bulk.bulk_decide, name="bulk-decide"),
+    path("interrupts/bulk-undo/", bulk.bulk_undo, name="bulk-undo"),
     path("interrupts/<int:pk>/claim/", inbox.claim, {"how": "claim"}, name="claim"),
     path("interrupts/<int:pk>/take-over/", inbox.claim, {"how": "take-over"}, name="claim-take-over"),
     path("interrupts/<int:pk>/release/", inbox.claim, {"how": "release"}, name="claim-release"),

@@ -87,7 +87,7 @@
   });
 
   document.addEventListener("DOMContentLoaded", () => {
-    const head = document.querySelector("#inbox-list") && document.querySelector(".page-head");
+    const head = document.querySelector("#inbox-list:not([data-list-url])") && document.querySelector(".page-head");
     if (supported && head) control(head);
   });
 })();

@@ -23,6 +23,13 @@
     const selected = new Set();
     let anchor = null; // the last box ticked by hand: a shift-click selects from it
 
+    // The receipt's Close: the toast goes, and the focus back to the list rather than to the page.
+    result.addEventListener("click", (event) => {
+      if (!event.target.closest("[data-bulk-dismiss]")) return;
+      result.replaceChildren();
+      const list = $("#inbox-list");
+      if (list) list.focus({ preventScroll: true });
+    });
     const boxes = () => $$("input[data-bulk-pick]");
     const total = () => {
       const shown = $("[data-testid=inbox-count]");
@@ -126,6 +133,7 @@
         const text = await response.text();
         if (response.ok || response.status === 400) {
           result.innerHTML = text; // our own partial, every agent-supplied string escaped by the template
+          if (window.htmx) window.htmx.process(result); // its Undo posts through htmx, into this same toast
         } else {
           result.textContent = `The bulk decision failed (HTTP ${response.status}); nothing more was changed.`;
         }

@@ -77,6 +77,12 @@
       || $$("details[open]", section).length > 0 || $$("[data-dirty]", section).length > 0
       || section.matches(".htmx-request") || $$(".htmx-request", section).length > 0;
   }
+  // What the server last rendered of each batch in the page, CSRF tokens aside (each rendering masks its own):
+  // a live read that renders one the same leaves it be, rather than replace the buttons under a click.
+  const rendered = new WeakMap();
+  // (Nor the page's own marks: which card is open, whether the list holds the batch.)
+  const markup = (section) => section.outerHTML
+    .replace(/name="csrfmiddlewaretoken" value="[^"]*"/g, "").replace(/ data-(open|listed)="[^"]*"/g, "");
   // A batch's members' versions, in order: each only grows, so a rendering with one higher is later.
   const versions = (section) => (section.dataset.versions || "").split(" ").map(Number);
   function newer(a, b) {
@@ -200,7 +206,7 @@
     const after = afterId && document.getElementById(afterId);
     if (after && list.contains(after)) { after.after(section); return; }
     const first = $("section.batch", list) || $(".pager", list);
-    if (first) first.before(section); else list.append(section);
+    if (first) first.before(section); else ($("[data-stack]", list) || list).append(section);
   }
 
   // Who is reviewing a card and who has it open, patched live by presence.js (which stamps data-heard-at):
@@ -230,7 +236,8 @@
     const asked = listAsked;
     const askedAt = performance.now();
     try {
-      const response = await fetch(location.pathname + location.search, {
+      // The inbox reads its own address (filters and page); the thread page, the list it names.
+      const response = await fetch(list.dataset.listUrl || location.pathname + location.search, {
         headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
       });
       // A redirect here is to the login page: the session ended, show nothing of it.
@@ -244,11 +251,17 @@
       const leaving = [];
       let before = null;
       for (const section of incoming.values()) section.dataset.listed = "1";
+      const said = new Map(Array.from(incoming.values(), (section) => [section, markup(section)]));
       for (const section of $$("section.batch", list)) {
         const next = incoming.get(section.id);
         if (!next) {
           section.dataset.listed = "0";
           leaving.push([section, before]);
+        } else if (rendered.get(section) === said.get(next)) {
+          // Unchanged: the one in the page stays (its fields, its focus, a click under way), as read.
+          section.dataset.listed = "1";
+          attend(section, next, askedAt, false);
+          next.replaceWith(section);
         } else if (busy(section) || newer(section, next)) {
           // Someone is working in it, or this list was read before a change the batch already shows.
           section.dataset.listed = "1";
@@ -263,6 +276,7 @@
         }
         before = section.id;
       }
+      for (const [section, html] of said) if (fresh.contains(section)) rendered.set(section, html);
       list.replaceChildren(...fresh.childNodes);
       for (const [section, after] of leaving) {
         place(list, section, after);
@@ -299,6 +313,10 @@
       const left = Math.ceil((Date.parse(time.getAttribute("datetime")) - now) / 1000);
       time.textContent = left > 0 ? `${left} s` : "a moment";
     }
+    for (const time of $$("time[data-left]")) {
+      const left = Math.round((Date.parse(time.getAttribute("datetime")) - now) / 1000);
+      time.textContent = left > 0 ? `${span(left)} left` : "expired";
+    }
     for (const time of $$("time[data-countdown]")) {
       const left = Math.round((Date.parse(time.getAttribute("datetime")) - now) / 1000);
       const card = time.closest("[data-card]");
@@ -322,6 +340,24 @@
   // A control a key may press: enabled and shown (not inside a closed <details>, not disabled while edits wait).
   const pressable = (control) => !control.disabled && control.getAttribute("aria-disabled") !== "true"
     && !control.closest("fieldset:disabled") && control.getClientRects().length > 0;
+  // Before the focus goes to a card: the triage list (triage.js) shows it first when it shows one at a time.
+  const reveal = (card) => document.dispatchEvent(new CustomEvent("countersign:reveal", { detail: card }));
+  const inView = (element) => {
+    const box = element.getBoundingClientRect();
+    return box.bottom > 0 && box.top < window.innerHeight && box.height > 0;
+  };
+  // The card after (or before) where the reader is: a card, a decided line, a triage row or nothing yet.
+  function step(cards, active, by) {
+    if (!cards.length) return null;
+    const row = active.closest ? active.closest("[data-row-for]") : null;
+    const at = (row && document.getElementById(row.dataset.rowFor)) || (active.closest && active.closest("[data-card], .decided-line"));
+    if (!at || at === document.body) return by > 0 ? cards[0] : cards[cards.length - 1];
+    const index = cards.indexOf(at);
+    if (index >= 0) return cards[Math.min(Math.max(index + by, 0), cards.length - 1)];
+    // A decided line: the first card after it in the page (or the last before it).
+    const follows = (card) => at.compareDocumentPosition(card) & Node.DOCUMENT_POSITION_FOLLOWING;
+    return by > 0 ? cards.find(follows) || null : cards.filter((card) => !follows(card)).pop() || null;
+  }
   function keyboard(event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     // A ticked box is not typing: "decide anyway", ticked with the space bar, is followed by `a` (as `x` is in bulk.js).
@@ -337,15 +373,37 @@
     }
     if (typing) return;
     const cards = $$("[data-card]:not(.expired)");
-    const index = cards.indexOf(current);
+    // A key decides only the card that is open and in view: never one scrolled away or not yet read.
     const press = (key) => {
-      const control = current && $$(`[data-key="${key}"]`, current).find(pressable);
+      const control = current && inView(current) && $$(`[data-key="${key}"]`, current).find(pressable);
       if (control) { event.preventDefault(); control.click(); }
     };
+    // The arrows move like j/k from a card, a decision's line or its triage row, not from a control.
+    const moving = { j: 1, k: -1, ArrowDown: 1, ArrowUp: -1 }[event.key];
+    const row = active.closest ? active.closest("[data-row-for]") : null;
+    if (moving && row) {
+      // In the triage list the keys move along it, and the card beside follows; Enter opens it (triage.js).
+      const rows = $$("[data-row-for]");
+      const next = rows[Math.min(Math.max(rows.indexOf(row) + moving, 0), rows.length - 1)];
+      event.preventDefault();
+      next.focus();
+      const card = document.getElementById(next.dataset.rowFor);
+      if (card) { reveal(card); card.scrollIntoView({ block: "nearest" }); }
+      return;
+    }
+    if (moving && (event.key.length === 1 || active === document.body || active.matches("[data-card], .decided-line"))) {
+      const next = step(cards, active, moving);
+      if (next) { event.preventDefault(); reveal(next); next.focus(); }
+      return;
+    }
     switch (event.key) {
-      case "j": if (cards.length) { event.preventDefault(); cards[Math.min(index + 1, cards.length - 1)].focus(); } break;
-      case "k": if (cards.length) { event.preventDefault(); cards[Math.max(index - 1, 0)].focus(); } break;
       case "a": case "r": case "d": press(event.key); break;
+      case "u": {
+        // Undo the decision whose line has the focus (the view stays on it after a key decides).
+        const undo = active.matches(".decided-line") && $$("button.undo", active).find(pressable);
+        if (undo) { event.preventDefault(); undo.click(); }
+        break;
+      }
       case "e": {
         const edit = current && $("details[data-edit]", current);
         if (edit) {
@@ -368,6 +426,7 @@
   window.countersign.enhance = enhance;
 
   document.addEventListener("DOMContentLoaded", () => {
+    for (const section of $$("#inbox-list section.batch")) rendered.set(section, markup(section));
     enhance();
     setInterval(tick, 1000);
     document.addEventListener("keydown", keyboard);
@@ -413,12 +472,13 @@
       if (restored) { restored.focus(); return; }
       if (same) { if (!same.contains(document.activeElement)) same.focus({ preventScroll: true }); return; }
       if (!was.card && !was.held) return;
-      // The card is gone (decided here, or by someone first): on to the next one.
-      const next = was.following.map((id) => document.getElementById(id)).find((c) => c && !c.classList.contains("expired"));
-      if (next) { next.focus(); return; }
+      // The card is gone (decided here, or by someone first): the focus stays on what happened (its line,
+      // with Undo), so the next key never decides a card the reader has not seen; j moves on.
       const line = (was.card && document.getElementById(was.card.replace("interrupt-", "decided-")))
         || $(".batch-error", section);
-      if (line) line.focus();
+      if (line) { line.focus(); return; }
+      const next = was.following.map((id) => document.getElementById(id)).find((c) => c && !c.classList.contains("expired"));
+      if (next) { reveal(next); next.focus(); }
     });
     document.body.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
     const help = $("[data-action=shortcuts]");

@@ -30,9 +30,23 @@
     summary.replaceChildren(...spans);
   }
 
+  // A chip removed (or the back button) changed the address, not the form: the fields follow the address.
+  function follow(form) {
+    const params = new URLSearchParams(location.search);
+    for (const field of form.querySelectorAll("select[name], input[name]")) {
+      if (field.type === "hidden" || field.type === "submit") continue;
+      const value = params.get(field.name) || "";
+      if (field.type === "checkbox") field.checked = value !== "";
+      else if (field.tagName === "SELECT") field.value = value || (field.dataset.default || "");
+      else field.value = value;
+    }
+    summarise(form);
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     for (const form of document.querySelectorAll("form[data-filters]")) {
       form.addEventListener("change", () => summarise(form));
+      document.body.addEventListener("htmx:pushedIntoHistory", () => follow(form));
     }
   });
 })();

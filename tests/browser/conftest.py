@@ -51,12 +51,18 @@ _signed_in: dict[tuple[str, str], list[dict]] = {}
 class Reviewer:
     """One person in one browser context, logged in, with every page error collected."""
 
-    def __init__(self, browser, site, username, password, **device):
+    def __init__(self, browser, site, username, password, view="all", **device):
         self.site = site
         signed_in = _signed_in.get((site.url, username))
         # ``device``: more of Playwright's context options (a phone's has_touch, is_mobile).
         self.context = browser.new_context(**{"viewport": {"width": 1280, "height": 1000}, **device},
                                            storage_state={"cookies": signed_in or [], "origins": []})
+        # The inbox's view, as this browser would keep it: "all" cards stacked (what most tests click through),
+        # or "one" at a time beside the triage list (the app's default; tests/browser/test_triage.py).
+        self.context.add_init_script(f"""try {{
+            const key = "countersign:inbox-view";
+            if (!localStorage.getItem(key)) localStorage.setItem(key, "{view}");
+        }} catch (opaque) {{ /* about:blank has no storage */ }}""")
         # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``).
         self.context.add_init_script("""
             document.addEventListener("countersign:inbox-open", () => { window.__inboxOpened = true; });

@@ -3,7 +3,7 @@
 One served app for the module, with COUNTERSIGN_UNDO_SECONDS=2.5 (the suite's default is 0):
 a decision reads as words where its card stood, with Undo and the hold counting down; Undo
 brings the card back and nothing reaches the agent; after the hold the agent gets exactly one
-resume; focus moves to the next card after a key; Esc leaves a field for its card; and of two
+resume; after a key the focus stays on the result until j moves on; Esc leaves a field for its card; and of two
 people deciding at once the loser is told who won, and it stays said through the live refreshes.
 At 1440x900 and 390x844.
 """
@@ -98,7 +98,7 @@ def wait_for(check, what, timeout=TIMEOUT / 1000):
 
 
 @pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1440", "390"])
-def test_keys_decide_in_place_focus_the_next_card_and_the_agent_gets_one_resume(people, site, agent, viewport):
+def test_keys_decide_in_place_show_the_result_then_move_on_and_the_agent_gets_one_resume(people, site, agent, viewport):
     me = sized(people["me"], viewport)
     thread = start(site, "pair")
     page = inbox_for(me, thread)
@@ -109,7 +109,12 @@ def test_keys_decide_in_place_focus_the_next_card_and_the_agent_gets_one_resume(
     expect(line.get_by_test_id("outcome")).to_have_text("Approved", timeout=TIMEOUT)
     expect(line.get_by_test_id("undo")).to_be_visible()
     expect(first).to_have_count(0)
-    # The focus went on to the next card, not to the page: the next key decides it.
+    # The focus stays on what happened (its line, with Undo), not on a card the reader has not seen:
+    # a deciding key does nothing there, and j moves on to the next card.
+    assert focused_id(page) == line.get_attribute("id")
+    page.keyboard.press("r")
+    expect(second).to_be_visible()
+    page.keyboard.press("j")
     assert focused_id(page) == second.get_attribute("id")
     page.keyboard.press("r")
     rejected = line_of(page, "step-1")

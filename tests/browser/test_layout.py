@@ -169,13 +169,17 @@ def test_the_first_card_is_a_skip_link_away(staff, made):
     expect(skip).to_be_focused()
     expect(skip).to_be_in_viewport()
     page.keyboard.press("Enter")
+    # Past the skip link, the triage list (its one tab stop, after "N new" when requests came since the page
+    # did); Enter on its row opens the card. Or, narrower than the list shows, the card itself.
     for presses in range(1, 4):  # noqa: B007 (read after the loop)
         page.keyboard.press("Tab")
-        if page.evaluate("document.activeElement.matches('[data-card]')"):
+        if page.evaluate("document.activeElement.matches('[data-card], [data-row-for]')"):
             break
+    if page.evaluate("document.activeElement.matches('[data-row-for]')"):
+        page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.matches('[data-card]')"), page.evaluate(
         "document.activeElement.outerHTML.slice(0, 120)")
-    assert presses <= 3
+    assert presses <= 2
 
 
 def test_the_audit_reads_outcomes_in_words(staff, made):

@@ -61,7 +61,8 @@ PAGES = {
     "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 20),
     "inbox, page 2": (lambda w: "/inbox/?page=2", 19),
     "threads": (lambda w: "/threads/", 12),
-    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 15),
+    # With a request pending, its cards as the inbox reads them (seven more: the page, its decisions, runs, claims).
+    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 22),
     "audit": (lambda w: "/audit/", 28),
     "agents and policies": (lambda w: "/registry/", 11),  # one for each agent's latest resumes
     "insight": (lambda w: "/insight/", 12),

@@ -58,7 +58,7 @@ def test_inbox_filters_search_and_sort(client, reviewer, params, shown):
     make.interrupt(make.run(make.thread(agent=beta)), interrupt_id="b-1", reason="tool_call")
     page = client.get(reverse("inbox"), params).content.decode()
     found = [name for name in ("a-1", "b-1") if f'data-interrupt-id="{name}"' in page]
-    assert sorted(found, key=page.index) == shown
+    assert sorted(found, key=lambda name: page.index(f'data-interrupt-id="{name}"')) == shown
 
 
 def test_an_htmx_answer_that_breaks_the_schema_shows_errors_by_field(client, reviewer):

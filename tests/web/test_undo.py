@@ -9,7 +9,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from interrupts.hub import outbox
+from interrupts.hub import decisions, outbox
 from interrupts.models import Decision, Interrupt, Run
 
 from .. import factories as make
@@ -158,3 +158,27 @@ def test_a_decision_and_its_undo_bring_the_header_count_along(client, me):
     assert badge.format(n=2) in page
     # The page's own reads of a batch carry no badge: only what this reader did moves it.
     assert "pending-badge" not in client.get(reverse("undo", args=[other.pk]), HTTP_HX_REQUEST="true").content.decode()
+
+
+def test_a_bulk_decision_s_receipt_lists_what_it_decided_and_undoes_it_all(client, me):
+    run = make.run(status="interrupted")
+    asked = [raised(run, f"int-{n}", f"Clear cache {n}?") for n in range(2)]
+    theirs = raised(interrupt_id="int-9", message="Clear the logs?")
+    decisions.decide(theirs, make.user(first_name="Olga"), "resolved", {"approved": True})
+    ids = [i.pk for i in [*asked, theirs]]
+    page = client.post(reverse("bulk-decide"), {"action": "approve", "ids": ids}, HTTP_HX_REQUEST="true")
+    said = page.content.decode()
+    assert page.status_code == 200 and 'data-testid="bulk-receipt"' in said
+    assert said.count('<strong class="outcome">Approved</strong>') == 2 and "Clear cache 1?" in said
+    assert 'data-testid="bulk-undo">Undo all 2<' in said
+    # Someone else's decision is not mine to undo: refused for that card alone, in words.
+    undone = client.post(reverse("bulk-undo"), {"ids": ids}, HTTP_HX_REQUEST="true").content.decode()
+    assert "2 undone: they wait for a decision again" in undone and "Olga" in undone
+    assert [Interrupt.objects.get(pk=i.pk).status for i in asked] == ["pending", "pending"]
+    assert Interrupt.objects.get(pk=theirs.pk).status != "pending"
+
+
+def test_bulk_undo_refuses_an_empty_or_unreadable_selection(client, me):
+    for data in ({}, {"ids": ["x"]}):
+        answer = client.post(reverse("bulk-undo"), data, HTTP_HX_REQUEST="true")
+        assert answer.status_code == 400 and 'data-testid="bulk-error"' in answer.content.decode()

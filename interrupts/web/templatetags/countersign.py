@@ -16,6 +16,7 @@ from ...conf import MAX_SHOWN_CHARS
 from ...protocol import storable
 from ...protocol.inert import answer_start as _answer_start
 from ...protocol.inert import inert_schema as _inert_schema
+from ...reads.history import request_label
 from .. import diffs
 
 register = template.Library()
@@ -169,6 +170,23 @@ def from_now(moment, now=None) -> str:
     if seconds < 60:
         return "in under a minute"
     return f"in {_span(seconds)}"
+
+
+@register.filter
+def time_left(moment, now=None) -> str:
+    """How long is left, for a one-line list: "5 min left", "under a minute left", "expired"."""
+    if not moment:
+        return ""
+    seconds = (moment - (now or timezone.now())).total_seconds()
+    if seconds <= 0:
+        return "expired"
+    return "under a minute left" if seconds < 60 else f"{_span(seconds)} left"
+
+
+@register.filter
+def request_words(interrupt) -> str:
+    """An interrupt in words for a one-line list: its message, else the call it would make."""
+    return request_label(interrupt.message, interrupt.tool_name)
 
 
 @register.filter
