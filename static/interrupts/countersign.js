@@ -11,7 +11,37 @@
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
   // Page modules (forms.js, thread.js) add what they make of new content here; enhance() runs each.
   const enhancers = [];
-  window.countersign = { $, $$, liveSocket: null, enhancers };
+  // A press under way (a pointer down): what would move the page (a live read, a field's error shown or
+  // cleared as the field loses the focus to the button) waits for it to end, or the button moves between
+  // its mousedown and mouseup and never gets the click.
+  let pressed = false;
+  const waiting = new Map(); // what it changes (a field's error) -> the latest change to it
+  const release = () => {
+    if (!pressed) return;
+    pressed = false;
+    setTimeout(() => { // after the click, which may have said newer (a submit's check)
+      if (pressed) return;
+      const runs = Array.from(waiting.values());
+      waiting.clear();
+      for (const run of runs) run();
+    });
+  };
+  document.addEventListener("pointerdown", () => { pressed = true; }, true);
+  for (const name of ["pointerup", "pointercancel", "dragend"]) document.addEventListener(name, release, true);
+  window.addEventListener("blur", release);
+  const afterPress = (run, what = Symbol("change")) => {
+    waiting.delete(what);
+    if (pressed) waiting.set(what, run); else run();
+  };
+  const unpressed = () => new Promise((resolve) => afterPress(resolve));
+  // A read the server could not answer now (a 503 with Retry-After, a gateway's 502/504) or that never
+  // reached it: asked again after the wait it names, so a passing fault never leaves a page showing the past.
+  const TRANSIENT = new Set([429, 502, 503, 504]);
+  const retryAfter = (response) => {
+    const seconds = Number(response ? response.headers.get("Retry-After") : NaN);
+    return Math.min(Number.isFinite(seconds) && seconds > 0 ? seconds : 1, 30) * 1000;
+  };
+  window.countersign = { $, $$, liveSocket: null, enhancers, afterPress, TRANSIENT, retryAfter };
   // --- a WebSocket that reconnects with backoff --------------------------------
   function liveSocket(path, { onMessage, onOpen, onState }) {
     let delay = 500;
@@ -56,6 +86,7 @@
   // Server-rendered fragments (every agent text in them escaped there), parsed inert: scripts never run.
   const parse = (html) => new DOMParser().parseFromString(html, "text/html").body;
   let refreshing = null;
+  let retrying = null;
   // Bumped when htmx asks for the list (a filter, a page) and when its answer lands: a live read that
   // overlapped one was made for the old address and would put the unfiltered list back, so it is redone.
   let listAsked = 0;
@@ -236,13 +267,22 @@
     const asked = listAsked;
     const askedAt = performance.now();
     try {
-      // The inbox reads its own address (filters and page); the thread page, the list it names.
-      const response = await fetch(list.dataset.listUrl || location.pathname + location.search, {
-        headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
-      });
+      let response = null;
+      try {
+        // The inbox reads its own address (filters and page); the thread page, the list it names.
+        response = await fetch(list.dataset.listUrl || location.pathname + location.search, {
+          headers: { "HX-Request": "true", "HX-Target": "inbox-list" }, credentials: "same-origin",
+        });
+      } catch (error) { /* not reached: asked again below */ }
+      if (!response || TRANSIENT.has(response.status)) {
+        clearTimeout(retrying);
+        retrying = setTimeout(refreshInbox, retryAfter(response));
+        return;
+      }
       // A redirect here is to the login page: the session ended, show nothing of it.
       if (!response.ok || response.redirected) return;
       const fresh = parse(await response.text());
+      await unpressed();
       if (asked !== listAsked) { refreshing.again = true; return; }
       const incoming = new Map($$("section.batch", fresh).map((s) => [s.id, s]));
       // Moving a kept batch out of the page and back blurs whatever had the focus in it: the

@@ -109,7 +109,16 @@
     const html = JSONEditor.defaults && JSONEditor.defaults.themes && JSONEditor.defaults.themes.html;
     if (html) {
       html.prototype.addInputError = function (input, text) {
-        const group = this.closest(input, ".form-control") || input.controlgroup || input.parentNode;
+        window.countersign.afterPress(() => addError(input, text, this), input);
+      };
+      html.prototype.removeInputError = function (input) {
+        window.countersign.afterPress(() => {
+          input.removeAttribute("aria-invalid");
+          if (input.errmsg) input.errmsg.hidden = true;
+        }, input);
+      };
+      const addError = (input, text, theme) => {
+        const group = theme.closest(input, ".form-control") || input.controlgroup || input.parentNode;
         if (!input.errmsg) {
           input.errmsg = document.createElement("div");
           input.errmsg.className = "errmsg";
@@ -123,10 +132,6 @@
           const described = (input.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
           if (!described.includes(input.errmsg.id)) input.setAttribute("aria-describedby", [...described, input.errmsg.id].join(" "));
         }
-      };
-      html.prototype.removeInputError = function (input) {
-        input.removeAttribute("aria-invalid");
-        if (input.errmsg) input.errmsg.hidden = true;
       };
     }
   }

@@ -48,13 +48,13 @@
     setInterval(() => { if (open) say(true); }, (presenceSeconds() * 1000) / 3);
   });
 
-  function patch(message) {
+  function patch(message, heard) {
     const holder = document.querySelector(`[data-attention="${Number(message.interrupt)}"]`);
     if (!holder) return;
     const claim = message.claim;
     holder.dataset.claimedBy = claim ? claim.by : "";
     // When it was heard: a read of the list asked for before it says less (countersign.js: attend).
-    holder.dataset.heardAt = String(performance.now());
+    holder.dataset.heardAt = String(heard);
     const line = $(".claim", holder);
     if (line) {
       line.replaceChildren();
@@ -71,6 +71,8 @@
     }
   }
   document.addEventListener("countersign:inbox", (event) => {
-    if (event.detail && event.detail.type === "attention") patch(event.detail);
+    // A line appearing above a button as it is pressed would move it from under the pointer.
+    const heard = performance.now();
+    if (event.detail && event.detail.type === "attention") window.countersign.afterPress(() => patch(event.detail, heard));
   });
 })();

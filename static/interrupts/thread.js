@@ -5,7 +5,7 @@
 "use strict";
 
 (() => {
-  const { $, $$, liveSocket } = window.countersign;
+  const { $, $$, liveSocket, TRANSIENT, retryAfter } = window.countersign;
 
   // --- the thread page: append what the log has beyond the last sequence seen ------
   function threadLive(history) {
@@ -19,10 +19,18 @@
       if (force) forced = true; // ask even if no event is known to be missing
       if (fetching) return;
       fetching = true;
+      let wait = 0;
       try {
         while (wanted > lastSeq || forced) {
           forced = false;
-          const response = await fetch(`${history.dataset.eventsUrl}?after=${lastSeq}`, { credentials: "same-origin" });
+          let response = null;
+          try {
+            response = await fetch(`${history.dataset.eventsUrl}?after=${lastSeq}`, { credentials: "same-origin" });
+          } catch (error) { /* not reached: asked again below */ }
+          if (!response || TRANSIENT.has(response.status)) {
+            wait = retryAfter(response);
+            break;
+          }
           if (!response.ok || response.redirected || !response.headers.has("X-Last-Seq")) {
             if (status) status.textContent = "logged out: reload the page to log in";
             wanted = lastSeq; // stop asking until something new is announced
@@ -40,8 +48,10 @@
         }
       } finally {
         fetching = false;
+        // The server busy or out of reach: asked again when it says (the log loses nothing meanwhile).
+        if (wait) setTimeout(() => catchUp(true), wait);
         // An event announced but not yet readable (its commit raced our read): try again.
-        if (wanted > lastSeq || forced) setTimeout(catchUp, 200);
+        else if (wanted > lastSeq || forced) setTimeout(catchUp, 200);
         else settle();
       }
     }

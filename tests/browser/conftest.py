@@ -202,6 +202,21 @@ def settled(page) -> None:
     page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
 
 
+def press(page, control) -> None:
+    """Press ``control`` as a hand does: the button held down over two frames, then let go.
+
+    Playwright's click sends its mousedown and mouseup back to back; a person's are a tenth of a
+    second apart, and whatever the page moves in between (a field's error cleared on blur, a live
+    line added above) takes the click away from the button.
+    """
+    control.scroll_into_view_if_needed()
+    box = control.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.mouse.up()
+
+
 def runs_settled(site, thread: str, timeout: float = 15) -> list[str]:
     """Wait until no run of ``thread`` is queued or streaming, so nothing more goes to its agent; their statuses."""
     deadline = time.monotonic() + timeout

@@ -159,6 +159,33 @@ def test_a_live_read_crossing_a_filter_change_does_not_bring_the_whole_list_back
         page.unroute(INBOX_PAGE)
 
 
+def test_a_live_read_the_server_cannot_answer_now_is_asked_again_when_it_says(staff, site):
+    """A 503 with Retry-After (the database busy, Redis restarting) is a fault that passes: the list's live
+    read is asked again after the wait it names, not dropped until something else changes."""
+    page = staff.page
+    page.set_viewport_size(WIDE)
+    staff.open("/inbox/?scope=all")
+    staff.inbox_live()
+    refused = []
+
+    def busy_once(route):
+        if not refused and live_read(route.request):
+            refused.append(route.request.url)
+            route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json",
+                          body='{"detail": "busy"}')
+        else:
+            route.continue_()
+
+    page.route(INBOX_PAGE, busy_once)
+    try:
+        thread = start(site, "janitor")
+        batch = page.locator("section.batch", has=page.locator(f"a.thread-link[href$='/threads/{thread}/']"))
+        expect(batch.locator("[data-card]").first).to_be_visible(timeout=TIMEOUT)
+        assert refused, "the live read was never refused: the test did not test the retry"
+    finally:
+        page.unroute(INBOX_PAGE)
+
+
 def test_the_first_card_is_a_skip_link_away(staff, made):
     page = staff.page
     page.set_viewport_size(WIDE)
