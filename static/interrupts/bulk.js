@@ -133,6 +133,7 @@
         const text = await response.text();
         if (response.ok || response.status === 400) {
           result.innerHTML = text; // our own partial, every agent-supplied string escaped by the template
+          document.dispatchEvent(new CustomEvent("countersign:bulk")); // the foot of the screen is its
           if (window.htmx) window.htmx.process(result); // its Undo posts through htmx, into this same toast
         } else {
           result.textContent = `The bulk decision failed (HTTP ${response.status}); nothing more was changed.`;
