@@ -2,6 +2,7 @@
 // reader is on is marked current; a row opens its card (click or Enter); rows that arrived since the
 // reader last looked are marked new, counted at the top of the list. One at a time (the default, kept in
 // this browser): beside the list, only the open request shows, its card or the line of its decision.
+// Narrower than both fit, the list is a screen of its own: "All requests" opens it, a row its request.
 "use strict";
 
 (() => {
@@ -50,7 +51,7 @@
     for (const row of $$("[data-row-for][aria-current]")) row.removeAttribute("aria-current");
     const row = rowFor(id);
     roving();
-    if (!row) return;
+    if (!row) { where(); return; }
     row.setAttribute("aria-current", "true");
     roving();
     seen.add(id);
@@ -63,6 +64,25 @@
       else if (bottom > list.scrollTop + list.clientHeight) list.scrollTop = bottom - list.clientHeight;
     }
     count();
+    where();
+  }
+
+  // Narrower (list, then request): which request of how many is open.
+  function where() {
+    const said = $("[data-position]");
+    if (!said) return;
+    const rows = $$("[data-row-for]");
+    const at = rows.findIndex((row) => row.hasAttribute("aria-current"));
+    said.textContent = at >= 0 ? `Request ${at + 1} of ${rows.length}` : "";
+  }
+
+  function listing(on) {
+    const list = $("#inbox-list");
+    list.classList.toggle("listing", on);
+    if (on) {
+      const row = $("[data-row-for][aria-current]") || $("[data-row-for]");
+      if (row) row.focus();
+    }
   }
 
   // "2 new" at the top of the list, for rows the reader has not opened that came after the page did.
@@ -96,6 +116,7 @@
   function open(row) {
     const card = document.getElementById(row.dataset.rowFor);
     if (!card) return;
+    listing(false);
     show(card.id);
     card.scrollIntoView({ block: "start" });
     card.focus({ preventScroll: true });
@@ -117,6 +138,13 @@
         localStorage.setItem(VIEW, single() ? "all" : "one");
         view();
         mark(current);
+        return;
+      }
+      if (event.target.closest && event.target.closest("[data-list-open]")) { listing(true); return; }
+      if (event.target.closest && event.target.closest("[data-list-back]")) {
+        listing(false);
+        const shown = $(".stack [data-open]");
+        if (shown) shown.focus();
         return;
       }
       const marker = event.target.closest && event.target.closest("[data-new-marker] button");

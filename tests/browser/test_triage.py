@@ -89,14 +89,35 @@ def test_at_390_the_first_request_s_buttons_show_without_scrolling(browser, site
         page = me.open("/inbox/")
         first = page.locator("[data-card]").first
         expect(first).to_be_visible(timeout=TIMEOUT)
-        expect(page.get_by_test_id("triage")).to_be_hidden()  # the cards are the list on a phone
+        # List, then request: the first request opens with its buttons in sight; the list is a screen of its own.
+        triage = page.get_by_test_id("triage")
+        expect(triage).to_be_hidden()
+        expect(page.locator("[data-card]:visible")).to_have_count(1)
         assert in_sight(page, "[data-card] form.actions .buttons button") >= 2
         expect(first.locator(".buttons")).to_be_in_viewport()
+        expect(page.locator("[data-position]")).to_have_text(re.compile(r"^Request 1 of \d+$"))
         # The header is one compact band, not a fifth of the screen.
         assert page.locator("header.topbar").bounding_box()["height"] <= 120
         no_sideways_scroll(page)
         shoot(page, f"triage-{scheme}", full_page=False)
         axe_check(page, f"triage on a phone, {scheme}")
+        page.get_by_test_id("list-open").click()
+        rows = page.get_by_test_id("row")
+        expect(triage).to_be_visible()
+        expect(page.locator("[data-card]:visible")).to_have_count(0)
+        expect(rows.first).to_be_focused()
+        shoot(page, f"triage-list-{scheme}", full_page=False)
+        assert in_sight(page, "[data-testid=row]") >= 6
+        no_sideways_scroll(page)
+        axe_check(page, f"the request list on a phone, {scheme}")
+        second = rows.nth(1)
+        second_card = page.locator(f"#{second.get_attribute('data-row-for')}")
+        second.click()
+        expect(triage).to_be_hidden()
+        expect(second_card).to_be_visible()
+        expect(second_card).to_be_focused()
+        expect(page.locator("[data-position]")).to_have_text(re.compile(r"^Request 2 of \d+$"))
+        expect(second_card.locator(".buttons")).to_be_in_viewport()
     finally:
         me.close()
 
@@ -202,6 +223,20 @@ def test_the_thread_page_decides_its_requests_with_the_inbox_s_cards(browser, si
         line = here.get_by_test_id("decided")
         expect(line.get_by_test_id("outcome")).to_have_text("Approved", timeout=TIMEOUT)
         expect(line.get_by_test_id("undo")).to_be_visible()
+        # The receipt at the foot of the screen says what was decided, in the line's words, with Undo.
+        toast = page.get_by_test_id("toast")
+        asked = line.locator(".what").evaluate("p => p.firstChild.textContent.trim()")
+        expect(toast).to_contain_text(f"Approved: {asked}")
+        axe_check(page, "a decision's receipt")
+        shoot(page, "receipt", full_page=False)
+        toast.get_by_test_id("toast-undo").click()
+        expect(card).to_have_count(1, timeout=TIMEOUT)
+        expect(toast).to_have_count(0)
+        card.get_by_role("button", name="Approve").click()
+        expect(line.get_by_test_id("outcome")).to_have_text("Approved", timeout=TIMEOUT)
+        expect(toast).to_be_visible()
+        toast.get_by_role("button", name="Close this receipt").click()
+        expect(toast).to_have_count(0)
         with site.api() as api:
             [asked] = api.get("/api/interrupts/", params={"thread": thread, "status": "all"}).json()["results"]
             assert asked["status"] == "resolved"
