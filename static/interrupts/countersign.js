@@ -465,8 +465,56 @@
   window.countersign.liveSocket = liveSocket;
   window.countersign.enhance = enhance;
 
+  // --- a press the server could not take: said where it was pressed, never dropped in silence ---------------
+  // 503 (and 429) mean nothing was done: pressed again after the wait the server names, a few times. A
+  // gateway's 502/504 or no answer at all leave it unknown: the reader is told, and presses again (a second
+  // decision is refused as already taken, a second claim changes nothing).
+  const PRESSES = 3;
+  const tries = new WeakMap(); // the form (or control) -> presses the server turned away in a row
+  function unanswered(event, response) {
+    const config = event.detail.requestConfig || {};
+    const elt = config.elt || event.detail.elt;
+    if (!elt || !elt.isConnected) return;
+    const submitter = config.triggeringEvent && config.triggeringEvent.submitter;
+    const where = elt.closest("[data-card]") || elt.closest("section.batch") || elt.parentNode;
+    let said = $(":scope > [data-testid=request-failed]", where);
+    if (!said) {
+      said = document.createElement("p");
+      said.className = "error-text request-failed";
+      said.setAttribute("role", "alert");
+      said.dataset.testid = "request-failed";
+      where.prepend(said);
+    }
+    const status = response ? response.status : 0;
+    const count = (tries.get(elt) || 0) + 1;
+    const again = submitter || (elt.matches("form") ? null : elt);
+    if ((status === 503 || status === 429) && count < PRESSES && again) {
+      tries.set(elt, count);
+      const wait = retryAfter(response);
+      said.textContent = `The server is busy, so nothing was done yet: trying again in ${Math.ceil(wait / 1000)} s.`;
+      setTimeout(() => { if (again.isConnected) again.click(); }, wait);
+      return;
+    }
+    tries.delete(elt);
+    said.textContent = status === 503 || status === 429
+      ? "The server is still busy, so nothing was done: press again in a moment."
+      : status ? `The server could not answer (error ${status}), so this may not have been done: press again to make sure.`
+        : "The server could not be reached, so this may not have been done: check the connection, then press again.";
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     for (const section of $$("#inbox-list section.batch")) rendered.set(section, markup(section));
+    document.body.addEventListener("htmx:responseError", (event) => {
+      const xhr = event.detail.xhr;
+      // A busy server or a broken one in between (a refusal of ours comes back as a page htmx swaps).
+      if (!xhr || (xhr.status < 500 && xhr.status !== 429)) return;
+      unanswered(event, { status: xhr.status, headers: { get: (name) => xhr.getResponseHeader(name) } });
+    });
+    document.body.addEventListener("htmx:sendError", (event) => unanswered(event, null));
+    document.body.addEventListener("htmx:afterRequest", (event) => {
+      const elt = event.detail.requestConfig && event.detail.requestConfig.elt;
+      if (event.detail.successful && elt) tries.delete(elt);
+    });
     enhance();
     setInterval(tick, 1000);
     document.addEventListener("keydown", keyboard);

@@ -264,3 +264,34 @@ def test_dropped_messages_and_a_reconnect_lose_and_repeat_no_event(reviewer, sit
     expected = [e["seq"] for e in log if e["type"] not in folded]
     assert dropped, "the test must really drop messages"
     assert numbered == expected  # every event once, in order
+
+
+def test_a_decision_the_server_is_too_busy_for_is_said_and_pressed_again(reviewer, site):
+    """A 503 (the database busy) answered to a press is said on the card and pressed again after its
+    Retry-After; before, htmx dropped it and the reader saw nothing happen."""
+    thread = start(site, "janitor")
+    page = inbox_for(reviewer, thread)
+    card = page.locator("[data-card]").first
+    turned_away = []
+
+    def busy_once(route):
+        if not turned_away and route.request.method == "POST":
+            turned_away.append(route.request.url)
+            route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="text/html", body="<p>Busy</p>")
+        else:
+            route.continue_()
+
+    decide = re.compile(r".*/interrupts/\d+/decide/$")
+    page.route(decide, busy_once)
+    try:
+        card.get_by_role("button", name="Yes").click()
+        expect(card.get_by_test_id("request-failed")).to_have_text(
+            "The server is busy, so nothing was done yet: trying again in 1 s.")
+        expect(page.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    finally:
+        page.unroute(decide)
+    assert len(turned_away) == 1
+    with site.api() as api:
+        [asked] = api.get("/api/interrupts/", params={"thread": thread, "status": "all"}).json()["results"]
+        taken = api.get(f"/api/interrupts/{asked['id']}/").json()["decisions"]
+    assert [d["action"] for d in taken] == ["approve"], taken
