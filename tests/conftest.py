@@ -91,6 +91,23 @@ def pytest_runtest_setup(item):
         chromium.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A test that waited in vain on a server says what the server said meanwhile (its warnings and
+    # tracebacks): a CI failure is read from its report, after the run's temporary files are gone.
+    report = yield
+    if report.when == "call" and report.failed:
+        from .servers import RUNNING
+
+        for app in sorted(RUNNING, key=lambda app: app.port):
+            try:
+                tail = app.log.read_text(errors="replace").splitlines()[-40:]
+            except OSError:
+                continue
+            report.sections.append((f"the end of {app.log.name} ({app.url})", "\n".join(tail)))
+    return report
+
+
 def pytest_configure(config):
     # The run's name, inherited by its xdist workers: they share the served apps' template databases.
     if not hasattr(config, "workerinput"):

@@ -224,6 +224,10 @@ def manage(*args, env) -> subprocess.CompletedProcess:
     )
 
 
+# The servers this test process has running: a failing test's report shows the end of each one's log.
+RUNNING: set["ServedApp"] = set()
+
+
 class ServedApp:
     """A migrated database and a daphne process serving the whole app on a free port.
 
@@ -287,6 +291,7 @@ class ServedApp:
                 [sys.executable, "manage.py", "serve", "--port", str(self.port)],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             )
+        RUNNING.add(self)
         return self
 
     def ready(self, timeout: float = 120) -> "ServedApp":
@@ -337,6 +342,7 @@ class ServedApp:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Token {self.token}"}, timeout=30, **kwargs)
 
     def stop(self) -> None:
+        RUNNING.discard(self)
         stop_process(self.process)
 
 
