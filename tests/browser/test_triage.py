@@ -118,6 +118,11 @@ def test_at_390_the_first_request_s_buttons_show_without_scrolling(browser, site
         expect(second_card).to_be_focused()
         expect(page.locator("[data-position]")).to_have_text(re.compile(r"^Request 2 of \d+$"))
         expect(second_card.locator(".buttons")).to_be_in_viewport()
+        # A request longer than the screen keeps its buttons at the screen's foot.
+        page.set_viewport_size({"width": 390, "height": 420})
+        second_card.evaluate("card => card.scrollIntoView({block: 'start'})")
+        assert second_card.bounding_box()["height"] > 420
+        expect(second_card.locator(".buttons")).to_be_in_viewport()
     finally:
         me.close()
 
