@@ -228,6 +228,9 @@ def test_the_thread_page_decides_its_requests_with_the_inbox_s_cards(browser, si
         line = here.get_by_test_id("decided")
         expect(line.get_by_test_id("outcome")).to_have_text("Approved", timeout=TIMEOUT)
         expect(line.get_by_test_id("undo")).to_be_visible()
+        # The page says one thing: the decision just taken, not also that nothing is waiting.
+        expect(here.get_by_test_id("inbox-empty")).to_be_attached(timeout=TIMEOUT)  # read again: none left
+        expect(here.get_by_test_id("inbox-empty")).to_be_hidden()
         # The receipt at the foot of the screen says what was decided, in the line's words, with Undo.
         toast = page.get_by_test_id("toast")
         asked = line.locator(".what").evaluate("p => p.firstChild.textContent.trim()")
