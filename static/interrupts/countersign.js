@@ -11,9 +11,9 @@
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
   // Page modules (forms.js, thread.js) add what they make of new content here; enhance() runs each.
   const enhancers = [];
-  // A press under way (a pointer down): what would move the page (a live read, a field's error shown or
-  // cleared as the field loses the focus to the button) waits for it to end, or the button moves between
-  // its mousedown and mouseup and never gets the click.
+  // A press under way (a pointer down): what would move the page (a field's error shown or cleared as the
+  // field loses the focus to the button) waits for it to end, or the button moves between its mousedown and
+  // mouseup and never gets the click.
   let pressed = false;
   const waiting = new Map(); // what it changes (a field's error) -> the latest change to it
   const release = () => {
@@ -33,7 +33,6 @@
     waiting.delete(what);
     if (pressed) waiting.set(what, run); else run();
   };
-  const unpressed = () => new Promise((resolve) => afterPress(resolve));
   // A read the server could not answer now (a 503 with Retry-After, a gateway's 502/504) or that never
   // reached it: asked again after the wait it names, so a passing fault never leaves a page showing the past.
   const TRANSIENT = new Set([429, 502, 503, 504]);
@@ -282,7 +281,6 @@
       // A redirect here is to the login page: the session ended, show nothing of it.
       if (!response.ok || response.redirected) return;
       const fresh = parse(await response.text());
-      await unpressed();
       if (asked !== listAsked) { refreshing.again = true; return; }
       const incoming = new Map($$("section.batch", fresh).map((s) => [s.id, s]));
       // Moving a kept batch out of the page and back blurs whatever had the focus in it: the

@@ -71,8 +71,6 @@
     }
   }
   document.addEventListener("countersign:inbox", (event) => {
-    // A line appearing above a button as it is pressed would move it from under the pointer.
-    const heard = performance.now();
-    if (event.detail && event.detail.type === "attention") window.countersign.afterPress(() => patch(event.detail, heard));
+    if (event.detail && event.detail.type === "attention") patch(event.detail, performance.now());
   });
 })();
