@@ -118,6 +118,16 @@ def test_at_390_the_first_request_s_buttons_show_without_scrolling(browser, site
         expect(second_card).to_be_focused()
         expect(page.locator("[data-position]")).to_have_text(re.compile(r"^Request 2 of \d+$"))
         expect(second_card.locator(".buttons")).to_be_in_viewport()
+        # Decided: the line where the card was, and the receipt with Undo, clear of everything else.
+        second_card.get_by_role("button", name="Reject").click()
+        line = page.locator(f"#{second_card.get_attribute('id').replace('interrupt-', 'decided-')}")
+        expect(line.get_by_test_id("outcome")).to_have_text("Rejected", timeout=TIMEOUT)
+        toast = page.get_by_test_id("toast")
+        expect(toast).to_be_in_viewport()
+        axe_check(page, f"a decision's receipt on a phone, {scheme}")
+        toast.get_by_test_id("toast-undo").click()
+        expect(second_card).to_be_visible(timeout=TIMEOUT)
+        expect(toast).to_have_count(0)
         # A request longer than the screen keeps its buttons at the screen's foot.
         page.set_viewport_size({"width": 390, "height": 420})
         second_card.evaluate("card => card.scrollIntoView({block: 'start'})")
