@@ -37,7 +37,9 @@ $(VENV)/.installed: requirements.txt | check-python
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	  echo "Replacing $(VENV): its Python is older than 3.12."; rm -rf $(VENV); fi
 	@[ -x $(PY) ] || { echo "Creating $(VENV) with $(BOOTSTRAP_PYTHON)"; "$(BOOTSTRAP_PYTHON)" -m venv $(VENV); }
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@# uv first, as requirements.txt pins it, then everything by uv: 8 s where pip took 20.
+	$(PY) -m pip install --quiet --disable-pip-version-check "$$(grep -E '^uv==' requirements.txt)"
+	$(UV) pip install --quiet --python $(PY) -r requirements.txt
 	@touch $@
 
 venv: $(VENV)/.installed
@@ -137,7 +139,7 @@ BENCH_SMOKE_BUDGET := 900
 BENCH_SMOKE_LANES := 2
 BENCH_REQUIREMENTS := bench/requirements.txt
 $(VENV)/.bench-installed: $(BENCH_REQUIREMENTS) $(VENV)/.installed
-	$(PY) -m pip install --quiet --disable-pip-version-check -r $(BENCH_REQUIREMENTS)
+	$(UV) pip install --quiet --python $(PY) -r $(BENCH_REQUIREMENTS)
 	@touch $@
 
 # $(call run_benchmarks,entries,budget,lanes): bench/run.py on the DATABASE_URL and REDIS_URL
