@@ -110,11 +110,12 @@ test: venv peers $(AXE)/node_modules/.installed browser
 	@bin/services >/dev/null
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
-# The same suite against PostgreSQL and Redis (started on loopback by bin/services).
+# The same suite against PostgreSQL and Redis (started on loopback by bin/services), but for the
+# tests of pure code (the protocol layer, the SDK, the docs), which touch neither and ran in `make test`.
 test-scale: venv peers $(AXE)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
-	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL"; \
-	  $(PY) -m pytest -n $(TEST_WORKERS)
+	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL (the tests of pure code ran in make test)"; \
+	  $(PY) -m pytest -n $(TEST_WORKERS) -m "not backend_free"
 
 # Figures, not pass/fail: each benchmark prints its own table and writes
 # bench/results/<name>.json, on SQLite and on PostgreSQL + Redis (started on

@@ -62,6 +62,19 @@ def served(tmp_path_factory):
     app.stop()
 
 
+#: Where the tests of pure code live (the protocol layer, the SDK, the docs, the import rules): what
+#: they check is the same on either back end, so `make test-scale` leaves them to `make test`
+#: (``-m "not backend_free"``). A test there that asks for the database is not one of them.
+BACKEND_FREE = {"protocol", "sdk", "docs", "test_purity.py"}
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
+
+
+def _backend_free(item) -> bool:
+    parts = item.path.relative_to(item.config.rootpath).parts
+    return (len(parts) > 1 and parts[1] in BACKEND_FREE and item.get_closest_marker("django_db") is None
+            and not DATABASE_FIXTURES & set(item.fixturenames))
+
+
 def _tier(item) -> int:
     parts = item.path.relative_to(item.config.rootpath).parts
     return 2 if "browser" in parts else 1 if "e2e" in parts else 0
@@ -79,6 +92,8 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.e2e)
         elif tier == 2:
             item.add_marker(pytest.mark.browser)
+        elif _backend_free(item):
+            item.add_marker(pytest.mark.backend_free)
     items.sort(key=lambda item: -_tier(item))
 
 
