@@ -131,15 +131,17 @@ def probe(person, path: str, *, ours: bool = True, ready=None) -> dict:
         for element in main.locator(f":is({selector}):not(form[role=search] *)").all()[:80]:
             if _visible(element):
                 try:
-                    element.click(timeout=1000)
+                    # A real click at the element's centre, without waiting for it to be still and
+                    # uncovered: what covers it (its neighbour) takes the click, as a person's would.
+                    element.click(force=True, timeout=1000)
                 except Exception:
-                    pass  # covered by another element: its neighbour is clicked instead
+                    pass  # it went away with an earlier click
     page.keyboard.press("Escape")
     # Hover every element whose own text carries the agent's mark.
     for element in page.locator(f"xpath=//*[contains(text(), '{MARK}')]").all()[:200]:
         if _visible(element):
             try:
-                element.hover(timeout=500)
+                element.hover(force=True, timeout=500)
             except Exception:
                 pass
     # Tab through every focusable element (and a little past the end).
