@@ -166,22 +166,25 @@ def test_new_input_while_pending_is_refused(api):
     assert "approve-deploy" in refused.json()["detail"]
 
 
-def make_user(hub, username):
+def make_users(hub, usernames):
+    """Reviewers with an API token each, made in one Django process (a start-up is a second or two)."""
     code = (
-        "from django.contrib.auth import get_user_model; from interrupts.hub import tokens; "
-        f"u = get_user_model().objects.create_user({username!r}, first_name={username.title()!r}); "
-        "from django.contrib.auth.models import Group; u.groups.add(Group.objects.get(name='Reviewers')); "
-        "print(tokens.issue(u)[1])"
+        "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
+        "from interrupts.hub import tokens; reviewers = Group.objects.get(name='Reviewers')\n"
+        f"for name in {list(usernames)!r}:\n"
+        "    u = get_user_model().objects.create_user(name, first_name=name.title()); u.groups.add(reviewers)\n"
+        "    print(tokens.issue(u)[1])"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=hub.env,
                           capture_output=True, text=True, timeout=60, check=True)
-    return httpx.Client(base_url=hub.url, headers={"Authorization": f"Token {done.stdout.split()[-1]}"}, timeout=30)
+    return [httpx.Client(base_url=hub.url, headers={"Authorization": f"Token {token}"}, timeout=30)
+            for token in done.stdout.split()[-len(usernames):]]
 
 
 def test_two_reviewers_racing_store_exactly_one_decision(hub, api):
     run = start(api, "janitor")
     [asked] = interrupts_of(api, run["thread"])
-    clients = [make_user(hub, f"racer{i}") for i in range(6)]
+    clients = make_users(hub, [f"racer{i}" for i in range(6)])
     with ThreadPoolExecutor(len(clients)) as pool:
         answers = list(pool.map(lambda c: decide(c, asked, action="approve"), clients))
     assert sorted(a.status_code for a in answers) == [201] + [409] * 5
