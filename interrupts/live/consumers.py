@@ -17,6 +17,7 @@ import weakref
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import DEFAULT_CHANNEL_LAYER, InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
@@ -139,6 +140,10 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
     # What this socket heard while it connected: sent after its first count,
     # so a page always hears "pending" first and every change after it.
     held: list[str] | None = None
+    # No layer channel of its own (an alias that names no layer): it hears through Inboxes. Each
+    # socket's own receive was cancelled when its page went, and on Redis a cancelled receive
+    # can drop a message meant for another channel of the process (channels_redis issue 366).
+    channel_layer_alias = "countersign-inbox-sockets-hear-through-inboxes"
 
     async def connect(self):
         if not self.scope["user"].is_authenticated:
@@ -265,6 +270,7 @@ class Inboxes:
         self.sockets: dict[int, set[InboxConsumer]] = {}
         # Joining and leaving the layer's group, one at a time.
         self.subscribing = asyncio.Lock()
+        self.layer = None  # the layer instance its subscription listens on (``_own_layer``)
         self.channel: str | None = None
         self.listening: list[asyncio.Task] = []
         self.round: asyncio.Task | None = None
@@ -276,7 +282,7 @@ class Inboxes:
         self.sockets.setdefault(consumer.scope["user"].pk, set()).add(consumer)
         async with self.subscribing:
             if self.channel is None:
-                layer = consumer.channel_layer
+                layer = self.layer = self.layer or self._own_layer()
                 channel = await layer.new_channel()
                 await layer.group_add(relay.INBOX_GROUP, channel)
                 self.channel = channel
@@ -302,9 +308,20 @@ class Inboxes:
             for task in (*self.listening, self.round):
                 if task is not None and task is not current:
                     task.cancel()
-            await consumer.channel_layer.group_discard(relay.INBOX_GROUP, channel)
+            await self.layer.group_discard(relay.INBOX_GROUP, channel)
             if current in self.listening or current is self.round:
                 current.cancel()
+
+    @staticmethod
+    def _own_layer():
+        """A layer instance for this subscription alone. On Redis, an instance's receives share one
+        blocking read, and a consumer's receive cancelled mid-read (its socket closed) loses what
+        that read had just taken, for whichever channel (channels_redis issue 366). Alone on its
+        instance, the subscription's read is cancelled only when nobody is left to tell."""
+        shared = get_channel_layer()
+        if isinstance(shared, InMemoryChannelLayer):
+            return shared  # this process's memory: another instance would hear nothing
+        return channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
 
     async def _listen(self, layer, channel: str) -> None:
         while True:
