@@ -69,14 +69,28 @@ BACKEND_FREE = {"protocol", "sdk", "docs", "test_purity.py"}
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
 
 
+def _parts(item) -> tuple[str, ...]:
+    return item.path.relative_to(item.config.rootpath).parts
+
+
 def _backend_free(item) -> bool:
-    parts = item.path.relative_to(item.config.rootpath).parts
+    parts = _parts(item)
     return (len(parts) > 1 and parts[1] in BACKEND_FREE and item.get_closest_marker("django_db") is None
             and not DATABASE_FIXTURES & set(item.fixturenames))
 
 
+@pytest.fixture
+def private_redis():
+    """A redis-server of the test's own (tests/e2e/private_servers.py), removed after it."""
+    from .e2e.private_servers import PrivateRedis
+
+    server = PrivateRedis().start()
+    yield server
+    server.remove()
+
+
 def _tier(item) -> int:
-    parts = item.path.relative_to(item.config.rootpath).parts
+    parts = _parts(item)
     return 2 if "browser" in parts else 1 if "e2e" in parts else 0
 
 

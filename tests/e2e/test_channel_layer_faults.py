@@ -15,22 +15,15 @@ from websockets.sync.client import connect
 
 from ..servers import ServedApp
 from .conftest import in_pass, pending, session_cookie, start, wait_for
-from .private_servers import PrivateRedis
 
 # WebSocket's 1013 ("try again later") in the application's range: daphne cannot send 1013 itself.
 TRY_AGAIN_LATER = 4013
 
 
 @pytest.fixture
-def redis():
-    server = PrivateRedis().start()
-    yield server
-    server.remove()
-
-
-@pytest.fixture
-def app(tmp_path, redis):
-    served = ServedApp(tmp_path, self_approving=True, REDIS_URL=redis.url, COUNTERSIGN_POLL_INTERVAL="0.2").start()
+def app(tmp_path, private_redis):
+    served = ServedApp(tmp_path, self_approving=True, REDIS_URL=private_redis.url,
+                       COUNTERSIGN_POLL_INTERVAL="0.2").start()
     yield served
     served.stop()
 
@@ -53,7 +46,7 @@ def opened(app, path: str, session: str, first: str):
 
 
 @in_pass("postgresql")
-def test_the_first_socket_after_a_redis_restart_works_or_is_told_to_try_again_and_later_ones_work(app, redis):
+def test_the_first_socket_after_a_redis_restart_works_or_is_told_to_try_again_and_later_ones_work(app, private_redis):
     session = session_cookie(app)
     with app.api() as api:
         thread = start(api, "janitor", "tidy")["thread"]
@@ -62,8 +55,8 @@ def test_the_first_socket_after_a_redis_restart_works_or_is_told_to_try_again_an
         for path, first in doors:
             opened(app, path, session, first).close()
 
-        redis.stop()
-        redis.start()  # the same port: the app's connections to the old one are dead
+        private_redis.stop()
+        private_redis.start()  # the same port: the app's connections to the old one are dead
 
         outcomes = []
         for path, first in doors:

@@ -18,23 +18,15 @@ from redis import Redis
 
 from interrupts.live import consumers, relay
 
-from ..e2e.private_servers import PrivateRedis
 from ..waiting import until
 
 PREFIX = "inbox-layer-test"
 
 
 @pytest.fixture
-def redis():
-    server = PrivateRedis().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis_layer(settings, redis):
+def redis_layer(settings, private_redis):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [redis.url], "prefix": PREFIX}}}
+                                           "CONFIG": {"hosts": [private_redis.url], "prefix": PREFIX}}}
     return channel_layers["default"]
 
 
@@ -67,7 +59,7 @@ def broadcast_from_another_process(redis) -> None:
     client.close()
 
 
-async def test_a_socket_closing_mid_read_costs_the_inbox_subscription_no_broadcast(redis, redis_layer):
+async def test_a_socket_closing_mid_read_costs_the_inbox_subscription_no_broadcast(private_redis, redis_layer):
     # Another socket of the process, its consumer's receive out on the shared instance's read...
     waiting = asyncio.ensure_future(redis_layer.receive(await redis_layer.new_channel()))
     await until(lambda: redis_layer.receive_lock is not None and redis_layer.receive_lock.locked())
@@ -76,7 +68,7 @@ async def test_a_socket_closing_mid_read_costs_the_inbox_subscription_no_broadca
     try:
         # The subscription's own read is out too (on the shared instance, it waits its turn).
         await until(lambda: inboxes.layer.receive_lock is not None and inboxes.layer.receive_lock.locked())
-        broadcast_from_another_process(redis)
+        broadcast_from_another_process(private_redis)
         # ...closes just then: its receive is cancelled with what its read took still unread.
         waiting.cancel()
         await until(lambda: socket.heard, timeout=5)
