@@ -21,6 +21,7 @@ BOOTSTRAP_PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do \
 	echo "$$p"; break; fi; done)
 
 CHROMIUM ?= /usr/bin/chromium
+CHROMIUM_HEADLESS_SHELL ?= /usr/bin/chromium-headless-shell
 
 .PHONY: serve test test-scale bench bench-smoke lint venv check-python browser clean peers
 
@@ -87,14 +88,17 @@ serve: venv
 # The browser tests drive Debian's Chromium (never a downloaded browser).
 # As root (CI, a fresh machine) it is installed; otherwise say what to run.
 browser:
-	@if [ ! -x $(CHROMIUM) ]; then \
+	@if [ ! -x $(CHROMIUM) ] || [ ! -x $(CHROMIUM_HEADLESS_SHELL) ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Debian's chromium for the browser tests"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    echo "Installing Debian's chromium and chromium-headless-shell for the browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-headless-shell >/dev/null) \
 	      || { echo "apt-get could not install chromium"; exit 1; }; \
-	  else \
+	  elif [ ! -x $(CHROMIUM) ]; then \
 	    echo "*** $(CHROMIUM) is missing: the browser tests will be SKIPPED (under CI=true they fail)."; \
-	    echo "*** Install it with: sudo apt-get install chromium"; \
+	    echo "*** Install it with: sudo apt-get install chromium chromium-headless-shell"; \
+	  else \
+	    echo "*** $(CHROMIUM_HEADLESS_SHELL) is missing: the browser tests run in the full chromium, a third slower."; \
+	    echo "*** Install it with: sudo apt-get install chromium-headless-shell"; \
 	  fi; \
 	fi
 

@@ -22,14 +22,23 @@ def chromium_session(django_db_setup):
     chromium.close()
 
 
-@pytest.fixture(scope="module")
-def browser(chromium_session):
+def _for_the_module(launched):
     # One Chromium per worker (a launch is a second or two); each module's contexts are closed
     # after it, so no page of one file lives on into the next.
-    launched = chromium.shared()
     yield launched
     for context in list(launched.contexts):
         context.close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_session):
+    yield from _for_the_module(chromium.shared())
+
+
+@pytest.fixture(scope="module")
+def full_browser(chromium_session):
+    """Debian's full Chromium, for a test of what its headless shell lacks (see ``chromium``)."""
+    yield from _for_the_module(chromium.shared(full=True))
 
 
 @pytest.fixture(scope="module")

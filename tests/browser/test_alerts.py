@@ -43,8 +43,9 @@ def person(browser, site, permission=None):
 
 
 @pytest.fixture
-def watcher(browser, site):
-    reviewer = person(browser, site)
+def watcher(full_browser, site):
+    # The full browser: its headless shell reports every site's notifications denied.
+    reviewer = person(full_browser, site)
     reviewer.context.grant_permissions(["notifications"], origin=site.url)
     yield reviewer
     reviewer.close()
