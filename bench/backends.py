@@ -107,6 +107,7 @@ def create_database(server_url: str, name: str) -> str:
 # server time in one profile), static files collected. Plain HTTP on loopback,
 # so no redirect to HTTPS; the bench's clients send their cookies themselves.
 PRODUCTION = {
+    "DJANGO_SETTINGS_MODULE": "project.settings",  # not the tests' (tests/served_settings.py)
     "DEBUG": "false",
     "SECRET_KEY": "bench-only-" + os.urandom(16).hex(),
     "ALLOWED_HOSTS": "127.0.0.1,localhost",

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The served apps' settings (tests/served_settings.py): the app's own, with a cheap password hash.
+SERVED_SETTINGS = "tests.served_settings"
 
 
 def database_for(workdir: Path) -> str:
@@ -53,10 +55,10 @@ def _drop_created() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-#: One prepared database per kind of app (self-approving or not) and back end: (location, the demo
-#: reviewer's token). Every new app's database is a copy of it, which spares each of the suite's
+#: One prepared database per kind of app (self-approving or not), back end and settings module:
+#: (location, the demo reviewer's token). Every new app's database is a copy of it, which spares each of the suite's
 #: ~45 served apps a migration and three Django start-ups (4 CPU-seconds each on 2 cores).
-_TEMPLATES: dict[tuple["Setup", bool], tuple[str, str]] = {}
+_TEMPLATES: dict[tuple["Setup", bool, str], tuple[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,11 @@ def _run_folder(run: str) -> Path:
     return folder
 
 
-def _template_location(setup: Setup, sqlite: bool) -> str:
+def _template_location(setup: Setup, sqlite: bool, settings: str) -> str:
     # One template per back end: a benchmark serves SQLite apps while DATABASE_URL names
     # PostgreSQL, and a SQLite app copied from a PostgreSQL template got an empty file.
-    kind, run = setup.name, _run()
+    # And one per settings module: the benchmarks' (the app's own) hash passwords as deployed.
+    kind, run = setup.name + ("" if settings == SERVED_SETTINGS else "_deployed"), _run()
     if sqlite:
         if run:
             folder = _run_folder(run)
@@ -110,7 +113,7 @@ def _template_location(setup: Setup, sqlite: bool) -> str:
     return os.environ["DATABASE_URL"].rsplit("/", 1)[0] + f"/cs_template_{run or os.getpid()}_{kind}"
 
 
-def _build_template(url: str, setup: Setup) -> str:
+def _build_template(url: str, setup: Setup, settings: str) -> str:
     if url.startswith("postgres"):
         import psycopg
 
@@ -122,15 +125,15 @@ def _build_template(url: str, setup: Setup) -> str:
                 admin.execute(f'CREATE DATABASE "{name}"')  # the run drops it (drop_run_templates)
             else:
                 _create_database(admin, name)
-    return _setup({**os.environ, "DATABASE_URL": url, "DEBUG": "true"}, setup)
+    return _setup({**os.environ, "DATABASE_URL": url, "DEBUG": "true", "DJANGO_SETTINGS_MODULE": settings}, setup)
 
 
-def _template(setup: Setup, sqlite: bool) -> tuple[str, str]:
-    key = (setup, sqlite)
+def _template(setup: Setup, sqlite: bool, settings: str) -> tuple[str, str]:
+    key = (setup, sqlite, settings)
     if key not in _TEMPLATES:
-        url = _template_location(setup, sqlite)
+        url = _template_location(setup, sqlite, settings)
         if not (run := _run()):
-            token = _build_template(url, setup)
+            token = _build_template(url, setup, settings)
         else:
             # The first of the run's workers to need this kind builds it; the others wait, then read its token.
             with open(_run_folder(run) / (url.rsplit("/", 1)[1] + ".token"), "a+") as made:
@@ -138,7 +141,7 @@ def _template(setup: Setup, sqlite: bool) -> tuple[str, str]:
                 made.seek(0)
                 token = made.read().strip()
                 if not token:
-                    token = _build_template(url, setup)
+                    token = _build_template(url, setup, settings)
                     made.write(token)
         _TEMPLATES[key] = (url, token)
     return _TEMPLATES[key]
@@ -170,9 +173,9 @@ def _setup(env: dict, setup: Setup) -> str:
     return done.stdout.strip().splitlines()[-1]  # the token, alone on its line as `tokens create` prints it
 
 
-def _copy_of_template(url: str, setup: Setup) -> str | None:
+def _copy_of_template(url: str, setup: Setup, settings: str) -> str | None:
     """Make the database at ``url`` a copy of the prepared template, if it does not exist yet; its token."""
-    template, token = _template(setup, url.startswith("sqlite:///"))
+    template, token = _template(setup, url.startswith("sqlite:///"), settings)
     if url.startswith("sqlite:///"):
         target = Path(url.removeprefix("sqlite:///"))
         if target.exists():
@@ -246,7 +249,7 @@ class ServedApp:
         self.overrides = env
         # Resumes leave at once unless a test holds them for an undo (COUNTERSIGN_UNDO_SECONDS).
         self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true",
-                    "COUNTERSIGN_UNDO_SECONDS": "0", **env}
+                    "DJANGO_SETTINGS_MODULE": SERVED_SETTINGS, "COUNTERSIGN_UNDO_SECONDS": "0", **env}
         if self.env.get("REDIS_URL") and "COUNTERSIGN_CHANNEL_PREFIX" not in env:
             # One Redis for every test server: each deployment (workdir) gets its own key prefix.
             self.env["COUNTERSIGN_CHANNEL_PREFIX"] = "cs" + hashlib.sha1(str(workdir).encode()).hexdigest()[:10]
@@ -265,7 +268,7 @@ class ServedApp:
         A new database is a copy of one prepared so once per test process; one that
         exists already (a restarted deployment) is migrated and read as it is.
         """
-        token = _copy_of_template(self.env["DATABASE_URL"], self.setup)
+        token = _copy_of_template(self.env["DATABASE_URL"], self.setup, self.env["DJANGO_SETTINGS_MODULE"])
         self.token = token if token is not None else _setup(self.env, self.setup)
         return self
 
