@@ -152,6 +152,9 @@ def test_a_simultaneous_decision_is_told_who_decided_first(reviewer, alice, site
     my_card.locator("input[name=comment]").fill("looks fine")
     theirs.locator("[data-card]").first.get_by_role("button", name="Yes").click()
     expect(theirs.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
+    # My page hears it and says so above my card, which it keeps: the line moves my buttons, and a click
+    # mid-move lands beside them (seen in CI), so I press once it is there.
+    expect(mine.get_by_role("status").filter(has_text="Decided by Alice")).to_be_visible(timeout=TIMEOUT)
     my_card.get_by_role("button", name="Yes").click()
     expect(mine.get_by_test_id("card-error")).to_contain_text("already decided by Alice", timeout=TIMEOUT)
 
