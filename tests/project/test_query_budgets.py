@@ -1,0 +1,114 @@
+"""What each page and API read costs the database: the same statements whatever the number of rows, and exactly
+its budget, on both back ends.
+
+A page that grows a query per row fails here, and so does a change that adds a statement to a read: a
+change that needs one more raises that page's figure below, in the same commit, saying why.
+"""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from interrupts.hub import decisions
+from interrupts.models import Event, Interrupt, Thread
+
+from .. import factories as make
+
+pytestmark = pytest.mark.django_db
+
+#: Statements for one request, after one like it (the process's caches, as a served app has them).
+BUDGETS = {
+    "/inbox/": 17,
+    "/inbox/?scope=all": 18,
+    "/threads/": 10,
+    "/threads/{thread}/": 20,
+    "/threads/{thread}/audit/": 19,
+    "/audit/": 18,
+    "/insight/": 10,
+    "/registry/": 9,
+    "/webhooks/": 10,
+    "/webhooks/deliveries/": 9,
+    "/settings/notifications/": 7,
+    "/api/agents/": 4,
+    "/api/threads/": 4,
+    "/api/threads/{thread}/": 3,
+    "/api/interrupts/": 7,
+    "/api/interrupts/{interrupt}/": 7,
+    "/api/policies/": 6,
+    "/api/webhooks/": 3,
+    "/api/runs/{run}/": 3,
+    "/api/deliveries/": 3,
+    "/api/me/notifications/": 3,
+    "/api/insight/": 5,
+}
+
+
+def grow(reviewer, count: int, first: Thread | None = None) -> None:
+    """``count`` more agents, each with a thread holding a pending request, a decided one and a failed run;
+    ``first`` gets as many more runs of each kind."""
+    for n in range(count):
+        agent = make.agent()
+        make.policy(agent=agent, name=f"policy of {agent.name}", allow_self_approval=True)
+        for thread in filter(None, [make.thread(agent=agent, title=f"Thread {n}"), first]):
+            paused = make.run(thread, status="interrupted", requested_by=reviewer)
+            seq = Event.objects.filter(thread=thread).count()
+            make.event(paused, seq + 1)
+            make.event(paused, seq + 2, type="RUN_FINISHED")
+            make.interrupt(paused, reason=f"reason-{n % 3}")
+            decided = make.interrupt(make.run(thread, status="interrupted"))
+            decisions.decide(decided, reviewer, "resolved", payload={"approved": True}, action="approve")
+            make.run(thread, status="failed", error_code="AGENT_UNREACHABLE")
+
+
+@pytest.fixture
+def reviewer(client):
+    user = make.user(username="reviewer", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return user
+
+
+def judge(few: list[str], many: list[str], budget: int, what: str) -> None:
+    said = "\n".join(sql[:160] for sql in many)
+    assert len(many) == len(few), f"{what}: {len(few)} statements with 2 of each row, {len(many)} with 8:\n{said}"
+    assert len(many) == budget, f"{what} took {len(many)} statements, its budget is {budget}:\n{said}"
+
+
+@pytest.mark.parametrize("path", BUDGETS)
+def test_a_read_costs_its_budget_whatever_the_rows(client, reviewer, path):
+    grow(reviewer, 2)
+    first = Interrupt.objects.filter(status="pending").order_by("pk").select_related("run__thread").first()
+    url = path.format(thread=first.run.thread.thread_id, interrupt=first.pk, run=first.run.run_id)
+
+    def cost() -> list[str]:
+        assert client.get(url).status_code == 200
+        with CaptureQueriesContext(connection) as statements:
+            response = client.get(url)
+        assert response.status_code == 200, response.content[:300]
+        return [statement["sql"] for statement in statements]
+
+    few = cost()
+    grow(reviewer, 6, first=first.run.thread)
+    judge(few, cost(), BUDGETS[path], path)
+
+
+#: One approval from the inbox (htmx), answered with its batch's new rendering, on each back end: PostgreSQL
+#: adds the batch's row lock and the trail's advisory lock (tests/hub/test_decide_cost.py has the API's).
+DECISION_FROM_THE_INBOX = {"sqlite": 28, "postgresql": 30}
+
+
+def test_a_decision_from_the_inbox_costs_its_budget_whatever_the_rows(client, reviewer):
+    def cost() -> list[str]:
+        pending = Interrupt.objects.filter(status="pending").order_by("-pk")[:2]
+        for interrupt in pending:  # the first warms the process's caches
+            with CaptureQueriesContext(connection) as statements:
+                response = client.post(reverse("decide", args=[interrupt.pk]), {"action": "approve"},
+                                       HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"batch-{interrupt.run_id}")
+            assert response.status_code == 200, response.content[:300]
+        assert Interrupt.objects.get(pk=interrupt.pk).status == "resolved"
+        return [statement["sql"] for statement in statements]
+
+    grow(reviewer, 2)
+    few = cost()
+    grow(reviewer, 6)
+    judge(few, cost(), DECISION_FROM_THE_INBOX[connection.vendor], "the decision")
