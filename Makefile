@@ -97,7 +97,7 @@ browser:
 	    echo "*** $(CHROMIUM) is missing: the browser tests will be SKIPPED (under CI=true they fail)."; \
 	    echo "*** Install it with: sudo apt-get install chromium chromium-headless-shell"; \
 	  else \
-	    echo "*** $(CHROMIUM_HEADLESS_SHELL) is missing: the browser tests run in the full chromium, a third slower."; \
+	    echo "*** $(CHROMIUM_HEADLESS_SHELL) is missing: the browser tests run in the full chromium, which costs 40% more CPU."; \
 	    echo "*** Install it with: sudo apt-get install chromium-headless-shell"; \
 	  fi; \
 	fi
