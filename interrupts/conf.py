@@ -280,6 +280,9 @@ INSIGHT_MAX_ROWS = 50_000
 # shows at most, the most first: agents choose their reasons, and the page is
 # re-read by everyone watching it on each change. The exports keep every row.
 INSIGHT_CHART_ROWS = 25
+# Seconds between two refreshes of SQLite's query planner statistics by a
+# process's supervisor (hub/statistics.py); the first is at its first round.
+PLANNER_STATISTICS_EVERY = 600
 # Pages: interrupts on an inbox page, trail entries on an audit page, and the
 # events a thread's page shows at most.
 INBOX_PAGE_SIZE = 25

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from ..conf import settings
-from . import claims, dbthreads, decisions, escalation, outbox, streaming, wakeup
+from ..conf import PLANNER_STATISTICS_EVERY, settings
+from . import claims, dbthreads, decisions, escalation, outbox, statistics, streaming, wakeup
 from .notify import rounds
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,10 @@ _claim_due = dbthreads.released(outbox.claim_due)
 
 
 @dbthreads.released
-def _round(sweep: bool) -> list:
+def _round(sweep: bool, analyze: bool = False) -> list:
     """Expire due interrupts, and every sweep interval lapse what is overdue; the runs whose lease lapsed."""
+    if analyze:
+        statistics.refresh()
     decisions.expire_due()
     if sweep:
         escalation.escalate_due()
@@ -95,6 +97,8 @@ class Supervisor:
         self.stops: dict[int, asyncio.Event] = {}
         # When escalation and lapsed claims were last swept (every COUNTERSIGN_SWEEP_INTERVAL).
         self.swept_at = self.loop.time()
+        # When SQLite's planner statistics were last refreshed (None: at the first round).
+        self.analyzed_at: float | None = None
 
     def start_and_return(self) -> Supervisor:
         self.start()
@@ -132,7 +136,10 @@ class Supervisor:
         sweep = self.loop.time() - self.swept_at >= settings.COUNTERSIGN_SWEEP_INTERVAL
         if sweep:
             self.swept_at = self.loop.time()
-        for run in await sync_to_async(_round)(sweep):
+        analyze = self.analyzed_at is None or self.loop.time() - self.analyzed_at >= PLANNER_STATISTICS_EVERY
+        if analyze:
+            self.analyzed_at = self.loop.time()
+        for run in await sync_to_async(_round)(sweep, analyze):
             if await sync_to_async(outbox.take_over)(run, self.worker):
                 await sync_to_async(streaming.recover)(run, self.worker)
                 self.wakeup.set()
