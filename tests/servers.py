@@ -55,23 +55,27 @@ def _drop_created() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-#: One prepared database per kind of app (self-approving or not), back end and settings module:
-#: (location, the demo reviewer's token). Every new app's database is a copy of it, which spares each of the suite's
-#: ~45 served apps a migration and three Django start-ups (4 CPU-seconds each on 2 cores).
-_TEMPLATES: dict[tuple["Setup", bool, str], tuple[str, str]] = {}
+#: One prepared database per kind of app (``Setup``) and back end: (location, the demo reviewer's
+#: token). Every new app's database is a copy of it, which spares each of the suite's ~45 served
+#: apps a migration and three Django start-ups (4 CPU-seconds each on 2 cores).
+_TEMPLATES: dict[tuple["Setup", bool], tuple[str, str]] = {}
 
 
 @dataclass(frozen=True)
 class Setup:
     """What a served app's database holds beyond `make serve`'s: a policy letting the demo reviewer
-    approve their own runs (one operator), and Alice, a second reviewer (the browser's colleague)."""
+    approve their own runs (one operator), and Alice, a second reviewer (the browser's colleague);
+    and the settings that made it, whose password hasher its logins need (the benchmarks' apps
+    run the app's own, ``project.settings``, and hash as deployed)."""
 
     self_approving: bool = False
     colleague: bool = False
+    settings: str = SERVED_SETTINGS
 
     @property
     def name(self) -> str:
-        return ("sa" if self.self_approving else "plain") + ("_alice" if self.colleague else "")
+        return (("sa" if self.self_approving else "plain") + ("_alice" if self.colleague else "")
+                + ("" if self.settings == SERVED_SETTINGS else "_deployed"))
 
     def code(self) -> str:
         code = ""
@@ -98,11 +102,10 @@ def _run_folder(run: str) -> Path:
     return folder
 
 
-def _template_location(setup: Setup, sqlite: bool, settings: str) -> str:
+def _template_location(setup: Setup, sqlite: bool) -> str:
     # One template per back end: a benchmark serves SQLite apps while DATABASE_URL names
     # PostgreSQL, and a SQLite app copied from a PostgreSQL template got an empty file.
-    # And one per settings module: the benchmarks' (the app's own) hash passwords as deployed.
-    kind, run = setup.name + ("" if settings == SERVED_SETTINGS else "_deployed"), _run()
+    kind, run = setup.name, _run()
     if sqlite:
         if run:
             folder = _run_folder(run)
@@ -113,7 +116,7 @@ def _template_location(setup: Setup, sqlite: bool, settings: str) -> str:
     return os.environ["DATABASE_URL"].rsplit("/", 1)[0] + f"/cs_template_{run or os.getpid()}_{kind}"
 
 
-def _build_template(url: str, setup: Setup, settings: str) -> str:
+def _build_template(url: str, setup: Setup) -> str:
     if url.startswith("postgres"):
         import psycopg
 
@@ -125,15 +128,16 @@ def _build_template(url: str, setup: Setup, settings: str) -> str:
                 admin.execute(f'CREATE DATABASE "{name}"')  # the run drops it (drop_run_templates)
             else:
                 _create_database(admin, name)
-    return _setup({**os.environ, "DATABASE_URL": url, "DEBUG": "true", "DJANGO_SETTINGS_MODULE": settings}, setup)
+    return _setup({**os.environ, "DATABASE_URL": url, "DEBUG": "true", "DJANGO_SETTINGS_MODULE": setup.settings},
+                  setup)
 
 
-def _template(setup: Setup, sqlite: bool, settings: str) -> tuple[str, str]:
-    key = (setup, sqlite, settings)
+def _template(setup: Setup, sqlite: bool) -> tuple[str, str]:
+    key = (setup, sqlite)
     if key not in _TEMPLATES:
-        url = _template_location(setup, sqlite, settings)
+        url = _template_location(setup, sqlite)
         if not (run := _run()):
-            token = _build_template(url, setup, settings)
+            token = _build_template(url, setup)
         else:
             # The first of the run's workers to need this kind builds it; the others wait, then read its token.
             with open(_run_folder(run) / (url.rsplit("/", 1)[1] + ".token"), "a+") as made:
@@ -141,7 +145,7 @@ def _template(setup: Setup, sqlite: bool, settings: str) -> tuple[str, str]:
                 made.seek(0)
                 token = made.read().strip()
                 if not token:
-                    token = _build_template(url, setup, settings)
+                    token = _build_template(url, setup)
                     made.write(token)
         _TEMPLATES[key] = (url, token)
     return _TEMPLATES[key]
@@ -173,9 +177,9 @@ def _setup(env: dict, setup: Setup) -> str:
     return done.stdout.strip().splitlines()[-1]  # the token, alone on its line as `tokens create` prints it
 
 
-def _copy_of_template(url: str, setup: Setup, settings: str) -> str | None:
+def _copy_of_template(url: str, setup: Setup) -> str | None:
     """Make the database at ``url`` a copy of the prepared template, if it does not exist yet; its token."""
-    template, token = _template(setup, url.startswith("sqlite:///"), settings)
+    template, token = _template(setup, url.startswith("sqlite:///"))
     if url.startswith("sqlite:///"):
         target = Path(url.removeprefix("sqlite:///"))
         if target.exists():
@@ -242,14 +246,14 @@ class ServedApp:
     def __init__(self, workdir: Path, name: str = "serve", *, self_approving: bool = False, colleague: bool = False,
                  **env: str) -> None:
         self.workdir = workdir
-        # A deployment with one operator: a policy for every agent lets the
-        # demo reviewer approve the runs they start (the site default does not).
-        self.setup = Setup(self_approving, colleague)
         self.name = name
         self.overrides = env
         # Resumes leave at once unless a test holds them for an undo (COUNTERSIGN_UNDO_SECONDS).
         self.env = {**os.environ, "DATABASE_URL": database_for(workdir), "DEBUG": "true",
                     "DJANGO_SETTINGS_MODULE": SERVED_SETTINGS, "COUNTERSIGN_UNDO_SECONDS": "0", **env}
+        # A deployment with one operator: a policy for every agent lets the
+        # demo reviewer approve the runs they start (the site default does not).
+        self.setup = Setup(self_approving, colleague, self.env["DJANGO_SETTINGS_MODULE"])
         if self.env.get("REDIS_URL") and "COUNTERSIGN_CHANNEL_PREFIX" not in env:
             # One Redis for every test server: each deployment (workdir) gets its own key prefix.
             self.env["COUNTERSIGN_CHANNEL_PREFIX"] = "cs" + hashlib.sha1(str(workdir).encode()).hexdigest()[:10]
@@ -268,7 +272,7 @@ class ServedApp:
         A new database is a copy of one prepared so once per test process; one that
         exists already (a restarted deployment) is migrated and read as it is.
         """
-        token = _copy_of_template(self.env["DATABASE_URL"], self.setup, self.env["DJANGO_SETTINGS_MODULE"])
+        token = _copy_of_template(self.env["DATABASE_URL"], self.setup)
         self.token = token if token is not None else _setup(self.env, self.setup)
         return self
 
