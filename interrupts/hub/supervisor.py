@@ -68,15 +68,16 @@ _claim_due = dbthreads.released(outbox.claim_due)
 @dbthreads.released
 def _round(sweep: bool, analyze: bool = False) -> list:
     """Expire due interrupts, and every sweep interval lapse what is overdue; the runs whose lease lapsed."""
-    if analyze:
-        statistics.refresh()
     decisions.expire_due()
     if sweep:
         escalation.escalate_due()
         claims.lapse_due()
         # Decisions whose process died before telling their reviewer: taken back, never sent.
         decisions.drop_unacknowledged()
-    return outbox.lapsed(timezone.now())
+    lapsed = outbox.lapsed(timezone.now())
+    if analyze:
+        statistics.refresh()  # last: the planner's statistics may fail (a busy database) and nothing waits on them
+    return lapsed
 
 
 class Supervisor:
