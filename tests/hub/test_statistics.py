@@ -3,10 +3,10 @@ then every PLANNER_STATISTICS_EVERY seconds; PostgreSQL's autovacuum keeps its o
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from interrupts.hub import statistics, supervisor, wakeup
+from interrupts.hub import statistics, supervisor
 from interrupts.models import Decision, Interrupt, Run
 
 from .. import factories as make
@@ -41,16 +41,6 @@ def test_on_postgresql_nothing_runs_on_sqlite_the_inbox_s_tables_are_analyzed():
         assert len(statements) == 0
         return
     assert {model._meta.db_table for model in (Interrupt, Decision, Run)} <= analyzed()
-
-
-@pytest.fixture
-async def boss():
-    before = wakeup.registered()
-    made = supervisor.Supervisor(worker="test-statistics")
-    yield made
-    await made.stop()
-    wakeup.register(before)
-    await sync_to_async(connections.close_all)()
 
 
 async def test_a_supervisor_analyzes_at_its_first_round_and_then_only_when_the_interval_passed(boss, monkeypatch):

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.utils import timezone
 
 from interrupts.hub import runs, supervisor, wakeup
@@ -20,10 +19,9 @@ from interrupts.models import Event, Interrupt, Run
 from .. import factories as make
 from ..e2e.scripted_agent import ScriptedAgent
 from ..waiting import until
+from .conftest import WORKER
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WORKER = "supervisor-under-test"
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +36,6 @@ def quick(settings):
     settings.COUNTERSIGN_AFTER_TERMINAL_GRACE = 0.3
     # Long enough that only a wake-up, never the poll, explains a prompt tick.
     settings.COUNTERSIGN_POLL_INTERVAL = 60
-
-
-@pytest.fixture
-async def boss():
-    before = wakeup.registered()
-    made = supervisor.Supervisor(worker=WORKER)
-    yield made
-    await made.stop()
-    wakeup.register(before)
-    await sync_to_async(connections.close_all)()  # the worker thread's, or PostgreSQL keeps the test database
 
 
 class Ticks:
