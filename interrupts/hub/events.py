@@ -24,21 +24,25 @@ from ..protocol.wire import dump
 logger = logging.getLogger(__name__)
 
 
-def _next_seq(thread_pk: int, count: int = 1) -> int:
-    """Reserve ``count`` sequence numbers of the thread; the last one."""
+def _next_seq(thread_pk: int, count: int = 1, **also) -> int:
+    """Reserve ``count`` sequence numbers of the thread, setting ``also`` (its fields) with them; the last one."""
     # The UPDATE takes the thread row's write lock (PostgreSQL) or the
     # database's (SQLite, IMMEDIATE): two writers can never get one number.
-    # One statement (RETURNING) rather than an UPDATE and a SELECT: each
-    # statement gives up the GIL, and a database thread waits up to 5 ms to
-    # get it back from a busy event loop.
+    # One statement (RETURNING) rather than an UPDATE and a SELECT, and the
+    # thread's new state and messages in it too: each statement gives up the
+    # GIL, and a database thread waits up to 5 ms to get it back from a busy event loop.
     quote = connection.ops.quote_name
     meta = Thread._meta
     last_seq, updated_at = (quote(meta.get_field(name).column) for name in ("last_seq", "updated_at"))
+    sets = [f"{last_seq} = {last_seq} + %s", f"{updated_at} = %s"]
+    values = [count, connection.ops.adapt_datetimefield_value(timezone.now())]
+    for name, value in also.items():
+        field = meta.get_field(name)
+        sets.append(f"{quote(field.column)} = %s")
+        values.append(field.get_db_prep_save(value, connection))
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(meta.db_table)} SET {last_seq} = {last_seq} + %s, {updated_at} = %s "
-            f"WHERE {quote(meta.pk.column)} = %s RETURNING {last_seq}",
-            [count, connection.ops.adapt_datetimefield_value(timezone.now()), thread_pk])
+        cursor.execute(f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} "
+                       f"WHERE {quote(meta.pk.column)} = %s RETURNING {last_seq}", [*values, thread_pk])
         return cursor.fetchone()[0]
 
 
@@ -156,13 +160,11 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
             holding = holding.filter(status=Run.Status.STREAMING, claimed_by=worker)
         if not holding.exists():
             return None
-        last = _next_seq(run.thread_id, len(events))
+        folded = {name: value for name, value in (("state", state), ("messages", messages))
+                  if value is not _UNCHANGED}
+        last = _next_seq(run.thread_id, len(events), **folded)
         seqs = list(range(last - len(events) + 1, last + 1))
         _insert_events(run, seqs, events)
-        if state is not _UNCHANGED:
-            Thread.objects.filter(pk=run.thread_id).update(state=state)
-        if messages is not _UNCHANGED:
-            Thread.objects.filter(pk=run.thread_id).update(messages=messages)
         thread_pk, event_type = run.thread_id, events[-1].type
         relay.event_appended(thread_pk, last, event_type)
     if carry is not None:
