@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from interrupts.hub import decisions
-from interrupts.models import Event, Interrupt, Thread
+from interrupts.models import Event, Interrupt, Policy, Thread
 
 from .. import factories as make
 
@@ -41,6 +41,20 @@ BUDGETS = {
     "/api/deliveries/": 3,
     "/api/me/notifications/": 3,
     "/api/insight/": 5,
+    "/inbox/?agent={agent}": 18,
+    "/inbox/?thread={thread}&embedded=1": 13,
+    "/threads/{thread}/events/": 9,
+    "/insight/export.csv": 5,
+    "/insight/export.json": 5,
+    "/registry/add/": 7,
+    "/registry/{agent}/edit/": 8,
+    "/policies/add/": 11,
+    "/policies/{policy_pk}/edit/": 14,
+    "/api/agents/{agent}/": 3,
+    "/api/threads/{thread}/events/": 4,
+    "/api/policies/{policy}/": 5,
+    "/api/metrics/": 7,
+    "/metrics": 7,
 }
 
 
@@ -78,7 +92,9 @@ def judge(few: list[str], many: list[str], budget: int, what: str) -> None:
 def test_a_read_costs_its_budget_whatever_the_rows(client, reviewer, path):
     grow(reviewer, 2)
     first = Interrupt.objects.filter(status="pending").order_by("pk").select_related("run__thread").first()
-    url = path.format(thread=first.run.thread.thread_id, interrupt=first.pk, run=first.run.run_id)
+    policy = first.policy or Policy.objects.get(agent=first.run.agent)
+    url = path.format(thread=first.run.thread.thread_id, interrupt=first.pk, run=first.run.run_id,
+                      agent=first.run.agent.name, policy=policy.name, policy_pk=policy.pk)
 
     def cost() -> list[str]:
         assert client.get(url).status_code == 200
@@ -112,3 +128,27 @@ def test_a_decision_from_the_inbox_costs_its_budget_whatever_the_rows(client, re
     few = cost()
     grow(reviewer, 6)
     judge(few, cost(), DECISION_FROM_THE_INBOX[connection.vendor], "the decision")
+
+
+#: A bulk approval through the API: what the request costs whatever its size, and what each card adds (its
+#: own decision, as if alone: re-read, checked, recorded in the trail, its batch's resume queued). PostgreSQL
+#: adds each card's batch row lock and the trail's advisory lock.
+BULK_DECISION = {"sqlite": (6, 17), "postgresql": (6, 19)}
+
+
+def test_a_bulk_decision_costs_a_fixed_amount_per_card(client, reviewer):
+    grow(reviewer, 12)
+
+    def cost(size: int) -> int:
+        chosen = list(Interrupt.objects.filter(status="pending").order_by("pk").values_list("pk", flat=True)[:size])
+        with CaptureQueriesContext(connection) as statements:
+            response = client.post("/api/interrupts/bulk-decide/", {"action": "approve", "ids": chosen},
+                                   content_type="application/json")
+        assert response.status_code == 200 and len(response.json()["decided"]) == size, response.content[:300]
+        return len(statements)
+
+    cost(1)  # the process's caches, as a served app has them
+    two, six = cost(2), cost(6)
+    per_card = (six - two) // 4
+    assert (two - 2 * per_card, per_card) == BULK_DECISION[connection.vendor], (two, six)
+    assert six - two == 4 * per_card
