@@ -7,9 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import connection, models, transaction
-from django.db.models import Subquery, Value
-from django.db.models.functions import Cast, Concat
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ...models import AUDIT_GENESIS, AuditEntry, Decision, Interrupt, Policy
@@ -103,10 +101,15 @@ def policy_version(name: str) -> dict | None:
     (``decisions`` checks eligibility against the policies in force, and
     every change of one is an entry before it is in force).
     """
-    # One statement: it runs under the decision's lock.
-    pk = Cast(Subquery(Policy.objects.filter(name=name).values("pk")[:1]), models.CharField())
-    last = (AuditEntry.objects.filter(subject=Concat(Value("policy:"), pk)).order_by("-seq")
-            .values_list("subject", "seq", "hash").first())
+    # One statement, as it runs under the decision's lock; raw SQL, as it runs on every decision and
+    # compiling its ORM spelling (a cast subquery in a concatenation) cost ten times the query.
+    quote = connection.ops.quote_name
+    entries, policies = quote(AuditEntry._meta.db_table), quote(Policy._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT subject, seq, hash FROM {entries} WHERE subject = "
+                       f"'policy:' || (SELECT CAST(id AS TEXT) FROM {policies} WHERE name = %s) "
+                       "ORDER BY seq DESC LIMIT 1", [name])
+        last = cursor.fetchone()
     if last is None:
         return None  # the site default (a policy with no entry at all is verify's to report)
     subject, seq, entry = last
