@@ -86,6 +86,6 @@ def save(name: str, results: dict, **about) -> Path:
     return path
 
 
-def run_folder(run: str) -> Path:
+def run_folder(run: str, folder: Path = RESULTS) -> Path:
     """Where one `make bench` run keeps its own copy of every results file (bench/results/runs/<run>/)."""
-    return RESULTS / "runs" / run
+    return folder / "runs" / run

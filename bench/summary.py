@@ -54,8 +54,8 @@ class Figure:
 class Results:
     """This run's bench/results/*.json, and why any is missing."""
 
-    def __init__(self, run: str, any_run: bool) -> None:
-        self.run, self.any_run = run, any_run
+    def __init__(self, run: str, any_run: bool, folder: Path = RESULTS) -> None:
+        self.run, self.any_run, self.folder = run, any_run, folder
         self.documents: dict[str, dict] = {}
         self.problems: dict[str, str] = {}
         self.services = ""
@@ -63,9 +63,9 @@ class Results:
     def get(self, name: str) -> dict | None:
         if name in self.documents or name in self.problems:
             return self.documents.get(name)
-        path = RESULTS / f"{name}.json"
-        if self.run and not self.any_run and (run_folder(self.run) / f"{name}.json").exists():
-            path = run_folder(self.run) / f"{name}.json"  # this run's copy, whatever ran since
+        path = self.folder / f"{name}.json"
+        if self.run and not self.any_run and (run_folder(self.run, self.folder) / f"{name}.json").exists():
+            path = run_folder(self.run, self.folder) / f"{name}.json"  # this run's copy, whatever ran since
         if not path.exists():
             self.problems[name] = f"bench/{name}.py wrote no results (bench/results/{name}.json is missing)"
             return None
