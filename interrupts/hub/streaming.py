@@ -144,20 +144,17 @@ async def _chunks(response: httpx.Response, lifecycle: RunLifecycle) -> AsyncIte
         yield chunk
 
 
-# The streamed-token events and the state's patches, and the attribute (and wire key) naming what each
-# extends (the state: none).
+# The streamed-token events, and the attribute (and wire key) naming what each extends. Not STATE_DELTA:
+# its model holds each patch operation as a model of its own, which the fold cannot apply.
 _DELTA_IDS = {"TEXT_MESSAGE_CONTENT": ("message_id", "messageId"),
               "REASONING_MESSAGE_CONTENT": ("message_id", "messageId"),
-              "TOOL_CALL_ARGS": ("tool_call_id", "toolCallId"),
-              "STATE_DELTA": None}
+              "TOOL_CALL_ARGS": ("tool_call_id", "toolCallId")}
 
 
 def _delta_payload(kind: str, event) -> dict:
-    """The wire fields of a parsed delta event that fold reads (``protocol.conversation``)."""
-    payload = {"type": kind, "delta": event.delta}
-    if (named := _DELTA_IDS[kind]) is not None:
-        attribute, key = named
-        payload[key] = getattr(event, attribute)
+    """The wire fields of a parsed token event that fold reads (``protocol.conversation``)."""
+    attribute, key = _DELTA_IDS[kind]
+    payload = {"type": kind, key: getattr(event, attribute), "delta": event.delta}
     if event.metadata is not None:
         payload["metadata"] = event.metadata
     if event.subagent_run_id is not None:
@@ -580,8 +577,8 @@ class RunStreamer:
             raise Fault(fault.code, fault.message, frame.data) from None
         # The text is what is stored; it is decoded again only where someone reads it.
         if payload is None and self.listener is None and kind in _DELTA_IDS:
-            # A streamed token (the most frequent event) or a state patch: what the conversation needs
-            # of it is read off the event already parsed, rather than decoding its text a second time.
+            # A streamed token, the most frequent event: what the conversation needs of it is
+            # read off the event already parsed, rather than decoding its text a second time.
             payload = _delta_payload(kind, event)
         if payload is None and (self.listener is not None or kind in events.FOLDED or self.lifecycle.finished
                                 or kind == "CUSTOM"):

@@ -16,7 +16,7 @@ from django.db import connection, connections
 from pydantic import BaseModel, TypeAdapter
 
 from interrupts.hub import events, streaming
-from interrupts.models import Event, Run
+from interrupts.models import Event, Run, Thread
 
 from .. import factories as make
 from ..loopback import LoopbackAgent, frame, stream
@@ -62,9 +62,10 @@ def test_a_batch_of_events_costs_the_same_round_trips_whatever_its_size():
 # --- parses per event -------------------------------------------------------------------------------
 
 # Parses of each event's text (or of the dict it decoded to) by the relay, by the kind of event: a
-# streamed token, or a patch of the state, is parsed once; an event the thread's conversation folds
-# in whole is parsed, then decoded again as the fold reads it.
-PARSES = {"TEXT_MESSAGE_CONTENT": 1, "TOOL_CALL_ARGS": 1, "STATE_DELTA": 1, "STEP_STARTED": 2}
+# streamed token is parsed once; an event the thread's conversation folds in whole (a state patch among
+# them: its model holds each operation as a model, not as the fold applies it) is parsed, then decoded
+# again as the fold reads it.
+PARSES = {"TEXT_MESSAGE_CONTENT": 1, "TOOL_CALL_ARGS": 1, "STATE_DELTA": 2, "STEP_STARTED": 2}
 
 
 class Mixer(LoopbackAgent):
@@ -75,13 +76,13 @@ class Mixer(LoopbackAgent):
         ids = {"threadId": body["threadId"], "runId": body["runId"]}
         many = {"TEXT_MESSAGE_CONTENT": {"type": kind, "messageId": "m-1", "delta": "word "},
                 "TOOL_CALL_ARGS": {"type": kind, "toolCallId": "tc-1", "delta": '{"a": 1}'},
-                "STATE_DELTA": {"type": kind, "delta": [{"op": "replace", "path": "/n", "value": 2}]},
+                "STATE_DELTA": {"type": kind, "delta": [{"op": "add", "path": "/n/-", "value": 2}]},
                 "STEP_STARTED": {"type": kind, "stepName": "think"}}[kind]
         stream(handler, [
             frame({"type": "RUN_STARTED", **ids}),
             frame({"type": "TEXT_MESSAGE_START", "messageId": "m-1", "role": "assistant"}),
             frame({"type": "TOOL_CALL_START", "toolCallId": "tc-1", "toolCallName": "noop"}),
-            frame({"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}}),
+            frame({"type": "STATE_SNAPSHOT", "snapshot": {"n": [1]}}),
             b"".join(frame(many) for _ in range(int(count))),
             frame({"type": "TOOL_CALL_END", "toolCallId": "tc-1"}),
             frame({"type": "TEXT_MESSAGE_END", "messageId": "m-1"}),
@@ -125,6 +126,16 @@ async def parses_of(mixer, parses, kind: str, count: int) -> int:
     after = parses.count
     assert await Event.objects.filter(run=run, from_agent=True).acount() == 7 + count
     assert (await Run.objects.aget(pk=run.pk)).status == Run.Status.SUCCEEDED
+    # What the events built, as a client folds them: a parse saved must not cost the conversation.
+    thread = await Thread.objects.aget(pk=run.thread_id)
+    patched = count if kind == "STATE_DELTA" else 0
+    assert thread.state == {"n": [1] + [2] * patched}
+    text = "word " * count if kind == "TEXT_MESSAGE_CONTENT" else ""
+    args = '{"a": 1}' * count if kind == "TOOL_CALL_ARGS" else ""
+    said = {m["id"]: m for m in thread.messages}
+    assert said["m-1"]["content"] == text
+    assert [call["function"] for m in thread.messages for call in m.get("toolCalls", [])] == [
+        {"name": "noop", "arguments": args}]
     return after - before
 
 
