@@ -38,6 +38,10 @@ REFERENCE = ROOT / "bench" / "smoke_reference.json"
 #: A figure fails when its ratio is above FACTOR × its reference, or below its reference ÷ FACTOR.
 FACTOR = 2
 IN_PROCESS = "in process"  # the "back end" of a benchmark of pure code (bench/sse_reader.py)
+#: Ratios printed with how far they moved, but not judged: on this 2-core machine they moved past FACTOR
+#: with no change behind them even run alone (50 at once ÷ one at a time: 1.0–3.4 on SQLite and 2.2–8.8
+#: on PostgreSQL across the runs recorded and checked), so failing on them would fail CI at random.
+ADVISORY = {("interrupt_latency", "p50, 50 runs at once ÷ one at a time")}
 
 Ratio = tuple[str, str, float | None]  # figure, back end, this run's ratio (None: the benchmark gave none)
 
@@ -155,13 +159,16 @@ def check(reference_path: Path, folder: Path, run: str, moved_to: Path | None = 
             failure = f"not measured in this run ({missing.get(name, f'bench/{name}.py gave no such figure')})"
         elif not value or value <= 0:
             failure = "this run gave no ratio (the benchmark measured no figure or no baseline)"
+        elif (name, figure) in ADVISORY:
+            failure = None
         elif moved(entry["ratio"], value) > FACTOR:
             failure = (f"{value:.3g} this run against {entry['ratio']:.3g} in the reference: "
                        f"{described(entry['ratio'], value)}, more than the {FACTOR}× allowed")
         else:
             failure = None
         moved_text = described(entry["ratio"], value) if entry and value and value > 0 else ""
-        rows.append([*row, moved_text, "FAIL" if failure else "ok"])
+        verdict = "FAIL" if failure else "advisory" if (name, figure) in ADVISORY else "ok"
+        rows.append([*row, moved_text, verdict])
         if failure:
             failures.append(f"{where}: {failure}")
             failed_benchmarks.add(name)
@@ -178,7 +185,9 @@ def check(reference_path: Path, folder: Path, run: str, moved_to: Path | None = 
         print(f"{len(failures)} of {len(rows)} figures failed. If a change moved one on purpose, re-record the "
               "reference (bench/smoke_check.py's docstring says how).")
         return 1
-    print(f"All {len(rows)} figures are within {FACTOR}× of the reference.")
+    judged = sum(1 for row in rows if row[-1] == "ok")
+    print(f"All {judged} judged figures are within {FACTOR}× of the reference "
+          f"({len(rows) - judged} advisory, printed above, not judged).")
     return 0
 
 

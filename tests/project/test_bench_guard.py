@@ -67,7 +67,7 @@ def test_a_run_within_2x_passes_and_shows_every_figure(reference, tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "1.83× higher" in checked.stdout and "1.92× lower" in checked.stdout
     assert checked.stdout.count(RELAY) == 2
-    assert "All 2 figures are within 2× of the reference." in checked.stdout
+    assert "All 2 judged figures are within 2× of the reference (0 advisory" in checked.stdout
 
 
 @pytest.mark.parametrize(("sqlite", "moved"), [(0.65, "2.17× higher"), (0.14, "2.14× lower")])
@@ -129,3 +129,27 @@ def test_a_lone_run_far_out_does_not_pull_the_reference(tmp_path):
     figures = json.loads(path.read_text())["figures"]["relay_throughput"][RELAY]
     assert figures["sqlite"]["ratio"] == pytest.approx(math.sqrt(0.11 * 0.12), rel=1e-3)  # not 0.3, halfway to 0.9
     assert "[sqlite] spread 9.00× across these runs (0.1, 0.11, 0.12, 0.9); 1 of them would fail" in recorded.stdout
+
+
+def test_an_advisory_figure_is_shown_however_far_it_moved_and_fails_only_when_missing(tmp_path):
+    """50 runs at once ÷ one at a time moves past 2× with no change behind it here: printed, not judged."""
+    def latency_run(folder, ratio):
+        (folder).mkdir()
+        document = json.loads((write_run(tmp_path / f"{folder.name}-relay", sqlite=0.3, postgres=0.1)
+                               / "relay_throughput.json").read_text())
+        document.update(benchmark="interrupt_latency", results={"sqlite": {
+            "1 run at a time": {"p50_ms": 10.0}, "50 at once, ends spread over 1 s": {"p50_ms": 10.0 * ratio}}})
+        (folder / "interrupt_latency.json").write_text(json.dumps(document))
+        return folder
+
+    path = tmp_path / "reference.json"
+    assert smoke_check("--reference", path, "--record", latency_run(tmp_path / "one", 2),
+                       latency_run(tmp_path / "two", 2)).returncode == 0
+    checked = smoke_check("--reference", path, "--results", latency_run(tmp_path / "far", 9))
+    assert checked.returncode == 0 and "FAILED" not in checked.stdout, checked.stdout
+    assert "4.50× higher" in checked.stdout and "advisory" in checked.stdout
+    assert "1 advisory, printed above, not judged" in checked.stdout
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    checked = smoke_check("--reference", path, "--results", missing)
+    assert "FAILED: interrupt_latency: p50, 50 runs at once ÷ one at a time [sqlite]: not measured" in checked.stdout
