@@ -43,6 +43,17 @@ def fresh_channel_layer():
 
 
 @pytest.fixture
+async def closed_after():
+    """After the test, the connections its database calls opened on asgiref's worker thread, closed
+    there: PostgreSQL refuses to drop a test database a connection still holds."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
 def staff(client):
     """A superuser, logged in on Django's test ``client``."""
     from . import factories as make

@@ -14,7 +14,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
@@ -219,13 +218,6 @@ def agent():
     served = Agent().start()
     yield served
     served.stop()
-
-
-@pytest.fixture
-async def closed_after():
-    yield
-    # The database calls ran on asgiref's worker thread: close its connection there.
-    await sync_to_async(connections.close_all)()
 
 
 def streamed_run(url: str) -> Run:

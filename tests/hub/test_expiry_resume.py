@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from ag_ui.core import RunAgentInput
 from asgiref.sync import sync_to_async
-from django.db import connection, connections
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -160,12 +160,6 @@ def agent():
     served = Agent().start()
     yield served
     served.stop()
-
-
-@pytest.fixture
-async def closed_after():
-    yield
-    await sync_to_async(connections.close_all)()
 
 
 def claimed(run: Run) -> None:

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, connections
+from django.db import connection
 from pydantic import BaseModel, TypeAdapter
 
 from interrupts.hub import events, streaming
@@ -23,14 +23,7 @@ from ..loopback import LoopbackAgent, frame, stream
 from ..round_trips import round_trips
 from .test_streaming import WORKER, claimed_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-async def closed_after():
-    yield
-    # The stream's database calls ran on worker threads: closed there, or PostgreSQL cannot drop the test database.
-    await sync_to_async(connections.close_all)()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("closed_after")]
 
 # Round trips of one batch of streamed tokens recorded mid-run, however many tokens it holds: BEGIN,
 # the run's row lock, the thread's next sequence numbers with its messages, the INSERT, COMMIT.

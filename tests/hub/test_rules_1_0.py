@@ -8,7 +8,6 @@ import asyncio
 import pytest
 from ag_ui.core import RunAgentInput
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.urls import reverse
 
 from interrupts.api.serializers import RunSerializer
@@ -21,7 +20,7 @@ from interrupts.reads import history
 from .. import factories as make
 from ..e2e.scripted_agent import ScriptedAgent
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("closed_after")]
 
 WORKER = "test-worker"
 
@@ -37,12 +36,6 @@ def agent():
 def quick(settings):
     settings.COUNTERSIGN_AFTER_TERMINAL_GRACE = 0.3
     settings.COUNTERSIGN_IDLE_TIMEOUT = 2.0
-
-
-@pytest.fixture(autouse=True)
-async def closed_after():
-    yield
-    await sync_to_async(connections.close_all)()
 
 
 def _start(url: str, thread_id: str | None = None, agent_row: Agent | None = None) -> Run:

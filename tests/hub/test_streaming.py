@@ -13,7 +13,6 @@ import threading
 import pytest
 from ag_ui.core import RunAgentInput
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from interrupts.hub import decisions, outbox, runs, streaming
 from interrupts.models import Event, Interrupt, Run, Thread
@@ -26,7 +25,7 @@ from ..e2e.scripted_agent import ScriptedAgent, finished, started
 from ..loopback import frame, send, stream
 from ..waiting import until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("closed_after")]
 
 WORKER = "test-worker"
 
@@ -122,14 +121,6 @@ def quick(settings):
     # An agent that stays open after its terminal event is waited for this long only.
     settings.COUNTERSIGN_AFTER_TERMINAL_GRACE = 0.3
     settings.COUNTERSIGN_IDLE_TIMEOUT = 1.0
-
-
-@pytest.fixture(autouse=True)
-async def closed_after():
-    yield
-    # The database calls ran on asgiref's worker thread: its connection is closed
-    # there, or PostgreSQL refuses to drop the test database at the end.
-    await sync_to_async(connections.close_all)()
 
 
 def claimed_run(url: str, message: str = "hi", **agent_fields) -> Run:

@@ -10,10 +10,8 @@ query) fails here, long before a thousand sockets would show it.
 import json
 
 import pytest
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
-from django.db import connections
 
 from interrupts.live import consumers, relay
 
@@ -21,18 +19,12 @@ from .. import factories as make
 from ..round_trips import round_trips
 from .test_consumers import ORIGIN, connect, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("closed_after")]
 
 USERS, TABS = 3, 3  # each user with this many inbox tabs open
 # Statements per reader recounted: their right to decide (their own permissions and their groups'),
 # their groups (which policies admit them), and the count of what waits for them.
 PER_USER = 4
-
-
-@pytest.fixture(autouse=True)
-async def closed_after():
-    yield
-    await sync_to_async(connections.close_all)()
 
 
 async def test_a_broadcast_is_encoded_once_and_each_reader_recounted_once(monkeypatch):
