@@ -7,10 +7,11 @@ read. Also shown: how long the decision request itself took to answer, so
 the rest is the supervisor picking up the queued resume and calling the
 agent. Goals: p50 <= 15 ms, and p50 <= 10 ms for the decision request's own answer.
 
-Baseline, same server, same run: an authenticated API read of the run each
-sample decided (GET /api/runs/<id>/, three statements), as many times: what
-any request costs here (the client, daphne, the middleware, the token, DRF)
-before a decision does any work of its own.
+Baseline, same server, same run: just before each decision, with the server
+as idle, an authenticated API read of the run about to be decided
+(GET /api/runs/<id>/, three statements): what any request costs here (the
+client, daphne, the middleware, the token, DRF) before a decision does any
+work of its own.
 
 Measured with COUNTERSIGN_UNDO_SECONDS=0: a deployment holds each decision's
 resume for that many seconds (default 5) so it can be undone, a wait chosen

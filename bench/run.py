@@ -140,5 +140,6 @@ def check(reference: str) -> set[str]:
         names = set(moved.read().split())
     return names | ({"smoke_check"} if done.returncode != 0 and not names else set())
 
+
 if __name__ == "__main__":
     sys.exit(main())
