@@ -135,7 +135,7 @@ test-scale: venv peers $(AXE)/node_modules/.installed browser
 # goals of issue 12 against this run's figures (BENCH_RUN tells them from older
 # files). Each entry is name:seconds[:arguments, joined by +]: bench/run.py
 # bounds each, and starts none past the budget, so the whole run stays under
-# fifteen minutes (about ten here, on 2 cores). The benchmarks' own tools
+# fifteen minutes (about five here, on 2 cores). The benchmarks' own tools
 # (matplotlib, for the scaling chart) are in bench/requirements.txt, installed
 # into .venv here, not the app's.
 BENCHMARKS := sse_reader:60 hostile_schema:120 inbox_scale:150 relay_throughput:180 interrupt_latency:180 resume_latency:150 connections:240 scaling:300
