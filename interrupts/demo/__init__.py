@@ -27,16 +27,20 @@ def register_demo_agents(base_url: str) -> None:
     A demo policy is created once: an operator who changes or deletes it
     (to try quorums or groups on the demo agents) keeps their change.
     """
+    from django.db import transaction
+
     from ..hub import agents, policies
 
     base = base_url.rstrip("/")
-    for name, agent in demo_agents().items():
-        row, created = agents.update_or_create(
-            name=name,
-            defaults={"url": f"{base}/agents/{name}/", "description": agent.description, "builtin": True},
-        )
-        if created:
-            policies.get_or_create(
-                agent=row, reason="", tool_name="",
-                defaults={"name": DEMO_POLICY.format(name=name), "allow_self_approval": True},
+    # One commit, not twelve: this runs at every start and after every flush (each transactional test).
+    with transaction.atomic():
+        for name, agent in demo_agents().items():
+            row, created = agents.update_or_create(
+                name=name,
+                defaults={"url": f"{base}/agents/{name}/", "description": agent.description, "builtin": True},
             )
+            if created:
+                policies.get_or_create(
+                    agent=row, reason="", tool_name="",
+                    defaults={"name": DEMO_POLICY.format(name=name), "allow_self_approval": True},
+                )
