@@ -13,12 +13,14 @@ from ..conf import (
     MAX_BULK_DECISIONS,
     MAX_COMMENT_CHARS,
     MAX_CREDENTIAL_CHARS,
+    MAX_GRANT_HOURS,
+    MAX_GRANT_USES,
     MAX_MESSAGE_CHARS,
     MAX_REQUIRED_APPROVALS,
     MAX_TITLE_CHARS,
 )
 from ..hub import agents, claims, decisions, policies
-from ..models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
+from ..models import Agent, Decision, Event, Grant, Interrupt, Policy, Run, Thread
 from ..protocol.schema.edits import supports_edits
 from ..reads import selectors
 from ..rules import eligibility, targets
@@ -106,7 +108,7 @@ class PolicySerializer(serializers.ModelSerializer):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "target_minutes", "backup_group", "created_at", "updated_at"]
+                  "allow_self_approval", "always_ask", "target_minutes", "backup_group", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         # The scope's uniqueness is checked in validate(), with a sentence; DRF's
         # generated validator does not understand conditional constraints.
@@ -446,3 +448,35 @@ class ClaimResultSerializer(serializers.Serializer):
     name = serializers.CharField()
     since = serializers.DateTimeField()
     lapses_at = serializers.DateTimeField()
+
+
+class GrantSerializer(serializers.ModelSerializer):
+    """A standing grant: who made it and why, what it covers, until when, and how much of it is used."""
+
+    author = serializers.CharField(source="author.get_username", read_only=True)
+    agent = serializers.CharField(source="agent.name", read_only=True)
+    revoked_by = serializers.CharField(source="revoked_by.get_username", read_only=True, default=None)
+    usable = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Grant
+        fields = ["id", "author", "agent", "tool_name", "args_schema", "why", "created_at", "expires_at", "max_uses",
+                  "uses", "revoked_at", "revoked_by", "source", "usable"]
+        read_only_fields = fields
+
+    def get_usable(self, grant) -> bool:
+        return grant.usable_at(timezone.now())
+
+
+class NewGrantSerializer(serializers.Serializer):
+    """What a grant is made of: the agent and tool it covers, the args it allows, why, and its bounds."""
+
+    agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all())
+    tool_name = serializers.CharField(max_length=200)
+    args_schema = serializers.JSONField(required=False, help_text="A JSON Schema the call's args must fit; "
+                                                                  "none (or {}) allows any args.")
+    why = serializers.CharField(max_length=MAX_COMMENT_CHARS)
+    hours = serializers.IntegerField(min_value=1, max_value=MAX_GRANT_HOURS)
+    max_uses = serializers.IntegerField(min_value=1, max_value=MAX_GRANT_USES, required=False, allow_null=True)
+    interrupt = serializers.PrimaryKeyRelatedField(queryset=Interrupt.objects.select_related("run"), required=False,
+                                                   allow_null=True, help_text="The card it was made on, if any.")

@@ -13,6 +13,7 @@ decisions) and 0011 (the audit chain). More in docs/internals/models.md.
 from .agents import DIALECT_CHOICES, Agent, masked, new_signing_secret
 from .audit import AUDIT_GENESIS, AuditCheckpoint, AuditEntry
 from .fields import ExactJSONField
+from .grants import Grant
 from .interrupts import Decision, DecisionStatus, Interrupt, InterruptStatus, Presence
 from .notifications import (
     Delivery,
@@ -32,7 +33,7 @@ from .tokens import APIToken
 __all__ = [
     "AUDIT_GENESIS", "APIToken", "Agent", "AuditCheckpoint", "AuditEntry", "DIALECT_CHOICES", "Decision",
     "DecisionStatus", "Delivery", "DeliveryAttempt", "DeliveryStatus", "EmailChoice", "EmailNotice", "Event",
-    "ExactJSONField", "Interrupt", "InterruptStatus", "NotificationPreference", "NotifyEvent", "Policy",
+    "ExactJSONField", "Grant", "Interrupt", "InterruptStatus", "NotificationPreference", "NotifyEvent", "Policy",
     "Presence", "Run", "RunStatus", "Settlement", "Thread", "Webhook", "every_notify_event", "masked",
     "new_signing_secret",
 ]

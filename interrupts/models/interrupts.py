@@ -123,6 +123,8 @@ class Decision(models.Model):
     action = models.CharField(max_length=16, blank=True)
     policy = models.CharField(max_length=100, blank=True)
     required_approvals = models.PositiveSmallIntegerField(default=1)
+    # The standing grant that took this decision in its author's name (``user``), if a person did not.
+    grant = models.ForeignKey("Grant", null=True, blank=True, on_delete=models.PROTECT, related_name="decisions")
     created_at = models.DateTimeField(auto_now_add=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
 

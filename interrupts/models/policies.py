@@ -47,6 +47,9 @@ class Policy(models.Model):
     allow_self_approval = models.BooleanField(
         default=False, help_text="Whether the person who started the run may decide its interrupts.",
     )
+    always_ask = models.BooleanField(
+        default=False, help_text="Every call asks a person: no standing grant approves these interrupts.",
+    )
     target_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="How soon a decision is expected, in minutes.",
     )

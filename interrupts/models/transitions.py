@@ -76,3 +76,18 @@ class DecisionQuerySet(models.QuerySet):
     def supersede(self, now) -> int:
         """Live decisions no longer stand (the one change a decision row accepts, and only once)."""
         return self.filter(superseded_at__isnull=True).update(superseded_at=now)
+
+
+class GrantQuerySet(models.QuerySet):
+    def usable(self, now) -> models.QuerySet:
+        """Grants that may approve a call now: not revoked, not past their end, uses left."""
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now).filter(
+            models.Q(max_uses__isnull=True) | models.Q(uses__lt=F("max_uses")))
+
+    def use(self, now) -> int:
+        """Spend one use of a grant still usable: 0 when it was revoked, ended or used up meanwhile."""
+        return self.usable(now).update(uses=F("uses") + 1)
+
+    def revoke(self, user, now) -> int:
+        """Stop a grant that is not revoked yet; its next use is refused."""
+        return self.filter(revoked_at__isnull=True).update(revoked_at=now, revoked_by=user)

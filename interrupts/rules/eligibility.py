@@ -46,6 +46,8 @@ class Rule:
     pk: int | None = None
     # Names groups or users (even if they have since been deleted): admits only them.
     restricted: bool = False
+    # Every call asks a person: no standing grant applies.
+    always_ask: bool = False
 
     @property
     def names_people(self) -> bool:
@@ -93,7 +95,7 @@ def _rule(policy: Policy) -> Rule:
         group_ids=frozenset(g.pk for g in groups), user_ids=frozenset(u.pk for u in users),
         group_names=tuple(g.name for g in groups), usernames=tuple(u.get_username() for u in users),
         target_minutes=policy.target_minutes, backup_group_id=policy.backup_group_id, pk=policy.pk,
-        restricted=policy.restricted,
+        restricted=policy.restricted, always_ask=policy.always_ask,
     )
 
 
@@ -124,6 +126,16 @@ def most_specific(policies: list[Policy], agent_id: int, reason: str, tool_name:
 def rule_for(interrupt: Interrupt) -> Rule:
     """The policy in force for ``interrupt`` (its run must be loaded or loadable), as ``rules_held`` says."""
     return rules_held([interrupt])[interrupt.pk]
+
+
+def rule_held(agent_id: int, reason: str, tool_name: str, held: _Held | None = None) -> Rule:
+    """The rule a call with this scope meets, by the policies this process holds (an unsaved interrupt's).
+
+    ``held``: ``held_policies()`` when the caller asks for many (one query, not one each).
+    """
+    held = held or held_policies()
+    winner = most_specific(held.policies, agent_id, reason, tool_name)
+    return held.rules[winner.pk] if winner is not None else SITE_DEFAULT
 
 
 def rules_held(interrupts: Iterable[Interrupt]) -> dict[int, Rule]:

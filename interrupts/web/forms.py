@@ -8,8 +8,10 @@ from django.utils.text import Truncator
 from ..conf import (
     ACTIONS,
     AGENT_BLURB_CHARS,
+    GRANT_HOURS,
     MAX_COMMENT_CHARS,
     MAX_CREDENTIAL_CHARS,
+    MAX_GRANT_USES,
     MAX_JSON_CHARS,
     MAX_MESSAGE_CHARS,
 )
@@ -43,7 +45,8 @@ class JSONTextField(forms.CharField):
 
 
 class DecideForm(forms.Form):
-    action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
+    # "grant": approve, and grant approvals of calls like this one (the card's "Approve and grant").
+    action = forms.ChoiceField(choices=[(a, a) for a in (*ACTIONS, "grant")])
     payload = JSONTextField()
     edited_args = JSONTextField(expect=dict)
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS, widget=forms.Textarea(attrs={"rows": 2}))
@@ -51,6 +54,9 @@ class DecideForm(forms.Form):
     seen = forms.CharField(required=False, max_length=64)
     # "A colleague is reviewing this; decide anyway" (claims.refuse_if_claimed).
     confirm_claim = forms.BooleanField(required=False)
+    grant_hours = forms.TypedChoiceField(choices=GRANT_HOURS, coerce=int, required=False)
+    grant_uses = forms.IntegerField(required=False, min_value=1, max_value=MAX_GRANT_USES)
+    grant_why = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
 
     def clean(self):
         cleaned = super().clean()
@@ -65,6 +71,10 @@ class DecideForm(forms.Form):
             self.add_error("payload", "Fill in the answer before sending it.")
         if action == "edit" and "edited_args" in cleaned and cleaned["edited_args"] is None:
             self.add_error("edited_args", "Give the full edited arguments as a JSON object.")
+        if action == "grant" and not cleaned.get("grant_why", "").strip():
+            self.add_error("grant_why", "Say why calls like this may be approved without asking.")
+        if action == "grant" and not cleaned.get("grant_hours"):
+            self.add_error("grant_hours", "Choose how long the grant lasts.")
         return cleaned
 
 
@@ -229,11 +239,11 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "target_minutes", "backup_group"]
+                  "allow_self_approval", "always_ask", "target_minutes", "backup_group"]
         widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8})}
         labels = {"name": "Name", "agent": "Agent", "reason": "Reason", "tool_name": "Tool", "groups": "Groups",
                   "users": "People", "required_approvals": "Approvals needed",
-                  "allow_self_approval": "Self-approval allowed",
+                  "allow_self_approval": "Self-approval allowed", "always_ask": "Always ask a person",
                   "target_minutes": "Target time (minutes)", "backup_group": "Backup group"}
         help_texts = {"name": "How the Agents page and the API's URLs name it, so it holds no slash."}
 

@@ -70,6 +70,9 @@ def test_plaintext_tokens_still_authenticate_after_0025_and_the_plaintext_is_gon
 
     assert "authtoken_token" not in connection.introspection.table_names()
     assert not MigrationRecorder(connection).migration_qs.filter(app="authtoken").exists()
+    # The app as it is now needs the schema as it is now: the later migrations run before it reads anything.
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
     machine = APIToken.objects.select_related("user").get(user__username="machine")
     assert machine.created == LONG_AGO and machine.expiry is None
     client = Client()

@@ -110,8 +110,12 @@ def backfill_context(apps) -> int:
         for decision in (model("interrupts", "Decision").objects.filter(pk__in=lacking)
                          .select_related("interrupt__run__thread", "user").order_by("pk")):
             now = decision_content(decision)
+            # Only what the models of the migration running this can say (0026's know no grant).
+            missing = {k: now[k] for k in DECISION_ADDED if k not in lacking[decision.pk] and k in now}
+            if not missing:
+                continue
             data = {"decision": decision.pk, "threadId": now["threadId"], "interruptId": now["interruptId"],
-                    **{k: now[k] for k in DECISION_ADDED if k not in lacking[decision.pk]}}
+                    **missing}
             record(CONTEXT, data, subject=f"decision:{decision.pk}", decision=decision,
                    interrupt=decision.interrupt, model=entry)
             completed.add(decision.pk)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...models import AuditEntry
 from .chain import last_data, record
-from .content import agent_content, policy_content
+from .content import agent_content, grant_content, policy_content
 
 # The agent fields whose change is worth an entry: where requests go and what they carry.
 AGENT_TRACKED = ("url", "authHeader", "credentialSet", "credentialDigest", "signingSecretDigest")
@@ -36,3 +36,8 @@ def record_policy(policy, kind: str) -> AuditEntry | None:
 def record_policy_deleted(pk: int, name: str) -> AuditEntry:
     """An entry naming the policy that went."""
     return record("policy.deleted", {"policy": pk, "name": name}, subject=f"policy:{pk}")
+
+
+def record_grant(grant, kind: str) -> AuditEntry:
+    """An entry with the whole of ``grant`` (``kind``: grant.created or grant.revoked)."""
+    return record(kind, grant_content(grant), subject=f"grant:{grant.pk}")

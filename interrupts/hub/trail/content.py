@@ -20,7 +20,9 @@ from ...protocol.subagents import SUBAGENT_EVENTS, attribute, read_subagent_even
 # keys it holds, which its hash fixes; every entry written now holds them all).
 DECISION_ADDED = ("reason", "toolName", "rawDigest", "proposedArgsDigest", "requestedBy",
                   # What the reviewer read on the card besides those (since migration 0026).
-                  "messageDigest", "responseSchemaDigest", "metadataDigest", "expiresAt", "subagent")
+                  "messageDigest", "responseSchemaDigest", "metadataDigest", "expiresAt", "subagent",
+                  # The standing grant that took it (since migration 0028).
+                  "grant")
 #: The policy, as the trail last recorded it, under which the decision was taken: a reference
 #: into the chain (``record_decision``), held to the chain rather than to any row.
 POLICY_VERSION = "policyVersion"
@@ -121,6 +123,7 @@ def decision_content(decision, subagent=...) -> dict:
         "comment": decision.comment,
         "policy": decision.policy,
         "requiredApprovals": decision.required_approvals,
+        **({"grant": decision.grant_id} if hasattr(decision, "grant_id") else {}),  # since 0028
         "createdAt": stamp(decision.created_at),
     })
 
@@ -183,8 +186,10 @@ def policy_content(policy) -> dict:
     backup = {"backupGroupId": policy.backup_group_id,  # since 0020
               "backupGroup": policy.backup_group.name if policy.backup_group_id else None,
               } if hasattr(policy, "backup_group_id") else {}
+    asks = {"alwaysAsk": policy.always_ask} if hasattr(policy, "always_ask") else {}  # since 0028
     return _signable_fields({
         **restricted,
+        **asks,
         "policy": policy.pk,
         "name": policy.name,
         "agentId": policy.agent_id,
@@ -235,3 +240,22 @@ def user_rows():
 def group_rows():
     return Group.objects.prefetch_related(
         Prefetch("permissions", queryset=Permission.objects.select_related("content_type")))
+
+
+def grant_content(grant) -> dict:
+    """What a grant entry records: who made it and why, its scope, its bounds, and who revoked it when."""
+    return _signable_fields({
+        "grant": grant.pk,
+        "author": {"id": grant.author_id, "username": signable(username(grant.author))},
+        "agentId": grant.agent_id,
+        "agent": grant.agent.name,
+        "toolName": grant.tool_name,
+        "argsSchema": grant.args_schema,
+        "why": grant.why,
+        "createdAt": stamp(grant.created_at),
+        "expiresAt": stamp(grant.expires_at),
+        "maxUses": grant.max_uses,
+        "source": grant.source_id,
+        "revokedAt": stamp(grant.revoked_at),
+        "revokedBy": grant.revoked_by_id,
+    })

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.db.models import Max, Subquery
 
 from ...conf import MAX_AUDIT_PROBLEMS as MAX_PROBLEMS
-from ...models import Agent, AuditCheckpoint, AuditEntry, Decision, Event, Interrupt, Policy
+from ...models import Agent, AuditCheckpoint, AuditEntry, Decision, Event, Grant, Interrupt, Policy
 from .chain import CHUNK, CONTEXT, DECISION, EXPIRY, GENESIS, SUPERSEDED, Head
 from .checkpoints import Problem, Verification, against_anchor, against_checkpoint, delivered_head, walk
 from .checkpoints import save as save_checkpoint
@@ -20,6 +20,7 @@ from .content import (
     decision_content,
     digests,
     expiry_content,
+    grant_content,
     group_content,
     group_rows,
     policy_content,
@@ -240,6 +241,10 @@ def _families() -> list[_Family]:
                 policy_content, _policy_differs, lambda p: p.name),
         _Family("group", group_rows, group_content, _fields_differ("permissions"), lambda g: g.name),
         _Family("user", user_rows, user_content, _fields_differ(*_USER_VERIFIED), username),
+        _Family("grant", lambda: Grant.objects.select_related("agent", "author"), grant_content,
+                _fields_differ("author", "agentId", "toolName", "argsSchema", "why", "expiresAt", "maxUses",
+                               "revokedAt", "revokedBy"),
+                lambda g: f"{g.tool_name} on {g.agent.name}"),
     ]
 
 
