@@ -252,6 +252,14 @@ MAX_PENDING_TOOL_CALL_CHARS = 200
 # Approvals a policy may require of one interrupt: a quorum larger than a
 # team plausibly has is a typo that would hold every request forever.
 MAX_REQUIRED_APPROVALS = 10
+# A standing grant's bounds: at most 30 days, and uses a team would count; the grants one call is checked against.
+MAX_GRANT_HOURS = 720
+MAX_GRANT_USES = 10_000
+MAX_GRANTS_CHECKED = 20
+# Fields of a call a grant made on its card may hold to their values.
+MAX_GRANT_HELD = 50
+#: How long a grant made on a card lasts, in hours, as its menu offers it.
+GRANT_HOURS = ((1, "1 hour"), (4, "4 hours"), (8, "8 hours"), (24, "1 day"), (72, "3 days"), (168, "1 week"))
 # Bytes of a refused event's raw text kept in the RUN_ERROR that reports it.
 MAX_RAW_IN_ERROR = 4096
 # Bytes of an agent's error answer kept in the run's RUN_ERROR.

@@ -139,15 +139,22 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
         setattr(run, name, value)
 
 
+#: Standing approvals of raised interrupts: given the run, its unsaved interrupts and the time, found
+#: before the transaction; the call it returns approves them inside it and says which (``grants.standing``).
+Standing = Callable[[Run, list[Interrupt], object], Callable[[], set[int]]]
+
+
 def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, notice: str = "",
-           pending: list[dict] | None = None, version: str | None = None) -> None:
+           pending: list[dict] | None = None, version: str | None = None, standing: Standing | None = None) -> None:
     """End ``run`` as its terminal event says (fail, succeed, cancel, or raise its interrupts), once its stream closed.
 
     ``terminal``: the end as the agent's dialect reads it; ``notice``: what the dialect noticed;
-    ``pending``: tool calls left for its client; ``version``: the protocolVersion its RUN_STARTED declared.
+    ``pending``: tool calls left for its client; ``version``: the protocolVersion its RUN_STARTED declared;
+    ``standing``: what approves raised interrupts without asking (the grants), in the same transaction.
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)
+    spend = standing(run, raised, now) if standing is not None and raised else set
     notice = " ".join(part for part in (notice, versioning.notice(version)) if part)
     declared = (version or "")[:Agent._meta.get_field("protocol_version").max_length]
     with transaction.atomic(durable=True):
@@ -157,7 +164,9 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
         thread_pk = run.thread_id
         if run.status == Run.Status.INTERRUPTED:
             seq = Thread.objects.values_list("last_seq", flat=True).get(pk=thread_pk)
-            enqueue.raised(run, raised)
+            approved = spend()
+            if waiting := [row for row in raised if row.pk not in approved]:
+                enqueue.raised(run, waiting)
             if any(row.expires_at is not None and row.expires_at <= now for row in raised):
                 # Already past its expiry: the sweep expires it at once, under the
                 # batch's lock, and queues the resume that cancels it (``decisions.expire_due``).

@@ -360,7 +360,9 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
         **bound,
         "decisions": [
             {"username": d.user.get_username(), "userId": d.user_id, "action": d.action or "",
-             "at": d.created_at.isoformat(), "comment": d.comment}
+             "at": d.created_at.isoformat(), "comment": d.comment,
+             # Approved by a standing grant in its author's name, not by the person at that moment.
+             **({"grant": {"id": d.grant_id, "by": d.user.get_username()}} if d.grant_id else {})}
             for d in live
         ],
         "policy": {"name": closing.policy, "requiredApprovals": closing.required_approvals},

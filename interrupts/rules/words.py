@@ -23,3 +23,9 @@ def outcome_words(decision: Decision) -> str:
     if payload.get("approved") is True:
         return OUTCOME_WORDS["edit" if EDITED_ARGS in payload else "approve"]
     return OUTCOME_WORDS["respond"]
+
+
+def decider(decision: Decision) -> str:
+    """Who took ``decision``, as a page says it: "Alice Smith", or "Alice Smith's standing grant"."""
+    name = decision.user.get_full_name() or decision.user.get_username()
+    return f"{name}'s standing grant" if decision.grant_id else name

@@ -57,6 +57,8 @@ class Approval:
     action: str
     at: str
     comment: str = ""
+    #: ``{"id", "by"}`` when a standing grant approved in ``username``'s name, not the person at that moment.
+    grant: Any = None
 
 
 def check_signature(secret: str, header: str | None, body: bytes, *, now: float | None = None,
@@ -111,6 +113,7 @@ def _approvals(interrupt_id: str, decisions: Any) -> tuple[Approval, ...]:
             action=decision["action"],
             at=str(decision.get("at") or ""),
             comment=str(decision.get("comment") or ""),
+            grant=decision.get("grant"),
         ))
     return tuple(approvals)
 

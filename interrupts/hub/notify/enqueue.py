@@ -79,6 +79,8 @@ def decided(interrupt: Interrupt, user) -> None:
         "id": decision.pk, "by": user.get_username(), "userId": user.pk, "action": decision.action,
         "status": decision.status, "comment": bounded(decision.comment), "at": iso_time(decision.created_at),
         "policy": decision.policy, "requiredApprovals": decision.required_approvals,
+        # A standing grant took it in ``by``'s name.
+        "grant": decision.grant_id,
     }}
     _queue_webhooks(NotifyEvent.DECIDED, [(f"decided:decision:{decision.pk}", interrupt, rule, extra)], hooks)
 

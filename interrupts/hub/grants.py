@@ -1,0 +1,174 @@
+"""Standing grants: made by an eligible reviewer, revoked at once, and spent on the next calls they cover.
+
+A grant approves a call in its author's name, as one approval at most: never
+under a policy that always asks, and only while its author may still decide.
+The call's args are checked against its scope before the run's transaction;
+the use is spent, the decision written and the resume queued inside it, so a
+revocation committed first stops the next use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from ..conf import MAX_COMMENT_CHARS, MAX_GRANT_HOURS, MAX_GRANT_USES, MAX_GRANTS_CHECKED
+from ..models import Agent, Decision, Grant, Interrupt, Run
+from ..protocol.errors import ProtocolError
+from ..protocol.schema.edits import approval_payload
+from ..protocol.schema.payloads import payload_errors
+from ..rules import eligibility
+from . import policies, runs
+from .notify import enqueue
+from .refusals import Refusal
+from .trail import chain, changes
+
+
+def _scope_rule(agent: Agent, tool_name: str, source: Interrupt | None) -> eligibility.Rule:
+    # The card's own rule when made from one; else the policy a call of the tool with no reason would meet.
+    if source is not None:
+        return eligibility.rule_for(source)
+    return eligibility.rule_held(agent.pk, "", tool_name)
+
+
+def create(author, *, agent: Agent, tool_name: str, args_schema: dict | None, why: str, hours: int,
+           max_uses: int | None = None, source: Interrupt | None = None) -> Grant:
+    """A grant by ``author`` for ``agent``'s calls of ``tool_name`` whose args fit ``args_schema``, with its entry.
+
+    Refused (400) when a bound or the scope is unusable, (403) when the author
+    may not decide such calls or the policy always asks.
+    """
+    why = (why or "").strip()
+    if not why:
+        raise Refusal("GRANT_NEEDS_WHY", "Say why calls like this may be approved without asking.", status=400)
+    if len(why) > MAX_COMMENT_CHARS:
+        raise Refusal("TOO_LARGE", f"A grant's reason holds at most {MAX_COMMENT_CHARS:,} characters.", status=400)
+    if not tool_name:
+        raise Refusal("GRANT_NEEDS_TOOL", "A grant covers calls of one tool: name it.", status=400)
+    if type(hours) is not int or not 1 <= hours <= MAX_GRANT_HOURS:
+        raise Refusal("GRANT_HOURS", f"A grant lasts from 1 to {MAX_GRANT_HOURS} hours.", status=400)
+    if max_uses is not None and (type(max_uses) is not int or not 1 <= max_uses <= MAX_GRANT_USES):
+        raise Refusal("GRANT_USES", f"A grant approves from 1 to {MAX_GRANT_USES} calls, or any number "
+                                    "until it ends.", status=400)
+    schema = args_schema if args_schema is not None else {}
+    try:
+        payload_errors(schema, {})  # refuses a schema that cannot be used safely, whatever the args
+    except ProtocolError as problem:
+        raise Refusal("GRANT_SCOPE", f"The grant's constraints on the args are not usable: {problem.message}",
+                      status=400) from None
+    if source is not None and (source.run.agent_id != agent.pk or source.tool_name != tool_name):
+        raise Refusal("GRANT_SCOPE", f"The card a grant is made on must be a call of {tool_name} by {agent.name}.",
+                      status=400)
+    rule = _scope_rule(agent, tool_name, source)
+    if rule.always_ask:
+        raise Refusal("ALWAYS_ASK", f"Policy {rule.name!r} asks a person for every call of {tool_name}: "
+                                    "no grant may approve them.", status=403, policy=rule.name)
+    if not rule.admits(author):
+        raise Refusal("NOT_ELIGIBLE", f"You may not grant approvals of {tool_name}: policy {rule.name!r} "
+                                      f"admits only {rule.waiting_for}.", status=403, policy=rule.name)
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        grant = Grant.objects.create(author=author, agent=agent, tool_name=tool_name, args_schema=schema, why=why,
+                                     expires_at=now + timedelta(hours=hours), max_uses=max_uses, source=source)
+        changes.record_grant(grant, "grant.created")
+    return grant
+
+
+def scope_from(args, held) -> dict:
+    """The args schema a card makes: each of ``held`` (names of ``args``' fields) kept to its value, the rest free.
+
+    Args that are not an object are held whole.
+    """
+    if not isinstance(args, dict):
+        return {"const": args}
+    kept = sorted({name for name in held if name in args})
+    return {"type": "object", "properties": {name: {"const": args[name]} for name in kept}, "required": kept}
+
+
+def may_revoke(user, grant: Grant, held=None) -> bool:
+    """Its author, staff, or anyone who may decide the calls it covers (``held``: as ``rule_held`` takes it)."""
+    return (user.is_authenticated and user.is_active
+            and (user.pk == grant.author_id or user.is_staff
+                 or eligibility.rule_held(grant.agent_id, "", grant.tool_name, held).admits(user)))
+
+
+def revoke(grant: Grant, user) -> Grant:
+    """Stop ``grant`` now, with its entry: the next call it would have covered asks a person."""
+    if not may_revoke(user, grant):
+        raise Refusal("NOT_ELIGIBLE", "Only the grant's author, staff, or someone who may decide the calls it "
+                                      "covers can revoke it.", status=403)
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        if not Grant.objects.filter(pk=grant.pk).revoke(user, now):
+            raise Refusal("ALREADY_REVOKED", "This grant was already revoked.", status=409, grant=grant.pk)
+        grant = Grant.objects.select_related("agent", "author").get(pk=grant.pk)
+        changes.record_grant(grant, "grant.revoked")
+    return grant
+
+
+def standing(run: Run, raised: list[Interrupt], now) -> Callable[[], set[int]]:
+    """Which grants cover which of ``raised`` (unsaved), found now; the returned call spends them.
+
+    Called before the run's transaction (the args are the agent's: checked
+    before any lock); the call, inside it once ``raised`` is saved, approves
+    each covered interrupt and returns the pks of those it approved.
+    """
+    tools = {row.tool_name for row in raised if row.tool_name}
+    if not tools:
+        return set
+    usable = list(Grant.objects.usable(now).filter(agent_id=run.agent_id, tool_name__in=tools)
+                  .order_by("pk")[:MAX_GRANTS_CHECKED])
+    if not usable:
+        return set
+    authors = {u.pk: u for u in get_user_model().objects.filter(pk__in={g.author_id for g in usable})}
+    covered: list[tuple[Interrupt, eligibility.Rule, object, list[Grant]]] = []
+    for row in raised:
+        rule = eligibility.rule_held(run.agent_id, row.reason, row.tool_name)
+        answer = approval_payload(row.response_schema, True)
+        # Past its expiry on arrival: nobody may approve it, a grant no more than a person.
+        if rule.always_ask or answer is None or (row.expires_at is not None and row.expires_at <= now):
+            continue
+        fits = [g for g in usable if g.tool_name == row.tool_name and authors.get(g.author_id) is not None
+                and policies.refusal(authors[g.author_id], rule, row) is None
+                and _fits(g, row.proposed_args)]
+        if fits:
+            covered.append((row, rule, answer, fits))
+
+    def spend() -> set[int]:
+        approved = {row.pk for row, rule, answer, fits in covered if _approve(row, rule, answer, fits, authors, now)}
+        if len(approved) == len(raised):  # the whole batch: its resume goes at once (no undo: nobody clicked)
+            # Read again: the caller's thread predates this run's events (the messages the resume carries).
+            runs.queue_resume(Run.objects.select_related("thread", "agent").get(pk=run.pk), hold=0,
+                              size=len(raised))
+        return approved
+
+    return spend if covered else set
+
+
+def _fits(grant: Grant, args) -> bool:
+    try:
+        return not payload_errors(grant.args_schema, args if args is not None else {})
+    except ProtocolError:
+        return False  # a schema that became unusable covers nothing
+
+
+def _approve(interrupt: Interrupt, rule: eligibility.Rule, answer, fits: list[Grant], authors: dict, now) -> bool:
+    """Approve ``interrupt`` by the first of ``fits`` with a use left; False when none has."""
+    for grant in fits:
+        if not Grant.objects.filter(pk=grant.pk).use(now):
+            continue
+        closes = rule.required_approvals <= 1
+        Interrupt.objects.filter(pk=interrupt.pk).answer(interrupt.version, Decision.Status.RESOLVED if closes
+                                                         else None, now)
+        decision = Decision.objects.create(
+            interrupt=interrupt, user=authors[grant.author_id], grant=grant, status=Decision.Status.RESOLVED,
+            payload=answer, action="approve", policy=rule.name[:100], required_approvals=rule.required_approvals,
+        )
+        chain.record_decision(decision, superseded=False)
+        enqueue.decided(interrupt, decision.user)
+        return closes
+    return False
