@@ -21,6 +21,7 @@ from .models import (
     DeliveryAttempt,
     EmailNotice,
     Event,
+    Grant,
     Interrupt,
     NotificationPreference,
     Policy,
@@ -117,6 +118,14 @@ class PolicyAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         for policy in queryset:
             policies.delete(policy)
+
+
+@admin.register(Grant)
+class GrantAdmin(ReadOnlyAdmin):
+    # Made and revoked only through hub.grants (the Grants page, a card, the API): each with its entry.
+    list_display = ["tool_name", "agent", "author", "created_at", "expires_at", "uses", "max_uses", "revoked_at"]
+    list_filter = ["agent"]
+    search_fields = ["tool_name", "why"]
 
 
 @admin.register(Thread)

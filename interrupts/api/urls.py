@@ -17,6 +17,7 @@ router.register("agents", views.AgentViewSet, basename="agent")
 router.register("threads", views.ThreadViewSet, basename="thread")
 router.register("interrupts", views.InterruptViewSet, basename="interrupt")
 router.register("policies", views.PolicyViewSet, basename="policy")
+router.register("grants", views.GrantViewSet, basename="grant")
 router.register("webhooks", notifications.WebhookViewSet, basename="webhook")
 
 urlpatterns = [

@@ -14,9 +14,9 @@ from rest_framework.response import Response
 
 from ..conf import API_EVENTS_PAGE
 from ..conf import API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
-from ..hub import agents, claims, decisions, outbox, policies, refused, replies, runs
+from ..hub import agents, claims, decisions, grants, outbox, policies, refused, replies, runs
 from ..hub.refusals import Refusal
-from ..models import Interrupt
+from ..models import Grant, Interrupt
 from ..reads import selectors
 from ..rules import eligibility
 from . import serializers as s
@@ -68,6 +68,34 @@ class PolicyViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance):
         policies.delete(instance)
+
+
+class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Standing grants, newest first: anyone logged in reads them; eligible reviewers make and revoke them."""
+
+    queryset = Grant.objects.select_related("author", "agent", "revoked_by")
+    serializer_class = s.GrantSerializer
+
+    @extend_schema(request=s.NewGrantSerializer, responses={201: s.GrantSerializer})
+    def create(self, request):
+        """Approve the agent's next calls of the tool whose args fit, for some hours or uses.
+
+        Refusals: 400 GRANT_* (bounds, scope), 403 NOT_ELIGIBLE or ALWAYS_ASK.
+        """
+        body = s.NewGrantSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        grant = grants.create(request.user, agent=data["agent"], tool_name=data["tool_name"],
+                              args_schema=data.get("args_schema"), why=data["why"], hours=data["hours"],
+                              max_uses=data.get("max_uses"), source=data.get("interrupt"))
+        return Response(s.GrantSerializer(grant).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=s.GrantSerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        """Stop the grant now: its next call asks a person. Refusals: 403 NOT_ELIGIBLE, 409 ALREADY_REVOKED."""
+        grant = grants.revoke(self.get_object(), request.user)
+        return Response(s.GrantSerializer(grant).data)
 
 
 class ThreadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -30,7 +30,7 @@ from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
-from ..models import Agent, AuditEntry, Decision, Event, Interrupt, Policy, Run, Thread
+from ..models import Agent, AuditEntry, Decision, Event, Grant, Interrupt, Policy, Run, Thread
 from ..protocol import capabilities, dialects
 
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
@@ -736,3 +736,8 @@ def audit_rows(interrupts) -> list[AuditRow]:
         rows.append(AuditRow(interrupt, decisions.get(interrupt.pk, []), resume, found, entries.get(interrupt.pk, [])))
     return rows
 
+
+
+def grants_listed(limit: int = 200):
+    """Standing grants, newest first, with their author, agent and who revoked them (the grants page)."""
+    return Grant.objects.select_related("author", "agent", "revoked_by").order_by("-created_at", "-pk")[:limit]

@@ -15,8 +15,8 @@ from django.utils import timezone
 from django.utils.text import Truncator
 from django.views.decorators.http import require_http_methods, require_POST
 
-from ..conf import INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_JSON_CHARS
-from ..hub import claims, decisions, outbox, policies, refusals, replies, runs
+from ..conf import INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_GRANT_HELD, MAX_JSON_CHARS
+from ..hub import claims, decisions, grants, outbox, policies, refusals, replies, runs
 from ..models import Interrupt, Run
 from ..protocol.errors import ProtocolError, refusal_body
 from ..protocol.inert import args_form
@@ -124,10 +124,11 @@ def _decided(member: Interrupt, user, sending: _Sending) -> dict:
     """A decided interrupt's one line: what was decided, in words, by whom, and whether this reader may undo it."""
     live = member.live_decisions
     closing = live[-1]
-    mine = any(d.user_id == user.pk for d in live)
+    # A grant's approval is in its author's name, but they did not take it: not theirs to undo.
+    mine = any(d.user_id == user.pk and not d.grant_id for d in live)
     return {
         "words": words.outcome_words(closing), "action": closing.action, "decisions": live,
-        "names": ", ".join(d.user.get_full_name() or d.user.get_username() for d in live),
+        "names": ", ".join(words.decider(d) for d in live),
         "mine": mine, "undo": mine and sending.undo, "at": closing.created_at,
     }
 
@@ -215,15 +216,21 @@ def decide(request, pk: int):
     problem = None
     if form.is_valid():
         data = form.cleaned_data
+        granting = data["action"] == "grant"
         try:
-            answer = decisions.answer_for(
-                interrupt, data["action"], payload=data["payload"], edited_args=data["edited_args"]
-            )
+            answer = decisions.answer_for(interrupt, "approve" if granting else data["action"],
+                                          payload=data["payload"], edited_args=data["edited_args"])
             decision = decisions.decide(interrupt, request.user, answer.status, answer.payload,
                                         comment=data["comment"], seen=data["seen"] if "seen" in request.POST else None,
                                         fresh=True, claim_confirmed=data["confirm_claim"],
                                         unsent=replies.deferrable(request), action=answer.action)
             replies.acknowledge_after(request, [decision])
+            if granting:  # approved first: a grant refused leaves the approval standing, and says why
+                grants.create(request.user, agent=interrupt.run.agent, tool_name=interrupt.tool_name,
+                              args_schema=grants.scope_from(interrupt.proposed_args,
+                                                            request.POST.getlist("grant_hold")[:MAX_GRANT_HELD]),
+                              why=data["grant_why"], hours=data["grant_hours"], max_uses=data["grant_uses"],
+                              source=interrupt)
         except ProtocolError as refused:
             # With its details: who decided first, and what (the batch says so in words).
             problem = refusal_body(refused.code, refused.message, fields=refused.details.get("errors"),
@@ -237,7 +244,8 @@ def decide(request, pk: int):
                               decided=problem is None),
         back_to(request, reverse("inbox")),
         (messages.error, problem["detail"]) if problem else
-        (messages.success, f"Decision recorded for {interrupt.interrupt_id}."),
+        (messages.success, f"Approved {interrupt.interrupt_id}; your grant approves calls like it from now on."
+         if form.cleaned_data["action"] == "grant" else f"Decision recorded for {interrupt.interrupt_id}."),
     )
 
 

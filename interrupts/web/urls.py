@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import agents, audit, bulk, inbox, insight, notifications, policies, settle, threads
+from . import agents, audit, bulk, grants, inbox, insight, notifications, policies, settle, threads
 
 urlpatterns = [
     path("", inbox.home, name="home"),
@@ -36,6 +36,8 @@ urlpatterns = [
     path("policies/add/", policies.policy_edit, name="policy-add"),
     path("policies/<int:pk>/edit/", policies.policy_edit, name="policy-edit"),
     path("policies/<int:pk>/delete/", policies.policy_delete, name="policy-delete"),
+    path("grants/", grants.grant_list, name="grants"),
+    path("grants/<int:pk>/revoke/", grants.grant_revoke, name="grant-revoke"),
     path("webhooks/", notifications.webhooks, name="webhooks"),
     path("webhooks/deliveries/", notifications.deliveries, name="deliveries"),
     path("webhooks/deliveries/<int:pk>/resend/", notifications.resend, name="delivery-resend-page"),

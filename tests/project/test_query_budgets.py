@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from interrupts.hub import decisions
-from interrupts.models import Event, Interrupt, Policy, Thread
+from interrupts.hub import decisions, grants
+from interrupts.models import Event, Grant, Interrupt, Policy, Thread
 
 from .. import factories as make
 
@@ -55,6 +55,9 @@ BUDGETS = {
     "/api/policies/{policy}/": 5,
     "/api/metrics/": 7,
     "/metrics": 7,
+    "/grants/": 9,
+    "/api/grants/": 4,
+    "/api/grants/{grant}/": 3,
 }
 
 
@@ -64,6 +67,7 @@ def grow(reviewer, count: int, first: Thread | None = None) -> None:
     for n in range(count):
         agent = make.agent()
         make.policy(agent=agent, name=f"policy of {agent.name}", allow_self_approval=True)
+        grants.create(reviewer, agent=agent, tool_name="deploy", args_schema={}, why="routine", hours=1)
         for thread in filter(None, [make.thread(agent=agent, title=f"Thread {n}"), first]):
             paused = make.run(thread, status="interrupted", requested_by=reviewer)
             seq = Event.objects.filter(thread=thread).count()
@@ -94,7 +98,8 @@ def test_a_read_costs_its_budget_whatever_the_rows(client, reviewer, path):
     first = Interrupt.objects.filter(status="pending").order_by("pk").select_related("run__thread").first()
     policy = first.policy or Policy.objects.get(agent=first.run.agent)
     url = path.format(thread=first.run.thread.thread_id, interrupt=first.pk, run=first.run.run_id,
-                      agent=first.run.agent.name, policy=policy.name, policy_pk=policy.pk)
+                      agent=first.run.agent.name, policy=policy.name, policy_pk=policy.pk,
+                      grant=Grant.objects.order_by("pk").first().pk)
 
     def cost() -> list[str]:
         assert client.get(url).status_code == 200

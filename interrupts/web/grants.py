@@ -1,0 +1,36 @@
+"""The standing grants: who granted what, until when, how much is used; revoked here at once."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from ..hub import grants
+from ..models import Grant
+from ..protocol.errors import ProtocolError
+from ..reads import selectors
+from ..rules import eligibility
+from .navigation import back_to
+
+
+def grant_list(request):
+    now, held = timezone.now(), eligibility.held_policies()
+    rows = [{"grant": g, "usable": g.usable_at(now),
+             "may_revoke": g.revoked_at is None and grants.may_revoke(request.user, g, held)}
+            for g in selectors.grants_listed()]
+    return render(request, "interrupts/grants.html", {"rows": rows, "now": now})
+
+
+@require_POST
+def grant_revoke(request, pk: int):
+    grant = get_object_or_404(Grant.objects.select_related("agent", "author"), pk=pk)
+    try:
+        grants.revoke(grant, request.user)
+        messages.success(request, f"Revoked the grant for {grant.tool_name} on {grant.agent.name}: its next call asks "
+                                  "a person.")
+    except ProtocolError as refused:
+        messages.error(request, refused.message)
+    return redirect(back_to(request, reverse("grants")))
