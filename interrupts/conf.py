@@ -258,6 +258,12 @@ MAX_GRANT_USES = 10_000
 MAX_GRANTS_CHECKED = 20
 # Fields of a call a grant made on its card may hold to their values.
 MAX_GRANT_HELD = 50
+# A grant's simulation: the days of history it replays by default and at most, the newest calls it
+# replays at most (each a bounded schema check), and the refused ones it lists.
+SIMULATION_DAYS = 30
+MAX_SIMULATION_DAYS = 90
+SIMULATION_MAX_CALLS = 5000
+SIMULATION_SHOWN = 20
 #: How long a grant made on a card lasts, in hours, as its menu offers it.
 GRANT_HOURS = ((1, "1 hour"), (4, "4 hours"), (8, "8 hours"), (24, "1 day"), (72, "3 days"), (168, "1 week"))
 # Bytes of a refused event's raw text kept in the RUN_ERROR that reports it.

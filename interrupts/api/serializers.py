@@ -17,7 +17,9 @@ from ..conf import (
     MAX_GRANT_USES,
     MAX_MESSAGE_CHARS,
     MAX_REQUIRED_APPROVALS,
+    MAX_SIMULATION_DAYS,
     MAX_TITLE_CHARS,
+    SIMULATION_DAYS,
 )
 from ..hub import agents, claims, decisions, policies
 from ..models import Agent, Decision, Event, Grant, Interrupt, Policy, Run, Thread
@@ -480,3 +482,12 @@ class NewGrantSerializer(serializers.Serializer):
     max_uses = serializers.IntegerField(min_value=1, max_value=MAX_GRANT_USES, required=False, allow_null=True)
     interrupt = serializers.PrimaryKeyRelatedField(queryset=Interrupt.objects.select_related("run"), required=False,
                                                    allow_null=True, help_text="The card it was made on, if any.")
+
+
+class SimulateGrantSerializer(serializers.Serializer):
+    """A proposed grant's scope, and how many days of history to replay against it."""
+
+    agent = serializers.SlugRelatedField(slug_field="name", queryset=Agent.objects.all())
+    tool_name = serializers.CharField(max_length=200)
+    args_schema = serializers.JSONField(required=False)
+    days = serializers.IntegerField(min_value=1, max_value=MAX_SIMULATION_DAYS, default=SIMULATION_DAYS)

@@ -5,6 +5,7 @@ change; they never write a model themselves.
 """
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
@@ -17,7 +18,7 @@ from ..conf import API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import agents, claims, decisions, grants, outbox, policies, refused, replies, runs
 from ..hub.refusals import Refusal
 from ..models import Grant, Interrupt
-from ..reads import selectors
+from ..reads import selectors, simulation
 from ..rules import eligibility
 from . import serializers as s
 
@@ -89,6 +90,20 @@ class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
                               args_schema=data.get("args_schema"), why=data["why"], hours=data["hours"],
                               max_uses=data.get("max_uses"), source=data.get("interrupt"))
         return Response(s.GrantSerializer(grant).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.SimulateGrantSerializer, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["post"])
+    def simulate(self, request):
+        """What a grant of this scope would have done to the agent's calls of the tool in the last days.
+
+        Saves nothing. ``refused`` lists (newest first) the covered calls people rejected,
+        dismissed or approved only with edits: what the grant would have let through.
+        """
+        body = s.SimulateGrantSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        schema = grants.check_scope(data.get("args_schema"))
+        return Response(simulation.grant(data["agent"], data["tool_name"], schema, data["days"]).as_dict())
 
     @extend_schema(request=None, responses=s.GrantSerializer)
     @action(detail=True, methods=["post"])

@@ -35,6 +35,17 @@ def _scope_rule(agent: Agent, tool_name: str, source: Interrupt | None) -> eligi
     return eligibility.rule_held(agent.pk, "", tool_name)
 
 
+def check_scope(args_schema: dict | None) -> dict:
+    """The args schema of a grant (none: any args), refused with GRANT_SCOPE when it cannot be used safely."""
+    schema = args_schema if args_schema is not None else {}
+    try:
+        payload_errors(schema, {})  # checks the schema itself (size, patterns, metaschema), whatever the args
+    except ProtocolError as problem:
+        raise Refusal("GRANT_SCOPE", f"The grant's constraints on the args are not usable: {problem.message}",
+                      status=400) from None
+    return schema
+
+
 def create(author, *, agent: Agent, tool_name: str, args_schema: dict | None, why: str, hours: int,
            max_uses: int | None = None, source: Interrupt | None = None) -> Grant:
     """A grant by ``author`` for ``agent``'s calls of ``tool_name`` whose args fit ``args_schema``, with its entry.
@@ -54,12 +65,7 @@ def create(author, *, agent: Agent, tool_name: str, args_schema: dict | None, wh
     if max_uses is not None and (type(max_uses) is not int or not 1 <= max_uses <= MAX_GRANT_USES):
         raise Refusal("GRANT_USES", f"A grant approves from 1 to {MAX_GRANT_USES} calls, or any number "
                                     "until it ends.", status=400)
-    schema = args_schema if args_schema is not None else {}
-    try:
-        payload_errors(schema, {})  # refuses a schema that cannot be used safely, whatever the args
-    except ProtocolError as problem:
-        raise Refusal("GRANT_SCOPE", f"The grant's constraints on the args are not usable: {problem.message}",
-                      status=400) from None
+    schema = check_scope(args_schema)
     if source is not None and (source.run.agent_id != agent.pk or source.tool_name != tool_name):
         raise Refusal("GRANT_SCOPE", f"The card a grant is made on must be a call of {tool_name} by {agent.name}.",
                       status=400)

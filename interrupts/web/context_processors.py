@@ -5,7 +5,7 @@ from ..reads import selectors
 
 # What templates may say of the app's limits ({{ limits.MAX_COMMENT_CHARS }}), read from conf.
 LIMITS = {name: getattr(conf, name) for name in dir(conf)
-          if name.startswith(("MAX_", "API_")) or name in ("ACTIONS", "GRANT_HOURS")}
+          if name.startswith(("MAX_", "API_")) or name in ("ACTIONS", "GRANT_HOURS", "SIMULATION_DAYS")}
 
 
 def limits(request):

@@ -38,6 +38,7 @@ urlpatterns = [
     path("policies/<int:pk>/delete/", policies.policy_delete, name="policy-delete"),
     path("grants/", grants.grant_list, name="grants"),
     path("grants/<int:pk>/revoke/", grants.grant_revoke, name="grant-revoke"),
+    path("interrupts/<int:pk>/grant-preview/", grants.grant_preview, name="grant-preview"),
     path("webhooks/", notifications.webhooks, name="webhooks"),
     path("webhooks/deliveries/", notifications.deliveries, name="deliveries"),
     path("webhooks/deliveries/<int:pk>/resend/", notifications.resend, name="delivery-resend-page"),

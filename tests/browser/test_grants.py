@@ -33,6 +33,9 @@ def test_a_grant_made_on_a_card_approves_the_next_call_until_revoked(reviewer, s
     for name in ("subject", "body"):
         grant.locator(f"input[name=grant_hold][value={name}]").uncheck()
     expect(grant.locator("input[name=grant_hold][value=to]")).to_be_checked()
+    # What it would have approved, before it is made: only this call has been to g@h.com.
+    grant.get_by_test_id("simulate-grant").click()
+    expect(grant.get_by_test_id("simulated-covered")).to_have_text("1", timeout=TIMEOUT)
     grant.get_by_label("For").select_option("1")
     grant.get_by_label("Why").fill("Lunch notes to g@h.com are routine")
     grant.get_by_test_id("approve-and-grant").click()

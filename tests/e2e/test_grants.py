@@ -275,3 +275,49 @@ def test_only_an_eligible_person_grants_and_within_bounds(site):
     # Only its author, staff or an eligible reviewer revokes it.
     refused(site["viewer"].post(f"/api/grants/{g['id']}/revoke/"), 403, "NOT_ELIGIBLE")
     revoked(site, g["id"])
+
+
+def simulated(site: Site, **fields) -> dict:
+    response = site["granter"].post("/api/grants/simulate/", json={"agent": "ops", "tool_name": "scale", **fields})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_simulation_replays_the_history_and_the_grant_then_does_what_it_said(site):
+    # History: two small scalings approved, a huge one rejected, a medium one left waiting.
+    for env in ("small", "small", "huge", "medium"):
+        run, interrupt = asked(site, f"scale {env}")
+        if env != "medium":
+            action = "reject" if env == "huge" else "approve"
+            done = site["second"].post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": action})
+            assert done.status_code == 201, done.text
+    anything = simulated(site)
+    assert {k: anything[k] for k in ("days", "calls", "covered", "approved", "refused_count", "unanswered")} == {
+        "days": 30, "calls": 4, "covered": 4, "approved": 2, "refused_count": 1, "unanswered": 1}
+    # The dangerous one, named: what people refused and the grant would have let through.
+    [refused] = anything["refused"]
+    assert (refused["outcome"], refused["by"], refused["label"]) == ("Rejected", "second", "scale to huge?")
+    small = {"type": "object", "properties": {"env": {"const": "small"}}, "required": ["env"]}
+    only_small = simulated(site, args_schema=small, days=7)
+    assert (only_small["covered"], only_small["approved"], only_small["refused"]) == (2, 2, [])
+    # Nothing was saved, and a schema it cannot use is refused as a grant's would be.
+    before = made_so_far(site)
+    simulated(site, args_schema=small)
+    assert made_so_far(site) == before
+    refused_with = site["granter"].post("/api/grants/simulate/", json={"agent": "ops", "tool_name": "scale",
+                                                                       "args_schema": {"type": 7}})
+    assert (refused_with.status_code, refused_with.json()["code"]) == (400, "GRANT_SCOPE")
+
+    # Made, the grant does what the simulation said: the small ones go, the huge one still asks.
+    g = made(site, tool_name="scale", args_schema=small)
+    try:
+        run, interrupt = asked(site, "scale small")
+        assert interrupt["status"] == "resolved"
+        run, interrupt = asked(site, "scale huge")
+        still_asks(site, interrupt, run["thread"])
+    finally:
+        revoked(site, g["id"])
+
+
+def made_so_far(site: Site) -> int:
+    return site["staff"].get("/api/grants/").json()["count"]
