@@ -116,7 +116,8 @@ def _closed(since: datetime, now: datetime) -> tuple[list[dict], bool]:
         .values("status", "closed_reason", "reason", "created_at", "closed_at", "escalated_at",
                 agent=F("run__agent__name"), target=F("policy__target_minutes"),
                 action=Subquery(standing.values("action")[:1]),
-                reviewer=Subquery(standing.values(username)[:1]))[: INSIGHT_MAX_ROWS + 1]
+                reviewer=Subquery(standing.values(username)[:1]),
+                grant=Subquery(standing.values("grant")[:1]))[: INSIGHT_MAX_ROWS + 1]
     )
     return rows[:INSIGHT_MAX_ROWS], len(rows) > INSIGHT_MAX_ROWS
 
@@ -167,8 +168,16 @@ def figures(period: str = DEFAULT_PERIOD, now: datetime | None = None) -> dict:
     pending = _pending(since, now)
     refused = _refused(since, now)
 
+    # A person's decisions: those a standing grant took are counted apart (``automatic``), not as its author's.
     decided = [{**row, "took": (row["closed_at"] - row["created_at"]).total_seconds()}
-               for row in closed if _outcome(row) in ACTIONS]
+               for row in closed if _outcome(row) in ACTIONS and row["grant"] is None]
+    automatic: dict[str, dict] = {}
+    for row in closed:
+        if _outcome(row) in ACTIONS:
+            entry = automatic.setdefault(row["agent"], {"agent": row["agent"], "by_grant": 0, "by_person": 0})
+            entry["by_grant" if row["grant"] is not None else "by_person"] += 1
+    for entry in automatic.values():
+        entry["person_share"] = entry["by_person"] / (entry["by_grant"] + entry["by_person"])
     for row in decided:
         row["reviewer"] = row["reviewer"] or "(deleted user)"
 
@@ -238,6 +247,13 @@ def figures(period: str = DEFAULT_PERIOD, now: datetime | None = None) -> dict:
             "counts": outcome_counts,
             "rates": {name: (n / total_closed if total_closed else 0.0) for name, n in outcome_counts.items()},
         },
+        # Decided requests approved by a standing grant, next to those a person decided, and the share of
+        # each agent's that still needed a person.
+        "automatic": {
+            "by_grant": sum(e["by_grant"] for e in automatic.values()),
+            "by_person": sum(e["by_person"] for e in automatic.values()),
+            "by_agent": sorted(automatic.values(), key=lambda e: (-e["by_grant"], e["agent"])),
+        },
         "breaches": {
             "closed_late": sum(b["closed_late"] for b in breaches.values()),
             "pending_past_target": sum(b["pending_past_target"] for b in breaches.values()),
@@ -275,6 +291,8 @@ def table_rows(found: dict) -> list[tuple[str, str, str, object]]:
     for name in OUTCOMES:
         rows.append(("outcomes", name, "count", found["outcomes"]["counts"][name]))
         rows.append(("outcomes", name, "rate", found["outcomes"]["rates"][name]))
+    for entry in found["automatic"]["by_agent"]:
+        rows += [("decided_by_agent", entry["agent"], m, entry[m]) for m in ("by_grant", "by_person", "person_share")]
     for entry in found["breaches"]["by_agent"]:
         rows += [("breaches_by_agent", entry["agent"], m, entry[m])
                  for m in ("closed_late", "pending_past_target", "escalated")]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Q, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -56,15 +56,27 @@ def pending_interrupts() -> GaugeMetricFamily:
     return family
 
 
-def decisions_total() -> CounterMetricFamily:
-    # Every decision anyone took, revised (superseded) ones included: each was a person's act.
+def decisions_total() -> tuple[CounterMetricFamily, CounterMetricFamily]:
+    """Every decision by action and agent; and, of them, those a standing grant took (one query for both)."""
+    # Every decision anyone took, revised (superseded) ones included: each was a person's act, or their grant's.
     family = CounterMetricFamily("countersign_decisions", "Decisions taken, by action and agent.",
                                  labels=["action", "agent"])
-    rows = (Decision.objects.values("action", agent=F("interrupt__run__agent__name")).order_by("action", "agent")
-            .annotate(n=Count("pk")))
+    granted = CounterMetricFamily("countersign_grant_approvals", "Approvals taken by a standing grant, by agent.",
+                                  labels=["agent"])
+    rows = (Decision.objects.values("action", agent=F("interrupt__run__agent__name"),
+                                    by_grant=ExpressionWrapper(Q(grant__isnull=False), output_field=BooleanField()))
+            .order_by("action", "agent", "by_grant").annotate(n=Count("pk")))
+    totals: dict[tuple[str, str], int] = {}
+    grants: dict[str, int] = {}
     for row in rows:
-        family.add_metric([row["action"], row["agent"]], row["n"])
-    return family
+        totals[row["action"], row["agent"]] = totals.get((row["action"], row["agent"]), 0) + row["n"]
+        if row["by_grant"]:
+            grants[row["agent"]] = grants.get(row["agent"], 0) + row["n"]
+    for (action, agent), n in totals.items():
+        family.add_metric([action, agent], n)
+    for agent, n in grants.items():
+        granted.add_metric([agent], n)
+    return family, granted
 
 
 def time_to_decision() -> HistogramMetricFamily:
@@ -102,7 +114,7 @@ class CountersignCollector(Collector):
 
     def collect(self):
         yield pending_interrupts()
-        yield decisions_total()
+        yield from decisions_total()
         yield time_to_decision()
         yield stream_errors_total()
         yield resume_delivery()

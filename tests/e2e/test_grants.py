@@ -321,3 +321,26 @@ def test_a_simulation_replays_the_history_and_the_grant_then_does_what_it_said(s
 
 def made_so_far(site: Site) -> int:
     return site["staff"].get("/api/grants/").json()["count"]
+
+
+def _grant_figures(site: Site) -> tuple[int, int, float]:
+    insight = site["staff"].get("/api/insight/", params={"period": "day"}).json()["automatic"]
+    [ops] = [e for e in insight["by_agent"] if e["agent"] == "ops"] or [{"by_grant": 0, "person_share": 1.0}]
+    counted = next((float(line.rsplit(" ", 1)[1]) for line in site["staff"].get("/api/metrics/").text.splitlines()
+                    if line.startswith('countersign_grant_approvals_total{agent="ops"}')), 0.0)
+    return ops["by_grant"], int(counted), ops["person_share"]
+
+
+def test_the_figures_count_a_grant_s_approvals_apart_from_people_s(site):
+    run, interrupt = asked(site, "rollback staging")  # decided by a person
+    done = site["second"].post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": "approve"})
+    assert done.status_code == 201, done.text
+    by_grant, counted, _ = _grant_figures(site)
+    g = made(site)
+    try:
+        asked(site, "deploy staging")
+    finally:
+        revoked(site, g["id"])
+    after, counted_after, share = _grant_figures(site)
+    assert (after - by_grant, counted_after - counted) == (1, 1)
+    assert 0 < share < 1  # a person decided some of ops's requests today, a grant others
