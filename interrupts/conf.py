@@ -67,6 +67,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("COUNTERSIGN_CLAIM_IDLE_SECONDS", 900.0,
             "A reviewer's claim on a card lapses this long after they last touched it "
             "(claimed, renewed, had it open)."),
+    Setting("COUNTERSIGN_GRANT_SUGGEST_AFTER", 5,
+            "A card offers a standing grant once the team approved this many calls identical to it (agent, "
+            "tool and args) in the last 30 days and refused none; `0` never offers one."),
     Setting("COUNTERSIGN_PRESENCE_SECONDS", 45.0,
             "Someone has a card open while their page renewed it this recently; pages renew every third of it."),
     Setting("COUNTERSIGN_MAX_STREAMS", 50,
@@ -264,6 +267,8 @@ SIMULATION_DAYS = 30
 MAX_SIMULATION_DAYS = 90
 SIMULATION_MAX_CALLS = 5000
 SIMULATION_SHOWN = 20
+# Decisions a page of cards reads to find the calls worth a suggested grant.
+MAX_SUGGESTION_ROWS = 20_000
 #: How long a grant made on a card lasts, in hours, as its menu offers it.
 GRANT_HOURS = ((1, "1 hour"), (4, "4 hours"), (8, "8 hours"), (24, "1 day"), (72, "3 days"), (168, "1 week"))
 # Bytes of a refused event's raw text kept in the RUN_ERROR that reports it.

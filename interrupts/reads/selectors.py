@@ -29,9 +29,16 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
-from ..conf import AGENT_RECENT_RESUMES, AGENT_REFUSAL_CHARS, MAX_BULK_DECISIONS
+from ..conf import (
+    AGENT_RECENT_RESUMES,
+    AGENT_REFUSAL_CHARS,
+    MAX_BULK_DECISIONS,
+    MAX_SUGGESTION_ROWS,
+    SIMULATION_DAYS,
+    settings,
+)
 from ..models import Agent, AuditEntry, Decision, Event, Grant, Interrupt, Policy, Run, Thread
-from ..protocol import capabilities, dialects
+from ..protocol import capabilities, dialects, signing
 
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
 from ..protocol.subagents import SUBAGENT_EVENTS, attribute, raw_subagent_run_id, read_subagent_event  # noqa: F401
@@ -741,3 +748,35 @@ def audit_rows(interrupts) -> list[AuditRow]:
 def grants_listed(limit: int = 200):
     """Standing grants, newest first, with their author, agent and who revoked them (the grants page)."""
     return Grant.objects.select_related("author", "agent", "revoked_by").order_by("-created_at", "-pk")[:limit]
+
+
+def grant_suggestions(pending) -> dict[int, int]:
+    """Of ``pending`` tool calls, those the team approved identically (agent, tool, args) at least
+    COUNTERSIGN_GRANT_SUGGEST_AFTER times in the last SIMULATION_DAYS days and never refused: pk → approvals.
+
+    One query for a page of cards, whatever their number; nothing when the setting is 0.
+    """
+    wanted = [i for i in pending if i.tool_name]
+    after = settings.COUNTERSIGN_GRANT_SUGGEST_AFTER
+    if not wanted or after <= 0:
+        return {}
+    since = timezone.now() - timedelta(days=SIMULATION_DAYS)
+    rows = (Decision.objects.filter(superseded_at__isnull=True, grant__isnull=True, created_at__gte=since,
+                                    interrupt__run__agent_id__in={i.run.agent_id for i in wanted},
+                                    interrupt__tool_name__in={i.tool_name for i in wanted})
+            .values_list("interrupt__run__agent_id", "interrupt__tool_name", "interrupt__proposed_args", "action")
+            [:MAX_SUGGESTION_ROWS])
+    approved: dict[tuple, int] = {}
+    refused: set[tuple] = set()
+    for agent_id, tool, args, action in rows:
+        key = (agent_id, tool, signing.canonical(args))
+        if action == "approve":
+            approved[key] = approved.get(key, 0) + 1
+        else:
+            refused.add(key)
+    found = {}
+    for interrupt in wanted:
+        key = (interrupt.run.agent_id, interrupt.tool_name, signing.canonical(interrupt.proposed_args))
+        if approved.get(key, 0) >= after and key not in refused:
+            found[interrupt.pk] = approved[key]
+    return found

@@ -66,12 +66,13 @@ def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals:
 
 
 def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
-                   rules: dict | None = None, viewers: dict | None = None) -> dict:
+                   rules: dict | None = None, viewers: dict | None = None, suggested: dict | None = None) -> dict:
     rules = rules if rules is not None else eligibility.rules_for(batch.pending)
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
     viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
+    suggested = suggested if suggested is not None else selectors.grant_suggestions(batch.pending)
     cards = {i.pk: {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
-                    "errors": (errors or {}).get(i.pk)} for i in batch.pending}
+                    "suggested": suggested.get(i.pk), "errors": (errors or {}).get(i.pk)} for i in batch.pending}
     sending = _sending(batch, resumed.get(batch.run.pk), timezone.now())
     # In the batch's own order: a decided interrupt's line stands where its card stood.
     # An expired member is a line too, with nothing to act on: the resume cancels it (C19, C20).
@@ -147,10 +148,12 @@ def cards(request, filters: selectors.InboxFilters) -> dict:
     resumed = selectors.resumed_by(b.run.pk for b in groups)
     rules = eligibility.rules_for(page.object_list, in_force)
     viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
+    suggested = selectors.grant_suggestions(page.object_list)  # likewise
     return {
         "filters": filters,
         "page": page,
-        "batches": [_batch_context(b, resumed, request.user, rules=rules, viewers=viewers) for b in groups],
+        "batches": [_batch_context(b, resumed, request.user, rules=rules, viewers=viewers, suggested=suggested)
+                    for b in groups],
         "now": timezone.now(),
         # The thread filter picks from the threads this page lists (and the one chosen): no query of its own.
         "threads": sorted({b.run.thread.thread_id for b in groups} | ({filters.thread} if filters.thread else set())),

@@ -54,15 +54,16 @@ def seen(request, client):
 
 
 PAGES = {
-    # name: (url, queries). The inbox's include one for who has its cards open (presence), and
-    # the inbox's and the audit's one for the subagents that asked (selectors.subagents).
-    "inbox, waiting for me": (lambda w: "/inbox/", 19),
-    "inbox, all pending": (lambda w: "/inbox/?scope=all", 20),
-    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 20),
-    "inbox, page 2": (lambda w: "/inbox/?page=2", 19),
+    # name: (url, queries). The inbox's include one for who has its cards open (presence), one for the
+    # grants its tool calls are worth (selectors.grant_suggestions), and the inbox's and the audit's one
+    # for the subagents that asked (selectors.subagents).
+    "inbox, waiting for me": (lambda w: "/inbox/", 20),
+    "inbox, all pending": (lambda w: "/inbox/?scope=all", 21),
+    "inbox, filtered": (lambda w: "/inbox/?agent=" + w["self-approving agent"].name + "&reason=tool_call", 21),
+    "inbox, page 2": (lambda w: "/inbox/?page=2", 20),
     "threads": (lambda w: "/threads/", 12),
     # With a request pending, its cards as the inbox reads them (seven more: the page, its decisions, runs, claims).
-    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 22),
+    "thread": (lambda w: f"/threads/{w['thread'].thread_id}/", 23),
     "audit": (lambda w: "/audit/", 28),
     "agents and policies": (lambda w: "/registry/", 11),  # one for each agent's latest resumes
     "insight": (lambda w: "/insight/", 12),
