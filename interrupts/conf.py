@@ -67,6 +67,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("COUNTERSIGN_CLAIM_IDLE_SECONDS", 900.0,
             "A reviewer's claim on a card lapses this long after they last touched it "
             "(claimed, renewed, had it open)."),
+    Setting("COUNTERSIGN_EXPIRY_WARNING_SECONDS", 600.0,
+            "How long before an interrupt's expiresAt the people who may decide it are warned (webhooks and the "
+            "email they chose), once; a policy that escalates on expiry escalates then. `0`: no warning."),
     Setting("COUNTERSIGN_GRANT_SUGGEST_AFTER", 5,
             "A card offers a standing grant once the team approved this many calls identical to it (agent, "
             "tool and args) in the last 30 days and refused none; `0` never offers one."),

@@ -110,7 +110,8 @@ class PolicySerializer(serializers.ModelSerializer):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "always_ask", "target_minutes", "backup_group", "created_at", "updated_at"]
+                  "allow_self_approval", "always_ask", "on_expiry", "target_minutes", "backup_group", "created_at",
+                  "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         # The scope's uniqueness is checked in validate(), with a sentence; DRF's
         # generated validator does not understand conditional constraints.
@@ -135,6 +136,9 @@ class PolicySerializer(serializers.ModelSerializer):
             ]}, code="duplicate_scope")
         if current("backup_group", None) is not None and not current("target_minutes", None):
             raise serializers.ValidationError({"backup_group": [Policy.BACKUP_NEEDS_TARGET]})
+        if current("on_expiry", Policy.OnExpiry.CANCEL) == Policy.OnExpiry.ESCALATE and \
+                current("backup_group", None) is None:
+            raise serializers.ValidationError({"on_expiry": [Policy.ESCALATE_NEEDS_BACKUP]})
         return attrs
 
     def create(self, validated_data):

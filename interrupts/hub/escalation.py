@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from ..conf import settings
 from ..live import relay
 from ..models import Interrupt, Policy
 from .notify import enqueue
@@ -60,3 +61,31 @@ def _escalate(interrupt: Interrupt, policy: Policy, now: datetime) -> bool:
         enqueue.escalated(interrupt)
         relay.inbox_changed(interrupt.run.thread_id, interrupt.run.thread.last_seq, relay.Reason.ESCALATED)
     return True
+
+
+def warn_expiring(now: datetime | None = None) -> int:
+    """Warn, once, the people who may decide each pending interrupt whose expiresAt is near; returns how many.
+
+    Near: within COUNTERSIGN_EXPIRY_WARNING_SECONDS. Under a policy that escalates on
+    expiry, the interrupt escalates to its backup group then too (told as an escalation).
+    """
+    lead = settings.COUNTERSIGN_EXPIRY_WARNING_SECONDS
+    if not lead or lead <= 0:
+        return 0
+    now = now or timezone.now()
+    due = (Interrupt.objects.filter(status=Interrupt.Status.PENDING, expiry_warned_at__isnull=True,
+                                    expires_at__gt=now, expires_at__lte=now + timedelta(seconds=lead))
+           .select_related("run__thread", "run__agent", "policy__backup_group").order_by("expires_at")[:SWEEP_CHUNK])
+    warned = 0
+    for interrupt in due:
+        with transaction.atomic(durable=True):
+            if not Interrupt.objects.filter(pk=interrupt.pk, status=Interrupt.Status.PENDING,
+                                            expiry_warned_at__isnull=True).update(expiry_warned_at=now):
+                continue  # decided, or warned by another process, meanwhile
+            enqueue.expiring(interrupt)
+            warned += 1
+        policy = interrupt.policy
+        if (policy is not None and policy.on_expiry == Policy.OnExpiry.ESCALATE and policy.backup_group_id
+                and interrupt.escalated_at is None):
+            _escalate(interrupt, policy, now)
+    return warned

@@ -71,6 +71,7 @@ def _round(sweep: bool, analyze: bool = False) -> list:
     decisions.expire_due()
     if sweep:
         escalation.escalate_due()
+        escalation.warn_expiring()
         claims.lapse_due()
         # Decisions whose process died before telling their reviewer: taken back, never sent.
         decisions.drop_unacknowledged()

@@ -34,6 +34,8 @@ class Interrupt(models.Model):
     proposed_args = models.JSONField(null=True, blank=True)
     response_schema = models.JSONField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # When the reviewers who may decide it were warned its expiry is near (COUNTERSIGN_EXPIRY_WARNING_SECONDS).
+    expiry_warned_at = models.DateTimeField(null=True, blank=True)
     metadata = models.JSONField(null=True, blank=True)
     # The interrupt exactly as the agent sent it, and what was wrong with it
     # (e.g. an unparsable expiresAt), so nothing the agent said is lost.

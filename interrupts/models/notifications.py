@@ -17,6 +17,7 @@ class NotifyEvent(models.TextChoices):
 
     RAISED = "raised", "Raised"
     DECIDED = "decided", "Decided"
+    EXPIRING = "expiring", "Expiring soon"
     EXPIRED = "expired", "Expired"
     ESCALATED = "escalated", "Escalated"
     REFUSED = "refused", "Answer refused"

@@ -47,6 +47,15 @@ class Policy(models.Model):
     allow_self_approval = models.BooleanField(
         default=False, help_text="Whether the person who started the run may decide its interrupts.",
     )
+    class OnExpiry(models.TextChoices):
+        CANCEL = "cancel", "Cancelled as expired"
+        ESCALATE = "escalate", "Escalated to the backup group when the warning goes, then cancelled as expired"
+
+    on_expiry = models.CharField(
+        max_length=16, choices=OnExpiry.choices, default=OnExpiry.CANCEL,
+        help_text="What an interrupt's expiresAt passing unanswered does: the agent is told it was cancelled as "
+                  "expired, never refused; or the request escalates first, when reviewers are warned.",
+    )
     always_ask = models.BooleanField(
         default=False, help_text="Every call asks a person: no standing grant approves these interrupts.",
     )
@@ -86,9 +95,13 @@ class Policy(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    ESCALATE_NEEDS_BACKUP = "Escalating before expiry needs a backup group to escalate to."
+
     def clean(self):
         if self.backup_group_id is not None and not self.target_minutes:
             raise ValidationError({"backup_group": self.BACKUP_NEEDS_TARGET})
+        if self.on_expiry == self.OnExpiry.ESCALATE and self.backup_group_id is None:
+            raise ValidationError({"on_expiry": self.ESCALATE_NEEDS_BACKUP})
 
     @property
     def specificity(self) -> tuple[bool, bool, bool]:

@@ -239,11 +239,12 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "always_ask", "target_minutes", "backup_group"]
+                  "allow_self_approval", "always_ask", "target_minutes", "backup_group", "on_expiry"]
         widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8})}
         labels = {"name": "Name", "agent": "Agent", "reason": "Reason", "tool_name": "Tool", "groups": "Groups",
                   "users": "People", "required_approvals": "Approvals needed",
                   "allow_self_approval": "Self-approval allowed", "always_ask": "Always ask a person",
+                  "on_expiry": "When a request expires unanswered",
                   "target_minutes": "Target time (minutes)", "backup_group": "Backup group"}
         help_texts = {"name": "How the Agents page and the API's URLs name it, so it holds no slash."}
 

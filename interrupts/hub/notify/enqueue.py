@@ -113,6 +113,16 @@ def escalated(interrupt: Interrupt) -> None:
                       timezone.now())
 
 
+def expiring(interrupt: Interrupt) -> None:
+    """``interrupt`` expires soon, unanswered: webhooks, and an email to each person who may decide it."""
+    rule = eligibility.rule_for(interrupt)
+    key = f"expiring:interrupt:{interrupt.pk}"
+    _queue_webhooks(NotifyEvent.EXPIRING, [(key, interrupt, rule, {"expiresAt": iso_time(interrupt.expires_at)})])
+    told = {pk: (choice, [interrupt]) for pk, choice in
+            _reviewers(rule, interrupt.run.requested_by_id, rule.allow_self_approval)}
+    _queue_emails(NotifyEvent.EXPIRING, key, told, timezone.now())
+
+
 def refused(run: Run, code: str, message: str) -> None:
     """A resumed run failed (``code``, ``message``): the agent did not take the answers to its parent's batch."""
     hooks = _hooks_for(NotifyEvent.REFUSED)
@@ -255,7 +265,11 @@ def _email_text(event: str, interrupts: list[Interrupt]) -> tuple[str, str]:
     agent, reason = run.agent.name, _clean_line(first.reason, 100)
     asks = f"{agent} asks for {len(interrupts)} decisions" if len(interrupts) > 1 else \
         f"{agent} asks for a decision ({reason})"
-    if event == NotifyEvent.ESCALATED:
+    if event == NotifyEvent.EXPIRING:
+        subject = f"Expiring soon: {asks}"
+        lead = (f"Unanswered, this request expires at {first.expires_at:%Y-%m-%d %H:%M} UTC: {agent} will then be "
+                "told it was cancelled as expired.\n\n")
+    elif event == NotifyEvent.ESCALATED:
         subject = f"Escalated: {asks}"
         lead = (f"This request missed its target time and escalated to "
                 f"{first.escalated_to.name if first.escalated_to else 'your team'}.\n\n")

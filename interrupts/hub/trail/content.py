@@ -187,6 +187,7 @@ def policy_content(policy) -> dict:
               "backupGroup": policy.backup_group.name if policy.backup_group_id else None,
               } if hasattr(policy, "backup_group_id") else {}
     asks = {"alwaysAsk": policy.always_ask} if hasattr(policy, "always_ask") else {}  # since 0028
+    asks |= {"onExpiry": policy.on_expiry} if hasattr(policy, "on_expiry") else {}  # since 0029
     return _signable_fields({
         **restricted,
         **asks,
