@@ -163,7 +163,10 @@ def _fits(grant: Grant, args) -> bool:
 
 
 def _approve(interrupt: Interrupt, rule: eligibility.Rule, answer, fits: list[Grant], authors: dict, now) -> bool:
-    """Approve ``interrupt`` by the first of ``fits`` with a use left; False when none has."""
+    """Approve ``interrupt`` by the first of ``fits`` with a use left; whether that closed it.
+
+    Under a policy wanting more approvals the grant's is one of them: the interrupt waits for a person.
+    """
     for grant in fits:
         if not Grant.objects.filter(pk=grant.pk).use(now):
             continue

@@ -97,6 +97,7 @@ def save(policy: Policy, *, groups=None, users=None) -> Policy:
     nobody. After commit, the pending interrupts' governing policies follow.
     """
     created = policy._state.adding
+    policy.on_expiry = policy.on_expiry or Policy.OnExpiry.CANCEL  # left out: the default
     with transaction.atomic():
         policy.save()
         if _set_members(policy, groups, users):

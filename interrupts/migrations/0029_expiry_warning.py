@@ -30,6 +30,7 @@ class Migration(migrations.Migration):
                     ("cancel", "Cancelled as expired"),
                     ("escalate", "Escalated to the backup group when the warning goes, then cancelled as expired"),
                 ],
+                blank=True,
                 default="cancel",
                 help_text="What an interrupt's expiresAt passing unanswered does: the agent is told it was cancelled as expired, never refused; or the request escalates first, when reviewers are warned.",
                 max_length=16,

@@ -51,8 +51,9 @@ class Policy(models.Model):
         CANCEL = "cancel", "Cancelled as expired"
         ESCALATE = "escalate", "Escalated to the backup group when the warning goes, then cancelled as expired"
 
+    # Blank (a form or script that leaves it out) means the default, as ``clean`` says.
     on_expiry = models.CharField(
-        max_length=16, choices=OnExpiry.choices, default=OnExpiry.CANCEL,
+        max_length=16, choices=OnExpiry.choices, default=OnExpiry.CANCEL, blank=True,
         help_text="What an interrupt's expiresAt passing unanswered does: the agent is told it was cancelled as "
                   "expired, never refused; or the request escalates first, when reviewers are warned.",
     )
@@ -98,6 +99,7 @@ class Policy(models.Model):
     ESCALATE_NEEDS_BACKUP = "Escalating before expiry needs a backup group to escalate to."
 
     def clean(self):
+        self.on_expiry = self.on_expiry or self.OnExpiry.CANCEL
         if self.backup_group_id is not None and not self.target_minutes:
             raise ValidationError({"backup_group": self.BACKUP_NEEDS_TARGET})
         if self.on_expiry == self.OnExpiry.ESCALATE and self.backup_group_id is None:
