@@ -193,3 +193,15 @@ def test_a_post_with_json_alone_keeps_it_and_bad_json_is_a_form_error(client, st
     assert not Agent.objects.filter(name="ext2").exists()
     client.post(reverse("agent-add"), {**POST, "name": "ext3", "capabilities": ""})
     assert Agent.objects.get(name="ext3").capabilities == {}
+
+
+def test_each_policy_says_whether_it_always_asks_and_what_expiry_does(page):
+    from django.contrib.auth.models import Group
+
+    agent = make.agent()
+    oncall = Group.objects.create(name="Oncall")
+    make.policy(agent=agent, name="careful", always_ask=True, target_minutes=30, backup_group=oncall,
+                on_expiry="escalate")
+    shown = page()
+    assert "always from a person (no grants)" in shown
+    assert "escalates to Oncall before it expires" in shown
