@@ -21,7 +21,7 @@ from ..models import Agent, Decision, Grant, Interrupt, Run
 from ..protocol.errors import ProtocolError
 from ..protocol.schema.edits import approval_payload
 from ..protocol.schema.payloads import payload_errors
-from ..rules import eligibility
+from ..rules import eligibility, grant_scope
 from . import policies, runs
 from .notify import enqueue
 from .refusals import Refusal
@@ -132,15 +132,16 @@ def standing(run: Run, raised: list[Interrupt], now) -> Callable[[], set[int]]:
         return set
     authors = {u.pk: u for u in get_user_model().objects.filter(pk__in={g.author_id for g in usable})}
     covered: list[tuple[Interrupt, eligibility.Rule, object, list[Grant]]] = []
+    held = eligibility.held_policies()  # once for the batch: each call of rule_held alone asks the database
     for row in raised:
-        rule = eligibility.rule_held(run.agent_id, row.reason, row.tool_name)
+        rule = eligibility.rule_held(run.agent_id, row.reason, row.tool_name, held)
         answer = approval_payload(row.response_schema, True)
         # Past its expiry on arrival: nobody may approve it, a grant no more than a person.
         if rule.always_ask or answer is None or (row.expires_at is not None and row.expires_at <= now):
             continue
         fits = [g for g in usable if g.tool_name == row.tool_name and authors.get(g.author_id) is not None
                 and policies.refusal(authors[g.author_id], rule, row) is None
-                and _fits(g, row.proposed_args)]
+                and grant_scope.covers(g.args_schema, row.proposed_args)]
         if fits:
             covered.append((row, rule, answer, fits))
 
@@ -153,13 +154,6 @@ def standing(run: Run, raised: list[Interrupt], now) -> Callable[[], set[int]]:
         return approved
 
     return spend if covered else set
-
-
-def _fits(grant: Grant, args) -> bool:
-    try:
-        return not payload_errors(grant.args_schema, args if args is not None else {})
-    except ProtocolError:
-        return False  # a schema that became unusable covers nothing
 
 
 def _approve(interrupt: Interrupt, rule: eligibility.Rule, answer, fits: list[Grant], authors: dict, now) -> bool:

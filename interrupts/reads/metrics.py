@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -63,18 +63,14 @@ def decisions_total() -> tuple[CounterMetricFamily, CounterMetricFamily]:
                                  labels=["action", "agent"])
     granted = CounterMetricFamily("countersign_grant_approvals", "Approvals taken by a standing grant, by agent.",
                                   labels=["agent"])
-    rows = (Decision.objects.values("action", agent=F("interrupt__run__agent__name"),
-                                    by_grant=ExpressionWrapper(Q(grant__isnull=False), output_field=BooleanField()))
-            .order_by("action", "agent", "by_grant").annotate(n=Count("pk")))
-    totals: dict[tuple[str, str], int] = {}
-    grants: dict[str, int] = {}
+    rows = (Decision.objects.values("action", agent=F("interrupt__run__agent__name")).order_by("action", "agent")
+            .annotate(n=Count("pk"), by_grant=Count("pk", filter=Q(grant__isnull=False))))
+    by_agent: dict[str, int] = {}
     for row in rows:
-        totals[row["action"], row["agent"]] = totals.get((row["action"], row["agent"]), 0) + row["n"]
+        family.add_metric([row["action"], row["agent"]], row["n"])
         if row["by_grant"]:
-            grants[row["agent"]] = grants.get(row["agent"], 0) + row["n"]
-    for (action, agent), n in totals.items():
-        family.add_metric([action, agent], n)
-    for agent, n in grants.items():
+            by_agent[row["agent"]] = by_agent.get(row["agent"], 0) + row["by_grant"]
+    for agent, n in by_agent.items():
         granted.add_metric([agent], n)
     return family, granted
 

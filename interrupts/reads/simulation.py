@@ -10,8 +10,7 @@ from django.utils import timezone
 
 from ..conf import SIMULATION_MAX_CALLS, SIMULATION_SHOWN
 from ..models import Agent, Decision, Interrupt
-from ..protocol.errors import ProtocolError
-from ..protocol.schema.payloads import payload_errors
+from ..rules import grant_scope
 from ..rules.words import decider, outcome_words
 from .history import request_label
 
@@ -69,7 +68,7 @@ def grant(agent: Agent, tool_name: str, args_schema: dict, days: int) -> Simulat
     result = Simulation(days=days, cut=len(rows) > SIMULATION_MAX_CALLS)
     for row in rows[:SIMULATION_MAX_CALLS]:
         result.calls += 1
-        if not _covers(args_schema, row.proposed_args):
+        if not grant_scope.covers(args_schema, row.proposed_args):
             continue
         result.covered += 1
         closing = row.live[-1] if row.live else None
@@ -87,10 +86,3 @@ def grant(agent: Agent, tool_name: str, args_schema: dict, days: int) -> Simulat
             result.refused.append(Replayed(row.pk, request_label(row.message, row.tool_name), row.created_at,
                                            outcome_words(closing), decider(closing)))
     return result
-
-
-def _covers(schema: dict, args) -> bool:
-    try:
-        return not payload_errors(schema, args if args is not None else {})
-    except ProtocolError:
-        return False
