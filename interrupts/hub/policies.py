@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from ..models import Interrupt, Policy
-from ..rules.eligibility import DECIDE_PERMISSION, Rule, backs_up, held_policies, in_force, most_specific
+from ..rules.eligibility import DECIDE_PERMISSION, Rule, backs_up, held_policies, in_force, most_specific, rule_of
 from .refusals import Refusal
 from .trail import changes
 
@@ -89,23 +89,44 @@ def reassign_pending() -> int:
 # --- changing policies: every door (pages, API, admin, demo agents) calls these --------------------
 
 
-def save(policy: Policy, *, groups=None, users=None) -> Policy:
+def save(policy: Policy, *, groups=None, users=None, by=None) -> Policy:
     """Create or change ``policy`` and, when given, its groups and users, with its audit entry, in one transaction.
 
     ``restricted`` follows an explicit change of the members only: a policy
     whose named groups and users were all deleted stays restricted, admitting
-    nobody. After commit, the pending interrupts' governing policies follow.
+    nobody. Turning its "auto-approve when" rule on or changing it makes
+    ``by`` the person each approval it makes is taken in the name of: refused
+    (403) unless the policy, as saved, lets them decide. After commit, the
+    pending interrupts' governing policies follow.
     """
     created = policy._state.adding
     policy.on_expiry = policy.on_expiry or Policy.OnExpiry.CANCEL  # left out: the default
+    setting = _auto_rule_set(policy, created)
     with transaction.atomic():
+        if setting:
+            policy.auto_approve_by = by
+        elif not policy.auto_approve:
+            policy.auto_approve_by = None
         policy.save()
         if _set_members(policy, groups, users):
             policy.restricted = policy.groups.exists() or policy.users.exists()
             Policy.objects.filter(pk=policy.pk).update(restricted=policy.restricted)
+        if setting and (by is None or not rule_of(policy).admits(by)):
+            raise Refusal("NOT_ELIGIBLE", "Only someone this policy lets decide may make it approve without "
+                                          "asking: each approval it makes is taken in their name.", status=403,
+                          policy=policy.name)
         changes.record_policy(policy, "policy.created" if created else "policy.changed")
         transaction.on_commit(reassign_pending)
     return policy
+
+
+def _auto_rule_set(policy: Policy, created: bool) -> bool:
+    # Whether this save turns the "auto-approve when" rule on or changes what it matches.
+    if not policy.auto_approve:
+        return False
+    before = None if created else (Policy.objects.filter(pk=policy.pk)
+                                   .values("auto_approve", "auto_approve_args").first())
+    return before != {"auto_approve": True, "auto_approve_args": policy.auto_approve_args}
 
 
 def _set_members(policy: Policy, groups, users) -> bool:

@@ -19,17 +19,23 @@ version = import_module("interrupts.migrations.0018_policy_version")
 DECISION_COLUMNS = [*signing.DECISION_COLUMNS, "grant_id"]
 
 
-def triggers(apps, schema_editor):
-    if schema_editor.connection.vendor == "sqlite":
-        schema_editor.execute("DROP TRIGGER IF EXISTS interrupts_decision_immutable;")
-        schema_editor.execute(history.sqlite_decision_trigger(DECISION_COLUMNS))
-        for action in ("insert", "update", "delete"):
-            schema_editor.execute(f"DROP TRIGGER IF EXISTS interrupts_policy_version_{action}")
-        for statement in version.SQLITE:
-            if "ON interrupts_policy\n" in statement:
-                schema_editor.execute(statement)
-    else:
-        schema_editor.execute(history.postgres_decision_function(DECISION_COLUMNS, replace=True))
+def setting_triggers(columns):
+    """A RunPython step putting back the decision trigger over ``columns``, and on SQLite the policy table's."""
+    def triggers(apps, schema_editor):
+        if schema_editor.connection.vendor == "sqlite":
+            schema_editor.execute("DROP TRIGGER IF EXISTS interrupts_decision_immutable;")
+            schema_editor.execute(history.sqlite_decision_trigger(columns))
+            for action in ("insert", "update", "delete"):
+                schema_editor.execute(f"DROP TRIGGER IF EXISTS interrupts_policy_version_{action}")
+            for statement in version.SQLITE:
+                if "ON interrupts_policy\n" in statement:
+                    schema_editor.execute(statement)
+        else:
+            schema_editor.execute(history.postgres_decision_function(columns, replace=True))
+    return triggers
+
+
+triggers = setting_triggers(DECISION_COLUMNS)
 
 
 class Migration(migrations.Migration):

@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import Q
 
 from ..conf import MAX_REQUIRED_APPROVALS
+from ..protocol.errors import ProtocolError
+from ..protocol.schema.payloads import payload_errors
 from .agents import Agent
 
 
@@ -60,6 +62,27 @@ class Policy(models.Model):
     always_ask = models.BooleanField(
         default=False, help_text="Every call asks a person: no standing grant approves these interrupts.",
     )
+    # The "auto-approve when" tier, as data: calls this policy governs whose args fit the schema are
+    # approved without asking, in the name of the person who set the rule (``auto_approve_by``).
+    auto_approve = models.BooleanField(
+        default=False, help_text="Approve without asking the calls this policy governs whose args match "
+                                 "auto_approve_args, in the name of the person who set it.",
+    )
+    auto_approve_args = models.JSONField(
+        default=dict, blank=True, help_text="A JSON Schema the call's args must match to be approved without "
+                                            "asking; {} matches any args.",
+    )
+    # Who turned the rule on or last changed it: the person accountable for each approval it makes.
+    auto_approve_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, editable=False,
+                                        on_delete=models.PROTECT, related_name="+")
+    require_passkey = models.BooleanField(
+        default=False, help_text="Approving takes the reviewer's passkey, signing the exact approval: a session "
+                                 "alone (a stolen one too) cannot approve these requests.",
+    )
+    require_look = models.BooleanField(
+        default=False, help_text="On a card whose args are long, Approve waits until the reviewer has opened "
+                                 "the full args.",
+    )
     target_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="How soon a decision is expected, in minutes.",
     )
@@ -97,6 +120,10 @@ class Policy(models.Model):
         return self.name
 
     ESCALATE_NEEDS_BACKUP = "Escalating before expiry needs a backup group to escalate to."
+    AUTO_AND_ALWAYS_ASK = ("A policy that always asks a person (or their passkey) cannot also approve "
+                           "automatically: choose one.")
+    AUTO_AND_QUORUM = ("Approving automatically is one approval: a policy needing more cannot also "
+                       "approve automatically.")
 
     def clean(self):
         self.on_expiry = self.on_expiry or self.OnExpiry.CANCEL
@@ -104,6 +131,28 @@ class Policy(models.Model):
             raise ValidationError({"backup_group": self.BACKUP_NEEDS_TARGET})
         if self.on_expiry == self.OnExpiry.ESCALATE and self.backup_group_id is None:
             raise ValidationError({"on_expiry": self.ESCALATE_NEEDS_BACKUP})
+        problem = self.auto_approve_problem(self.auto_approve, self.auto_approve_args,
+                                            self.always_ask or self.require_passkey, self.required_approvals)
+        if problem is not None:
+            raise ValidationError(dict([problem]))
+
+    @classmethod
+    def auto_approve_problem(cls, auto_approve: bool, args_schema, always_ask: bool,
+                             required_approvals: int) -> tuple[str, str] | None:
+        """The field and why this "auto-approve when" tier cannot be saved, or None (the form and the API ask)."""
+        if not auto_approve:
+            return None
+        if always_ask:
+            return "auto_approve", cls.AUTO_AND_ALWAYS_ASK
+        if (required_approvals or 1) > 1:
+            return "auto_approve", cls.AUTO_AND_QUORUM
+        if not isinstance(args_schema, dict):
+            return "auto_approve_args", "The args to match must be a JSON Schema object ({} matches any args)."
+        try:
+            payload_errors(args_schema, {})  # checks the schema itself (size, patterns, metaschema)
+        except ProtocolError as problem:
+            return "auto_approve_args", f"The args to match are not a usable JSON Schema: {problem.message}"
+        return None
 
     @property
     def specificity(self) -> tuple[bool, bool, bool]:
