@@ -13,11 +13,15 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ...conf import MAX_DIGEST_ITEMS, NOTIFY_BATCH, settings
-from ...models import EmailChoice, EmailNotice, NotificationPreference
-from .enqueue import bounded, link
+from ...models import EmailChoice, EmailNotice, Interrupt, NotificationPreference, NotifyEvent
+from ...rules import eligibility
+from .. import links
+from .enqueue import bounded, clean_line, link
 from .webhooks import retry_delay
 
 logger = logging.getLogger(__name__)
+#: Requests of one run an email links to at most (the rest: the inbox).
+MAX_LINKED = 5
 
 @dataclass(frozen=True)
 class Mail:
@@ -65,22 +69,57 @@ def claim_emails(worker: str, limit: int = NOTIFY_BATCH) -> list[Mail]:
         if locked:
             EmailNotice.objects.filter(_email_due(now), digest=True, user_id__in=locked).update(**lease)
         mine = list(EmailNotice.objects.filter(claimed_by=worker, status=EmailNotice.Status.SENDING)
-                    .select_related("user").order_by("pk"))
+                    .select_related("user", "interrupt").order_by("pk"))
     digests: dict[int, list[EmailNotice]] = {}
     for notice in mine:
         if notice.digest:
             digests.setdefault(notice.user_id, []).append(notice)
         else:
-            mails.append(Mail((notice.pk,), notice.user.email, f"[Countersign] {notice.subject}", notice.text))
+            mails.append(Mail((notice.pk,), notice.user.email, f"[Countersign] {notice.subject}",
+                              notice.text + _decision_links(notice, now)))
     for notices in digests.values():
         shown = notices[:MAX_DIGEST_ITEMS]
         more = len(notices) - len(shown)
         text = (f"{len(notices)} request{'s' if len(notices) != 1 else ''} for you since your last digest:\n\n"
-                + "\n----\n\n".join(n.text for n in shown)
+                + "\n----\n\n".join(n.text + _decision_links(n, now) for n in shown)
                 + (f"\n…and {more} more: {link('/inbox/')}\n" if more else ""))
         mails.append(Mail(tuple(n.pk for n in notices), notices[0].user.email,
                           f"[Countersign] Digest: {len(notices)} request{'s' if len(notices) != 1 else ''}", text))
     return mails
+
+
+#: Notices about requests still waiting for their reader: their emails carry decision links.
+DECIDABLE = (NotifyEvent.RAISED, NotifyEvent.EXPIRING, NotifyEvent.ESCALATED)
+
+
+def _decision_links(notice: EmailNotice, now) -> str:
+    """The Approve, Reject and Open links of each request of ``notice``'s run its reader may still decide.
+
+    Minted now, as the email goes: the notice's stored text never holds a token.
+    """
+    if notice.event not in DECIDABLE or notice.interrupt_id is None:
+        return ""
+    pending = list(Interrupt.objects.filter(run_id=notice.interrupt.run_id, status=Interrupt.Status.PENDING)
+                   .select_related("run").order_by("pk")[:MAX_LINKED])
+    rules = eligibility.rules_held(pending)
+    theirs = [i for i in pending if eligibility.may_decide(notice.user, rules[i.pk], i)]
+    if not theirs:
+        return ""
+    # Approving where a policy asks for a passkey happens on the card: no Approve link for those.
+    keyed = {i.pk for i in theirs if rules[i.pk].require_passkey}
+    with transaction.atomic():
+        urls = links.mint(notice.user, [(i, ("reject", "open") if i.pk in keyed else ("approve", "reject", "open"))
+                                        for i in theirs], now)
+    hours = settings.COUNTERSIGN_DECISION_LINK_HOURS
+    lines = [f"\nDecide from here. Each link opens a page where you confirm what it does; it works once, only "
+             f"for you, for {hours:g} hours.\n"]
+    for interrupt in theirs:
+        found = urls[interrupt.pk]
+        approve = (f"  Approve: {found['approve']}\n" if "approve" in found
+                   else "  Approve: in your inbox, with your passkey\n")
+        lines.append(f"- {clean_line(interrupt.message or interrupt.interrupt_id, 120)}\n"
+                     f"{approve}  Reject: {found['reject']}\n  Open: {found['open']}")
+    return "\n".join(lines) + "\n"
 
 
 def send(mails: list[Mail]) -> list[str]:

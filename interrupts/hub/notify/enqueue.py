@@ -238,7 +238,7 @@ def digest_due(now: datetime) -> datetime:
     return datetime.fromtimestamp(seconds - seconds % period + period, tz=UTC)
 
 
-def _clean_line(text: str, limit: int) -> str:
+def clean_line(text: str, limit: int) -> str:
     # A subject is one header line: no line breaks or control characters from an agent.
     return bounded(" ".join("".join(c if c.isprintable() else " " for c in text).split()), limit)
 
@@ -262,7 +262,7 @@ def _email_text(event: str, interrupts: list[Interrupt]) -> tuple[str, str]:
     """(subject, plain text) of an email about ``interrupts`` (one run's): agent text bounded, never markup."""
     first = interrupts[0]
     run = first.run
-    agent, reason = run.agent.name, _clean_line(first.reason, 100)
+    agent, reason = run.agent.name, clean_line(first.reason, 100)
     asks = f"{agent} asks for {len(interrupts)} decisions" if len(interrupts) > 1 else \
         f"{agent} asks for a decision ({reason})"
     if event == NotifyEvent.EXPIRING:
@@ -275,10 +275,10 @@ def _email_text(event: str, interrupts: list[Interrupt]) -> tuple[str, str]:
                 f"{first.escalated_to.name if first.escalated_to else 'your team'}.\n\n")
     else:
         subject, lead = asks, ""
-    items = "\n".join(f"- {_clean_line(i.reason, 100)}: {bounded(i.message)} (interrupt {i.interrupt_id})"
+    items = "\n".join(f"- {clean_line(i.reason, 100)}: {bounded(i.message)} (interrupt {i.interrupt_id})"
                       for i in interrupts[:MAX_DIGEST_ITEMS])
     if len(interrupts) > MAX_DIGEST_ITEMS:
         items += f"\n…and {len(interrupts) - MAX_DIGEST_ITEMS} more"
     text = (f"{lead}{asks}, on thread {run.thread.thread_id}:\n\n{items}\n\n"
             f"Review: {link(f'/threads/{run.thread.thread_id}/')}\n")
-    return _clean_line(subject, 200), text
+    return clean_line(subject, 200), text

@@ -1,0 +1,64 @@
+"""A decision link from an email: a confirm page (after login), and the decision when its reader confirms."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+
+from ..conf import MAX_COMMENT_CHARS
+from ..hub import decisions, links
+from ..hub.refusals import Refusal
+from ..models import DecisionLink, Interrupt
+from ..rules import eligibility
+
+#: What a link's page offers: its own action, or either for an Open link.
+OFFERED = {DecisionLink.Action.APPROVE: ("approve",), DecisionLink.Action.REJECT: ("reject",),
+           DecisionLink.Action.OPEN: ("approve", "reject")}
+
+
+@never_cache
+def decide_by_link(request, token: str):
+    """GET shows what will be decided and changes nothing; POST, from that page, decides and spends the link."""
+    now = timezone.now()
+    try:
+        found = links.find(token, request.user, now)
+    except Refusal as refused:
+        return _refused(request, refused)
+    interrupt = found.interrupt
+    offered = OFFERED[found.action]
+    if eligibility.rule_for(interrupt).require_passkey:
+        # An approval there takes the reviewer's passkey on the card: this page may only say no.
+        offered = tuple(a for a in offered if a == "reject")
+        if not offered:
+            return _refused(request, Refusal("PASSKEY_REQUIRED", "Approving this request takes your passkey: open "
+                                             "it from your inbox, where your passkey signs the approval.",
+                                             status=403))
+    if request.method != "POST":
+        return render(request, "interrupts/decide_link.html", {"link": found, "i": interrupt, "offered": offered,
+                                                               "pending": interrupt.status == Interrupt.Status.PENDING})
+    action, comment = request.POST.get("action"), request.POST.get("comment", "")
+    # Checked before the link is spent: a slip here leaves it usable.
+    if action not in offered:
+        return _refused(request, Refusal("LINK_ACTION", "This link's page offers only "
+                                         f"{' or '.join(offered)}: open the request to do anything else.",
+                                         status=400))
+    if len(comment) > MAX_COMMENT_CHARS:
+        return _refused(request, Refusal("TOO_LARGE", f"A comment holds at most {MAX_COMMENT_CHARS:,} characters.",
+                                         status=400))
+    try:
+        links.spend(found, now)
+        answer = decisions.answer_for(interrupt, action)
+        decisions.decide(interrupt, request.user, answer.status, answer.payload, action=answer.action,
+                         comment=comment)
+    except Refusal as refused:
+        return _refused(request, refused)
+    messages.success(request, f"{'Approved' if action == 'approve' else 'Rejected'}: "
+                              f"{interrupt.message or interrupt.interrupt_id}")
+    return redirect(reverse("thread", args=[interrupt.run.thread.thread_id]))
+
+
+def _refused(request, refused: Refusal):
+    return render(request, "interrupts/decide_link.html", {"refused": refused}, status=refused.status)
