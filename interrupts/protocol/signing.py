@@ -64,6 +64,31 @@ def fingerprint(*, thread_id: str, run_id: str, interrupt_id: str, tool_call_id:
     return "sha256:" + hashlib.sha256(canonical(document)).hexdigest()
 
 
+def passkey_challenge(fingerprint_: str, policy_version: Any) -> bytes:
+    """The WebAuthn challenge that countersigns one approval: SHA-256 of the RFC 8785 JSON of its answer's
+    ``fingerprint`` (thread, run, interrupt, tool call, status, payload) and the policy version it was taken under."""
+    return hashlib.sha256(canonical({"fingerprint": fingerprint_, "policyVersion": policy_version})).digest()
+
+
+def passkey_problem(passkey: Any, fingerprint_: str) -> str:
+    """Why ``passkey`` (a decision's: its assertion, public key and relying party) does not countersign the
+    answer of ``fingerprint_``, or "" when it does. py_webauthn checks the signature over the authenticator and
+    client data, the challenge (``passkey_challenge``), the relying party, origin and user presence."""
+    from webauthn import base64url_to_bytes, verify_authentication_response  # only who checks passkeys needs it
+
+    if not isinstance(passkey, dict) or passkey.get("fingerprint") != fingerprint_:
+        return "it is missing, or signs another answer"
+    try:
+        verify_authentication_response(
+            credential=passkey["assertion"],
+            expected_challenge=passkey_challenge(fingerprint_, passkey.get("policyVersion")),
+            expected_rp_id=passkey["rpId"], expected_origin=passkey["origin"],
+            credential_public_key=base64url_to_bytes(passkey["publicKey"]), credential_current_sign_count=0)
+    except Exception as problem:  # py_webauthn's own errors, and a malformed block: all mean "not signed"
+        return f"it does not verify: {problem}"
+    return ""
+
+
 def _mac(secret: str, timestamp: int, body: bytes) -> str:
     return hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
 
@@ -74,7 +99,7 @@ def sign(secret: str, body: bytes, timestamp: int) -> str:
 
 
 def verify(secret: str, header: str | None, body: bytes, now: float,
-           tolerance: int = DEFAULT_TOLERANCE) -> int:
+           tolerance: float = DEFAULT_TOLERANCE) -> int:
     """Check ``header`` against ``body``; return its timestamp, or raise ``SignatureError``.
 
     Refused: no header, one that does not parse, a timestamp further than

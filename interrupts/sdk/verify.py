@@ -44,6 +44,17 @@ class BadFingerprint(AgentError):
         super().__init__(message, code="BAD_FINGERPRINT")
 
 
+class BadPasskey(AgentError):
+    """An approval that must carry a passkey assertion has none, or one that does not sign it (``BAD_PASSKEY``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="BAD_PASSKEY")
+
+
+#: The actions that approve: with ``require_passkey``, each must carry a passkey assertion.
+APPROVING = ("approve", "edit", "respond")
+
+
 @dataclass(frozen=True)
 class Approval:
     """One person's decision on an answer, as Countersign attested it.
@@ -59,6 +70,19 @@ class Approval:
     comment: str = ""
     #: ``{"id", "by"}`` when a standing grant approved in ``username``'s name, not the person at that moment.
     grant: Any = None
+    #: ``{"name", "by"}`` when a policy's "auto-approve when" rule approved, set by ``username``.
+    by_policy: Any = None
+    #: The WebAuthn assertion over this exact approval, with the public key and relying party that check it
+    #: (``check_passkey``), where Countersign's policy asked for the approver's passkey.
+    passkey: Any = None
+
+
+def check_passkey(passkey: Any, fingerprint: str) -> None:
+    """Raise ``BadPasskey`` unless ``passkey`` (an attested decision's) is a WebAuthn assertion, by the public key
+    it names, whose challenge is this answer's ``fingerprint`` with the policy version (``passkey_challenge``)."""
+    problem = signing.passkey_problem(passkey, fingerprint)
+    if problem:
+        raise BadPasskey(f"The approval's passkey assertion {problem}.")
 
 
 def check_signature(secret: str, header: str | None, body: bytes, *, now: float | None = None,
@@ -113,13 +137,14 @@ def _approvals(interrupt_id: str, decisions: Any) -> tuple[Approval, ...]:
             action=decision["action"],
             at=str(decision.get("at") or ""),
             comment=str(decision.get("comment") or ""),
-            grant=decision.get("grant"),
+            grant=decision.get("grant"), by_policy=decision.get("byPolicy"), passkey=decision.get("passkey"),
         ))
     return tuple(approvals)
 
 
 def attested_approvals(run_input: RunAgentInput,
-                       tool_call_ids: ToolCallIds = conversation_tool_call_ids) -> dict[str, tuple[Approval, ...]]:
+                       tool_call_ids: ToolCallIds = conversation_tool_call_ids, *,
+                       require_passkey: bool = False) -> dict[str, tuple[Approval, ...]]:
     """Who decided each answer of a signed resume, by interrupt id; ``BadFingerprint`` if any entry fails.
 
     Call it only on a request whose signature checked: the decisions are
@@ -127,6 +152,8 @@ def attested_approvals(run_input: RunAgentInput,
     answer to this thread, the interrupted run (``parentRunId``), its
     interrupt and tool call. An entry without ``metadata.countersign`` is
     refused, not skipped: Countersign writes one on every entry it sends.
+    ``require_passkey``: every approval of a resolved answer must also carry a passkey assertion over it
+    (``check_passkey``; ``BadPasskey`` otherwise): a rejection (``approved: false``) needs none.
     """
     approvals: dict[str, tuple[Approval, ...]] = {}
     for entry in run_input.resume or []:
@@ -150,4 +177,8 @@ def attested_approvals(run_input: RunAgentInput,
                 "run, interrupt, status and payload."
             )
         approvals[entry.interrupt_id] = _approvals(entry.interrupt_id, attestation.get("decisions", []))
+        if require_passkey and entry.status == "resolved":
+            # A resolved answer that approves nothing (a rejection's {approved: false}) needs no passkey.
+            for approval in (a for a in approvals[entry.interrupt_id] if a.action in APPROVING):
+                check_passkey(approval.passkey, attestation["fingerprint"])
     return approvals
