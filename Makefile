@@ -106,9 +106,10 @@ browser:
 lint: venv
 	$(VENV)/bin/ruff check .
 
-# The suite runs on TEST_WORKERS pytest-xdist workers (-n; --dist loadfile is in pyproject.toml):
-# most tests wait on servers, agents and Chromium, so more workers than the 2 cores pay.
-TEST_WORKERS ?= 4
+# The suite runs on TEST_WORKERS pytest-xdist workers (-n; --dist loadfile is in pyproject.toml).
+# The 2 cores stay busy with 3 (servers, agents and Chromium beside each worker); a fourth only
+# adds contention: the PostgreSQL pass took 424 s with 3, 457 s with 4 and 539 s with 6.
+TEST_WORKERS ?= 3
 
 # The suite's processes keep the bytecode they compile (__pycache__, ignored by git) even where the
 # environment says not to (PYTHONDONTWRITEBYTECODE): it starts some 200 Python processes (servers,

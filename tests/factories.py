@@ -1,9 +1,11 @@
 """Small builders for rows the tests need; each writes through the ORM, or the action that owns the change."""
 
+import contextlib
 import itertools
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.test import TestCase
 
 from interrupts.hub import agents, policies, tokens
 from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
@@ -75,3 +77,15 @@ def policy(**fields) -> Policy:
 
 def decision(interrupt_obj, user_obj, status="resolved", **fields) -> Decision:
     return Decision.objects.create(interrupt=interrupt_obj, user=user_obj, status=status, **fields)
+
+
+@contextlib.contextmanager
+def kept_for_the_module(django_db_blocker):
+    """Rows made inside stay for a module's tests and are rolled back after it, as
+    ``TestCase.setUpTestData``'s are: each test's own changes roll back to them."""
+    with django_db_blocker.unblock():
+        atomics = TestCase._enter_atomics()  # the test case's own: durable blocks nest inside them
+        try:
+            yield
+        finally:
+            TestCase._rollback_atomics(atomics)

@@ -7,7 +7,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
@@ -19,6 +18,7 @@ from project.asgi import application
 
 from .. import factories as make
 from ..waiting import until
+from .sockets import Communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,7 +37,7 @@ def session_cookie(reviewer: bool = True) -> tuple[bytes, bytes]:
 
 
 async def connect(path: str, *headers):
-    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+    communicator = Communicator(application, path, headers=list(headers))
     connected, code = await communicator.connect()
     return communicator, connected, code
 
@@ -47,7 +47,7 @@ async def test_an_anonymous_socket_is_closed_with_log_in_first():
     for path in ("/ws/inbox/", "/ws/threads/any/"):
         communicator, connected, _ = await connect(path, ORIGIN)
         assert connected
-        assert await communicator.receive_output(timeout=3) == {"type": "websocket.close", "code": 4401}
+        assert await communicator.receive_output() == {"type": "websocket.close", "code": 4401}
 
 
 async def test_a_foreign_origin_is_refused_even_with_a_session():
@@ -69,10 +69,10 @@ async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
     # What waits for this reader follows once the burst has settled: one count per socket, not per change.
     await database_sync_to_async(relay.inbox_changed)(7, 4, "raised")
     assert (await communicator.receive_json_from())["type"] == "changed"
-    assert await communicator.receive_json_from(timeout=3) == {"type": "mine", "pending": 2, "mine": 2}
+    assert await communicator.receive_json_from() == {"type": "mine", "pending": 2, "mine": 2}
     # One count for that burst: what the socket hears next is the next change, not a second count.
     await database_sync_to_async(relay.inbox_changed)(7, 5, "raised")
-    assert await communicator.receive_json_from(timeout=3) == {
+    assert await communicator.receive_json_from() == {
         "type": "changed", "reason": "raised", "thread": 7, "pending": 2}
     await communicator.disconnect()
 
@@ -120,7 +120,7 @@ async def test_each_user_hears_their_own_badge_once_the_burst_settles():
     for communicator in sockets:
         assert (await communicator.receive_json_from())["type"] == "changed"
     # Both of the reviewer's sockets hear their count; the one who may not decide counts nothing as theirs.
-    mine = [await communicator.receive_json_from(timeout=3) for communicator in sockets]
+    mine = [await communicator.receive_json_from() for communicator in sockets]
     assert mine == [{"type": "mine", "pending": 1, "mine": 1}] * 2 + [{"type": "mine", "pending": 1, "mine": 0}]
     for communicator in sockets:
         await communicator.disconnect()
@@ -143,7 +143,7 @@ async def test_a_poke_does_not_wait_behind_the_database_thread():
         await until(occupied.is_set)
         await get_channel_layer().group_send(relay.INBOX_GROUP, {
             "type": "inbox.changed", "thread": 7, "seq": 3, "reason": "raised", "pending": 5})
-        assert await communicator.receive_json_from(timeout=1) == {
+        assert await communicator.receive_json_from() == {
             "type": "changed", "reason": "raised", "thread": 7, "pending": 5}
         assert not busy.done()  # heard while the thread was still taken
     finally:
@@ -222,12 +222,12 @@ async def test_a_page_says_which_card_it_has_open_and_every_inbox_hears_who_look
                  '{"type": "viewing", "interrupts": [' + "1," * 3000 + "1]}"):
         await first.send_to(text_data=junk)
     await first.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
-    heard = await second.receive_json_from(timeout=3)
+    heard = await second.receive_json_from()
     assert heard["type"] == "attention" and heard["interrupt"] == interrupt.pk
     assert len(heard["viewers"]) == 1 and heard["claim"] is None
     # Closing the page closes the card: everyone hears nobody looks any more.
     await first.disconnect()
-    heard = await second.receive_json_from(timeout=3)
+    heard = await second.receive_json_from()
     assert heard == {"type": "attention", "interrupt": interrupt.pk, "claim": None, "viewers": []}
     await second.disconnect()
 
@@ -275,7 +275,7 @@ async def test_a_socket_whose_session_ended_is_not_heard_saying_what_it_has_open
     await socket.receive_json_from()
     await database_sync_to_async(lambda: Session.objects.all().delete())()
     await socket.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
-    assert (await socket.receive_output(timeout=3)) == {"type": "websocket.close", "code": 4401}
+    assert (await socket.receive_output()) == {"type": "websocket.close", "code": 4401}
     assert not await database_sync_to_async(Presence.objects.exists)()
 
 
@@ -295,9 +295,9 @@ async def test_only_staff_sockets_hear_that_webhook_deliveries_changed():
             relay.deliveries_changed()
 
     await database_sync_to_async(changed)()
-    assert await watching.receive_json_from(timeout=3) == {"type": "deliveries"}
+    assert await watching.receive_json_from() == {"type": "deliveries"}
     # Told to every socket in turn, after the deliveries: the first thing the other hears is this change.
     await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
-    assert (await other.receive_json_from(timeout=3))["type"] == "changed"
+    assert (await other.receive_json_from())["type"] == "changed"
     await watching.disconnect()
     await other.disconnect()

@@ -12,7 +12,6 @@ import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.models import Group
@@ -24,6 +23,7 @@ from project.asgi import application
 
 from .. import factories as make
 from ..waiting import until
+from .sockets import Communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,7 +42,7 @@ def login():
 
 
 async def inbox(cookie):
-    communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=[ORIGIN, cookie])
+    communicator = Communicator(application, "/ws/inbox/", headers=[ORIGIN, cookie])
     connected, _ = await communicator.connect()
     assert connected
     return communicator
@@ -66,7 +66,7 @@ async def test_the_badge_follows_a_reviewer_who_lost_the_right_to_decide(change)
 
     await lose_it()
     assert (await communicator.receive_json_from())["type"] == "changed"
-    mine = await communicator.receive_json_from(timeout=3)
+    mine = await communicator.receive_json_from()
     await communicator.disconnect()
     assert mine == {"type": "mine", "pending": 2, "mine": 0}  # nothing waits for them any more
 
@@ -80,7 +80,7 @@ async def test_a_socket_whose_session_ended_hears_no_more_changes():
     # The change's own poke may still come; the count round after it closes the socket.
     heard = []
     while not heard or heard[-1]["type"] != "websocket.close":
-        heard.append(await communicator.receive_output(timeout=3))
+        heard.append(await communicator.receive_output())
     assert heard[-1]["code"] == consumers.UNAUTHENTICATED
     assert all('"mine"' not in (h.get("text") or "") for h in heard)  # no count for a logged-out socket
     await database_sync_to_async(relay.inbox_changed)(7, 4, "raised")
@@ -95,7 +95,7 @@ async def test_a_socket_whose_connect_failed_is_not_kept(monkeypatch):
         raise RuntimeError("database went away")
 
     monkeypatch.setattr(consumers.selectors, "pending_count", broken)
-    communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=[ORIGIN, cookie])
+    communicator = Communicator(application, "/ws/inbox/", headers=[ORIGIN, cookie])
     try:
         await communicator.connect()  # accepted: the count fails after the accept
         await communicator.receive_output(timeout=1)  # the consumer's exception surfaces here

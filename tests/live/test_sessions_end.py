@@ -7,25 +7,27 @@ The same over real servers, one process or two: tests/e2e/test_sessions_end.py.
 """
 
 import asyncio
+import threading
 from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from interrupts.live import relay
+from interrupts.live.consumers import Inboxes, sockets_db
 from project.asgi import application
 
 from .. import factories as make
 from ..waiting import until
+from .sockets import Communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,17 +52,17 @@ def reviewer_with_sessions(count: int = 1, expiry: int | None = None):
     return user, [_session(user, expiry) for _ in range(count)]
 
 
-async def open_socket(path: str, session_key: str) -> WebsocketCommunicator:
+async def open_socket(path: str, session_key: str) -> Communicator:
     cookie = (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session_key}".encode())
-    communicator = WebsocketCommunicator(application, path, headers=[ORIGIN, cookie])
+    communicator = Communicator(application, path, headers=[ORIGIN, cookie])
     connected, _ = await communicator.connect()
     assert connected
-    first = await communicator.receive_json_from(timeout=3)
+    first = await communicator.receive_json_from()
     assert first["type"] in ("pending", "hello")
     return communicator
 
 
-async def closed_within(communicator: WebsocketCommunicator, seconds: float = 1.0) -> list[dict]:
+async def closed_within(communicator: Communicator, seconds: float = 1.0) -> list[dict]:
     """What the socket heard before it closed with "log in first", which it must within ``seconds``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -121,7 +123,7 @@ async def test_logging_out_one_browser_leaves_the_users_other_sessions_open():
     for socket in mine:
         await closed_within(socket)
     await broadcast_everything(run.thread_id)
-    heard = [await socket.receive_json_from(timeout=3) for socket in other]
+    heard = [await socket.receive_json_from() for socket in other]
     assert heard[0]["type"] == "changed"
     assert heard[1] == {"type": "event", "seq": 99, "event_type": "TEXT_MESSAGE_CONTENT"}
     for socket in other:
@@ -140,7 +142,7 @@ async def test_logging_out_everywhere_closes_every_session_of_that_person_only()
     for socket in sockets:
         assert _content(await closed_within(socket)) == []
     assert not await Session.objects.filter(session_key=elsewhere).aexists()
-    assert (await kept.receive_json_from(timeout=3))["type"] == "event"
+    assert (await kept.receive_json_from())["type"] == "event"
     await kept.disconnect()
 
 
@@ -170,7 +172,7 @@ async def test_a_user_who_may_no_longer_read_loses_every_socket_and_a_colleague_
     await broadcast_everything(run.thread_id)
     for socket in sockets:
         assert _content(await closed_within(socket)) == []
-    assert (await kept[1].receive_json_from(timeout=3))["type"] == "event"
+    assert (await kept[1].receive_json_from())["type"] == "event"
     for socket in kept:
         await socket.disconnect()
 
@@ -206,7 +208,7 @@ async def test_a_session_extended_meanwhile_keeps_its_sockets(monkeypatch):
                                         timeout=(first - timezone.now()).total_seconds() + 5)
     assert found is not None and found[1] > first + timedelta(minutes=30)
     await database_sync_to_async(relay.inbox_changed)(7, 3, relay.Reason.DECIDED)
-    assert (await socket.receive_json_from(timeout=3))["type"] == "changed"
+    assert (await socket.receive_json_from())["type"] == "changed"
     await socket.disconnect()
 
 
@@ -228,10 +230,42 @@ async def test_a_socket_whose_session_ends_while_it_connects_is_told_to_log_in(p
     monkeypatch.setattr(channels.auth, "get_user", logged_out_right_after)
     cookie = (b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())
     path = path.format(thread=run.thread.thread_id)
-    communicator = WebsocketCommunicator(application, path, headers=[ORIGIN, cookie])
+    communicator = Communicator(application, path, headers=[ORIGIN, cookie])
     connected, _ = await communicator.connect()
     assert connected  # accepted, so that the page reads the code
-    assert await communicator.receive_output(timeout=3) == LOG_IN_FIRST
+    assert await communicator.receive_output() == LOG_IN_FIRST
+
+
+async def test_a_socket_opened_while_a_count_round_reads_the_sessions_is_not_taken_for_logged_out():
+    # ci41: a page opened as its process recounted the badges was told "logged out" (4401): the round judged
+    # every socket by the sessions it had read, and the new socket's was not among them.
+    user, [first, second] = await reviewer_with_sessions(2)
+    run = await database_sync_to_async(make.run)()
+    await open_socket("/ws/inbox/", first)
+    # The sockets' database threads held: the round's read of the sessions waits, and a socket connects meanwhile.
+    release = threading.Event()
+    executor = sockets_db.executor()
+    held = [executor.submit(release.wait) for _ in range(sockets_db.threads.get(connection.vendor, 1))]
+    try:
+        await broadcast_everything(run.thread_id)
+        inboxes = Inboxes.here()
+        await until(lambda: inboxes.counting)
+        cookie = (b"cookie", f"{settings.SESSION_COOKIE_NAME}={second}".encode())
+        late = Communicator(application, "/ws/inbox/", headers=[ORIGIN, cookie])
+        assert (await late.connect())[0]
+        await until(lambda: len(inboxes.sockets.get(user.pk, ())) == 2)
+    finally:
+        release.set()
+    for job in held:
+        await asyncio.wrap_future(job)
+    await until(lambda: inboxes.round.done())
+    # A change after the round: the late socket hears it, and nothing closed it before.
+    await broadcast_everything(run.thread_id)
+    heard = []
+    while not any('"changed"' in m.get("text", "") for m in heard):
+        heard.append(await late.receive_output())
+        assert heard[-1]["type"] != "websocket.close", heard
+    await late.disconnect()
 
 
 def test_the_notifications_page_offers_log_out_everywhere(client):

@@ -46,11 +46,18 @@ def world(size: int) -> dict:
             "self-approving agent": agents[1]}
 
 
-@pytest.fixture(params=SIZES, ids=lambda n: f"{n}-rows")
-def seen(request, client):
-    made = world(request.param)
-    client.force_login(made["reader"])
-    return client, made
+@pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"{n}-rows")
+def built(request, django_db_setup, django_db_blocker):
+    # Built once per size for the module, in a transaction rolled back after it: each test's own
+    # changes roll back to this savepoint. 48 tests each building 30 rows took half a minute.
+    with make.kept_for_the_module(django_db_blocker):
+        yield world(request.param)
+
+
+@pytest.fixture
+def seen(built, client):
+    client.force_login(built["reader"])
+    return client, built
 
 
 PAGES = {
