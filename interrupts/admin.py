@@ -24,6 +24,7 @@ from .models import (
     Grant,
     Interrupt,
     NotificationPreference,
+    Passkey,
     Policy,
     Run,
     Thread,
@@ -102,6 +103,8 @@ class PolicyAdmin(admin.ModelAdmin):
     list_filter = ["agent", "allow_self_approval"]
     search_fields = ["name", "reason", "tool_name"]
     filter_horizontal = ["groups", "users"]
+    # Set on the Agents page or through the API, which check that whoever sets it may decide what it approves.
+    readonly_fields = ["auto_approve", "auto_approve_args", "auto_approve_by"]
 
     def save_model(self, request, obj, form, change):
         # With its groups and users: one change, one audit entry (hub.policies).
@@ -126,6 +129,17 @@ class GrantAdmin(ReadOnlyAdmin):
     list_display = ["tool_name", "agent", "author", "created_at", "expires_at", "uses", "max_uses", "revoked_at"]
     list_filter = ["agent"]
     search_fields = ["tool_name", "why"]
+
+
+@admin.register(Passkey)
+class PasskeyAdmin(ReadOnlyAdmin):
+    """Reviewers' passkeys: operators see them and remove a lost one; only its owner adds one (the Passkeys page)."""
+
+    list_display = ["name", "user", "created_at", "last_used_at"]
+    search_fields = ["name", "user__username"]
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.has_perm("interrupts.delete_passkey")
 
 
 @admin.register(Thread)

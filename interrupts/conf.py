@@ -70,6 +70,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("COUNTERSIGN_EXPIRY_WARNING_SECONDS", 600.0,
             "How long before an interrupt's expiresAt the people who may decide it are warned (webhooks and the "
             "email they chose), once; a policy that escalates on expiry escalates then. `0`: no warning."),
+    Setting("COUNTERSIGN_DECISION_LINK_HOURS", 24.0,
+            "How long the Approve, Reject and Open links in a notification email work (each once, for its reader "
+            "only, and only after they log in and confirm on the page it opens)."),
+    Setting("COUNTERSIGN_INSIGHT_LOOKED_BY_REVIEWER", False,
+            "Whether the insight page shows, per reviewer, the share of approvals made without opening the card "
+            "beyond its summary and their time on card: off, it shows them per agent only, never a person's as "
+            "a score, until the team chooses to."),
     Setting("COUNTERSIGN_GRANT_SUGGEST_AFTER", 5,
             "A card offers a standing grant once the team approved this many calls identical to it (agent, "
             "tool and args) in the last 30 days and refused none; `0` never offers one."),
@@ -239,6 +246,8 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 ACTIONS = ("approve", "reject", "edit", "respond", "cancel")
 # A reviewer's comment on a decision.
 MAX_COMMENT_CHARS = 10_000
+#: The most a passkey's answer (a WebAuthn registration or assertion, as JSON) may hold, in characters.
+MAX_PASSKEY_JSON_CHARS = 20_000
 # The message that starts a run on a thread.
 MAX_MESSAGE_CHARS = 100_000
 # A thread's title (Thread.title).

@@ -9,3 +9,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The static files do not change while a test server runs: each new browser context caches them as it
 # would from a deployment, rather than asking again on every page load (DEBUG's WhiteNoise says max-age 0).
 WHITENOISE_MAX_AGE = 3600
+
+# A test that reads the emails a served app sends names a folder: each email lands there as a file.
+if os.environ.get("EMAIL_FILE_PATH"):  # noqa: F405
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+                           "OPTIONS": {"file_path": os.environ["EMAIL_FILE_PATH"]}}}  # noqa: F405

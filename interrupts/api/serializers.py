@@ -1,5 +1,7 @@
 """What the REST API shows and accepts. Wire data (payloads, args) stays camelCase JSON."""
 
+import copy
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -103,6 +105,9 @@ class PolicySerializer(serializers.ModelSerializer):
                                          many=True, required=False)
     required_approvals = serializers.IntegerField(min_value=1, max_value=MAX_REQUIRED_APPROVALS, required=False)
     target_minutes = serializers.IntegerField(min_value=0, max_value=2**31 - 1, allow_null=True, required=False)
+    auto_approve_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True,
+        help_text="Who turned auto_approve on or last changed its args: each approval it makes is in their name.")
     backup_group = serializers.SlugRelatedField(
         slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False,
         help_text="The group that may also decide once target_minutes pass undecided, and is told; needs a target.")
@@ -110,7 +115,8 @@ class PolicySerializer(serializers.ModelSerializer):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "always_ask", "on_expiry", "target_minutes", "backup_group", "created_at",
+                  "allow_self_approval", "always_ask", "auto_approve", "auto_approve_args", "auto_approve_by",
+                  "require_look", "require_passkey", "on_expiry", "target_minutes", "backup_group", "created_at",
                   "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         # The scope's uniqueness is checked in validate(), with a sentence; DRF's
@@ -139,17 +145,30 @@ class PolicySerializer(serializers.ModelSerializer):
         if current("on_expiry", Policy.OnExpiry.CANCEL) == Policy.OnExpiry.ESCALATE and \
                 current("backup_group", None) is None:
             raise serializers.ValidationError({"on_expiry": [Policy.ESCALATE_NEEDS_BACKUP]})
+        problem = Policy.auto_approve_problem(current("auto_approve", False), current("auto_approve_args", {}),
+                                              current("always_ask", False) or current("require_passkey", False),
+                                              current("required_approvals", 1))
+        if problem is not None:
+            raise serializers.ValidationError({problem[0]: [problem[1]]})
         return attrs
+
+    def proposed(self) -> Policy:
+        """The policy as validated, unsaved (for a simulation): the instance's copy with the changes."""
+        proposed = copy.copy(self.instance) if self.instance is not None else Policy()
+        for field, value in self.validated_data.items():
+            if field not in ("groups", "users"):
+                setattr(proposed, field, value)
+        return proposed
 
     def create(self, validated_data):
         groups, users = validated_data.pop("groups", None), validated_data.pop("users", None)
-        return policies.save(Policy(**validated_data), groups=groups, users=users)
+        return policies.save(Policy(**validated_data), groups=groups, users=users, by=self.context["request"].user)
 
     def update(self, instance, validated_data):
         groups, users = validated_data.pop("groups", None), validated_data.pop("users", None)
         for field, value in validated_data.items():
             setattr(instance, field, value)
-        return policies.save(instance, groups=groups, users=users)
+        return policies.save(instance, groups=groups, users=users, by=self.context["request"].user)
 
 
 class UserSerializer(serializers.ModelSerializer):
@@ -263,7 +282,7 @@ class DecisionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Decision
         fields = ["id", "interrupt", "user", "status", "action", "payload", "edited_args", "metadata", "comment",
-                  "policy", "required_approvals", "created_at", "superseded_at"]
+                  "policy", "required_approvals", "looked", "passkey", "created_at", "superseded_at"]
 
 
 class InterruptSerializer(serializers.ModelSerializer):
@@ -486,6 +505,14 @@ class NewGrantSerializer(serializers.Serializer):
     max_uses = serializers.IntegerField(min_value=1, max_value=MAX_GRANT_USES, required=False, allow_null=True)
     interrupt = serializers.PrimaryKeyRelatedField(queryset=Interrupt.objects.select_related("run"), required=False,
                                                    allow_null=True, help_text="The card it was made on, if any.")
+
+
+class SimulatePolicySerializer(serializers.Serializer):
+    """Which policy a simulation changes (none: a new one), and how many days of history to replay."""
+
+    policy = serializers.SlugRelatedField(slug_field="name", queryset=Policy.objects.all(), required=False,
+                                          help_text="An existing policy's name: the other fields change it.")
+    days = serializers.IntegerField(min_value=1, max_value=MAX_SIMULATION_DAYS, default=SIMULATION_DAYS)
 
 
 class SimulateGrantSerializer(serializers.Serializer):

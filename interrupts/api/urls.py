@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from . import insight, metrics, notifications, views
+from . import audit, insight, metrics, notifications, views
 
 
 class Router(DefaultRouter):
@@ -34,6 +34,7 @@ urlpatterns = [
     path("deliveries/<int:pk>/resend/", notifications.ResendDelivery.as_view(), name="delivery-resend"),
     path("me/notifications/", notifications.MyNotifications.as_view(), name="my-notifications"),
     path("insight/", insight.Insight.as_view(), name="insight-api"),
+    path("audit/export/", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: anonymous visitors go to the login page, like every page.
     path("docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),

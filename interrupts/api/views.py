@@ -70,6 +70,25 @@ class PolicyViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         policies.delete(instance)
 
+    @extend_schema(request=s.SimulatePolicySerializer, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["post"])
+    def simulate(self, request):
+        """What this policy, or the named one as changed here, would have done to the last days' requests.
+
+        Saves nothing. The body is a policy as created (or, with ``policy``, the fields to change),
+        and ``days``. ``covered``: requests its "auto-approve when" rule would have approved, and
+        ``refused`` those of them people rejected, dismissed or edited; ``second_approver``: requests
+        approved by fewer people than it asks; ``asked``: approved without asking then, asked now.
+        """
+        body = s.SimulatePolicySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        existing = body.validated_data.get("policy")
+        fields = {k: v for k, v in request.data.items() if k not in ("policy", "days")}
+        proposal = s.PolicySerializer(existing, data=fields, partial=existing is not None,
+                                      context=self.get_serializer_context())
+        proposal.is_valid(raise_exception=True)
+        return Response(simulation.policy(proposal.proposed(), body.validated_data["days"]).as_dict())
+
 
 class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Standing grants, newest first: anyone logged in reads them; eligible reviewers make and revoke them."""

@@ -28,7 +28,7 @@ from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema.edits import EDITED_ARGS, apply_edits, approval_payload, supports_edits
 from ..rules import eligibility
 from ..rules.words import outcome_words
-from . import claims, outcomes, policies, runs
+from . import claims, outcomes, passkeys, policies, runs
 from .notify import enqueue
 from .refusals import Refusal
 from .trail import chain, content
@@ -143,6 +143,10 @@ def ends_at_once(action: str) -> bool:
     return action in ("reject", "cancel")
 
 
+#: The actions that approve: where a policy requires a passkey, each is countersigned by one.
+PASSKEY_ACTIONS = ("approve", "edit", "respond")
+
+
 class Answer(NamedTuple):
     """A reviewer's action as the resume entry carries it, and the action to record when the entry cannot say it."""
 
@@ -204,6 +208,10 @@ class _Checked:
     seen: str | None = None
     # Its reply is sent after commit (``replies``): until ``acknowledge``, it travels nowhere.
     unsent: bool = False
+    # What the reviewer's page reported they had in view (``rules.looked``, checked by the caller).
+    looked: dict | None = None
+    # The checked WebAuthn assertion that countersigned it (``hub.passkeys.countersign``).
+    passkey: dict | None = None
 
     def record(self, interrupt: Interrupt, user) -> Decision:
         return Decision.objects.create(
@@ -211,6 +219,7 @@ class _Checked:
             payload=self.payload if self.status == Decision.Status.RESOLVED else None,
             edited_args=self.edited_args, metadata=self.metadata, comment=self.comment,
             action=self.action, policy=self.rule.name[:100], required_approvals=self.rule.required_approvals,
+            looked=self.looked, passkey=self.passkey,
         )
 
     def recorded(self, interrupt: Interrupt, user) -> Decision:
@@ -255,9 +264,22 @@ def _same_answer(decision: Decision, checked: _Checked) -> bool:
     return _answer_bytes(decision.status, decision.payload) == _answer_bytes(checked.status, checked.payload)
 
 
+def answer_to_sign(interrupt: Interrupt, user, answer: Answer) -> tuple[str, object]:
+    """The status and payload a reviewer's passkey signs for ``answer``: a plain approval joining others'
+    standing approvals takes, and so signs, the answer it joins (``_take``)."""
+    approving = action_of(interrupt, answer.status, answer.payload) == "approve"
+    joined = _joined(approvals(interrupt), user) if approving else None
+    return (joined.status, joined.payload) if joined is not None else (answer.status, answer.payload)
+
+
 def standing_answer(live: list[Decision]) -> Decision | None:
     """The answer a plain approval of this pending interrupt would join: the latest standing decision."""
     return live[-1] if live else None
+
+
+def _joined(live: list[Decision], user) -> Decision | None:
+    """The standing answer ``user``'s plain approval joins: the latest of the others' (their own is replaced)."""
+    return standing_answer([d for d in live if d.user_id != user.pk])
 
 
 def _refuse_if_expired(interrupt: Interrupt, status: str) -> None:
@@ -272,7 +294,8 @@ def _refuse_if_expired(interrupt: Interrupt, status: str) -> None:
 
 def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None, comment: str = "",
            seen: str | None = None, *, fresh: bool = False, claim_confirmed: bool = True,
-           unsent: bool = False, action: str | None = None) -> Decision:
+           unsent: bool = False, action: str | None = None, looked: dict | None = None,
+           passkey: dict | None = None, rule: eligibility.Rule | None = None) -> Decision:
     """Record ``user``'s answer to ``interrupt``; the answer that closes a batch queues the resume.
 
     Refusals (NOT_ELIGIBLE, SELF_APPROVAL, CLAIMED, ALREADY_DECIDED, CLOSED,
@@ -281,18 +304,28 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
     in this request. ``unsent``: the caller replies after commit and then calls
     ``acknowledge``; until then the decision travels nowhere. ``action``: what
     ``answer_for`` says to record when the answer cannot (``Answer.action``).
+    ``looked``: what the reviewer's page reported they had in view (``rules.looked.parse``).
+    ``passkey``: the assertion ``passkeys.countersign`` checked signs this answer; an approval under a
+    policy that requires one is refused (PASSKEY_REQUIRED) without it. ``rule``: the policy in force the
+    caller read for this (``fresh``) interrupt already, not read again.
     """
     now = timezone.now()
     # What is read here only picks the rule and checks the answer (the agent's
     # part of an interrupt never changes; its status is read again under the
     # lock), so an instance the request has just loaded with its run will do.
     current = interrupt if fresh else Interrupt.objects.select_related("run").get(pk=interrupt.pk)
-    rule = eligibility.rule_for(current)
+    rule = rule if rule is not None and fresh else eligibility.rule_for(current)
     policies.refuse_unless_eligible(user, rule, current)
     claims.refuse_if_claimed(current, user, claim_confirmed, now)
     if current.status != Interrupt.Status.PENDING and _revisable(current, user, rule) is None:
         raise _already_decided(current)  # no point checking an answer that cannot be taken
-    checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen, action), unsent=unsent)
+    checked = replace(_check(current, status, payload, metadata, comment, now, rule, seen, action), unsent=unsent,
+                      looked=looked, passkey=passkey)
+    if rule.require_passkey and checked.action in PASSKEY_ACTIONS and passkey is None:
+        raise Refusal("PASSKEY_REQUIRED", f"Policy {rule.name!r} asks for the approver's passkey on interrupt "
+                                          f"{current.interrupt_id}: approve it on its card, where your passkey signs "
+                                          "the approval; a session or token alone cannot.", status=403,
+                      interrupt_id=current.interrupt_id, policy=rule.name)
     with transaction.atomic(durable=True):
         lock_batch(current.run_id)
         interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
@@ -309,20 +342,21 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
 def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
     """Add ``user``'s answer to a pending interrupt under its batch's lock; close it if this completes it."""
     standing = approvals(interrupt)
-    others = [d for d in standing if d.user_id != user.pk]
-    if checked.action == "approve" and others:
-        joined = standing_answer(others)
-        if not _same_answer(joined, checked):
-            if checked.seen != answer_digest(joined):
-                who = joined.user.get_full_name() or joined.user.get_username()
-                raise Refusal(
-                    "ANSWER_CHANGED",
-                    f"Interrupt {interrupt.interrupt_id}'s standing answer is now {who}'s "
-                    f"({joined.action or joined.status}), not the one you saw: look at it again, then approve "
-                    "it, or answer with your own edits.",
-                    interrupt_id=interrupt.interrupt_id, standing=answer_digest(joined),
-                )
-            checked = checked.joining(joined)
+    joined = _joined(standing, user) if checked.action == "approve" else None
+    if joined is not None and not _same_answer(joined, checked):
+        if checked.seen != answer_digest(joined):
+            who = joined.user.get_full_name() or joined.user.get_username()
+            raise Refusal(
+                "ANSWER_CHANGED",
+                f"Interrupt {interrupt.interrupt_id}'s standing answer is now {who}'s "
+                f"({joined.action or joined.status}), not the one you saw: look at it again, then approve "
+                "it, or answer with your own edits.",
+                interrupt_id=interrupt.interrupt_id, standing=answer_digest(joined),
+            )
+        checked = checked.joining(joined)
+    if checked.passkey is not None:
+        # Signed before the lock, over what the approval was to take: it must be what it takes now.
+        passkeys.refuse_unless_it_signs(checked.passkey, interrupt, checked.status, checked.payload)
     # No longer standing: approvals of another answer, this reviewer's own earlier
     # answer, and approvals by people who lost the right to decide since
     # (left the group, deactivated): none of them is counted or attested.
@@ -577,7 +611,7 @@ def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry],
 
     The contract checks already passed (``check_input``); this applies the
     inbox's other rules to every entry, all before anything is recorded:
-    ``NOT_ELIGIBLE`` / ``SELF_APPROVAL`` (403 in the API, RUN_ERROR here),
+    ``NOT_ELIGIBLE`` / ``SELF_APPROVAL`` / ``PASSKEY_REQUIRED`` (403 in the API, RUN_ERROR here),
     ``RESERVED_METADATA_KEY``, ``UNSIGNABLE_PAYLOAD``; and copies the tool
     args each approval will run, which may be large.
     """
@@ -590,10 +624,16 @@ def prepare_resume(interrupts: dict[str, Interrupt], entries: list[ResumeEntry],
         refuse_reserved_metadata(entry.metadata, entry.interrupt_id)
         signing.canonical(entry.payload)
         resolved = entry.status == Decision.Status.RESOLVED
+        action = action_of(interrupt, entry.status, entry.payload)
+        if rule.require_passkey and action in PASSKEY_ACTIONS:
+            raise Refusal("PASSKEY_REQUIRED", f"Policy {rule.name!r} asks for the approver's passkey on interrupt "
+                                              f"{interrupt.interrupt_id}: approve it on its card in Countersign; a "
+                                              "token alone cannot.", status=403,
+                          interrupt_id=interrupt.interrupt_id, policy=rule.name)
         answers[entry.interrupt_id] = _Checked(
             entry.status, entry.payload if resolved else None, entry.metadata,
             _edited_args(interrupt, entry.payload) if resolved else None,
-            "Answered through the AG-UI gateway.", action_of(interrupt, entry.status, entry.payload), rule,
+            "Answered through the AG-UI gateway.", action, rule,
         )
     return PreparedResume(answers)
 

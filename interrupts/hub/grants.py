@@ -1,31 +1,23 @@
-"""Standing grants: made by an eligible reviewer, revoked at once, and spent on the next calls they cover.
+"""Standing grants: made by an eligible reviewer, and revoked at once; ``automatic`` spends them.
 
 A grant approves a call in its author's name, as one approval at most: never
 under a policy that always asks, and only while its author may still decide.
-The call's args are checked against its scope before the run's transaction;
-the use is spent, the decision written and the resume queued inside it, so a
-revocation committed first stops the next use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import MAX_COMMENT_CHARS, MAX_GRANT_HOURS, MAX_GRANT_USES, MAX_GRANTS_CHECKED
-from ..models import Agent, Decision, Grant, Interrupt, Run
+from ..conf import MAX_COMMENT_CHARS, MAX_GRANT_HOURS, MAX_GRANT_USES
+from ..models import Agent, Grant, Interrupt
 from ..protocol.errors import ProtocolError
-from ..protocol.schema.edits import approval_payload
 from ..protocol.schema.payloads import payload_errors
-from ..rules import eligibility, grant_scope
-from . import policies, runs
-from .notify import enqueue
+from ..rules import eligibility
 from .refusals import Refusal
-from .trail import chain, changes
+from .trail import changes
 
 
 def _scope_rule(agent: Agent, tool_name: str, source: Interrupt | None) -> eligibility.Rule:
@@ -70,9 +62,10 @@ def create(author, *, agent: Agent, tool_name: str, args_schema: dict | None, wh
         raise Refusal("GRANT_SCOPE", f"The card a grant is made on must be a call of {tool_name} by {agent.name}.",
                       status=400)
     rule = _scope_rule(agent, tool_name, source)
-    if rule.always_ask:
-        raise Refusal("ALWAYS_ASK", f"Policy {rule.name!r} asks a person for every call of {tool_name}: "
-                                    "no grant may approve them.", status=403, policy=rule.name)
+    if rule.asks_a_person:
+        raise Refusal("ALWAYS_ASK", f"Policy {rule.name!r} asks a person for every call of {tool_name}"
+                                    f"{' with their passkey' if rule.require_passkey else ''}: no grant may approve "
+                                    "them.", status=403, policy=rule.name)
     if not rule.admits(author):
         raise Refusal("NOT_ELIGIBLE", f"You may not grant approvals of {tool_name}: policy {rule.name!r} "
                                       f"admits only {rule.waiting_for}.", status=403, policy=rule.name)
@@ -114,64 +107,3 @@ def revoke(grant: Grant, user) -> Grant:
         grant = Grant.objects.select_related("agent", "author").get(pk=grant.pk)
         changes.record_grant(grant, "grant.revoked")
     return grant
-
-
-def standing(run: Run, raised: list[Interrupt], now) -> Callable[[], set[int]]:
-    """Which grants cover which of ``raised`` (unsaved), found now; the returned call spends them.
-
-    Called before the run's transaction (the args are the agent's: checked
-    before any lock); the call, inside it once ``raised`` is saved, approves
-    each covered interrupt and returns the pks of those it approved.
-    """
-    tools = {row.tool_name for row in raised if row.tool_name}
-    if not tools:
-        return set
-    usable = list(Grant.objects.usable(now).filter(agent_id=run.agent_id, tool_name__in=tools)
-                  .order_by("pk")[:MAX_GRANTS_CHECKED])
-    if not usable:
-        return set
-    authors = {u.pk: u for u in get_user_model().objects.filter(pk__in={g.author_id for g in usable})}
-    covered: list[tuple[Interrupt, eligibility.Rule, object, list[Grant]]] = []
-    held = eligibility.held_policies()  # once for the batch: each call of rule_held alone asks the database
-    for row in raised:
-        rule = eligibility.rule_held(run.agent_id, row.reason, row.tool_name, held)
-        answer = approval_payload(row.response_schema, True)
-        # Past its expiry on arrival: nobody may approve it, a grant no more than a person.
-        if rule.always_ask or answer is None or (row.expires_at is not None and row.expires_at <= now):
-            continue
-        fits = [g for g in usable if g.tool_name == row.tool_name and authors.get(g.author_id) is not None
-                and policies.refusal(authors[g.author_id], rule, row) is None
-                and grant_scope.covers(g.args_schema, row.proposed_args)]
-        if fits:
-            covered.append((row, rule, answer, fits))
-
-    def spend() -> set[int]:
-        approved = {row.pk for row, rule, answer, fits in covered if _approve(row, rule, answer, fits, authors, now)}
-        if len(approved) == len(raised):  # the whole batch: its resume goes at once (no undo: nobody clicked)
-            # Read again: the caller's thread predates this run's events (the messages the resume carries).
-            runs.queue_resume(Run.objects.select_related("thread", "agent").get(pk=run.pk), hold=0,
-                              size=len(raised))
-        return approved
-
-    return spend if covered else set
-
-
-def _approve(interrupt: Interrupt, rule: eligibility.Rule, answer, fits: list[Grant], authors: dict, now) -> bool:
-    """Approve ``interrupt`` by the first of ``fits`` with a use left; whether that closed it.
-
-    Under a policy wanting more approvals the grant's is one of them: the interrupt waits for a person.
-    """
-    for grant in fits:
-        if not Grant.objects.filter(pk=grant.pk).use(now):
-            continue
-        closes = rule.required_approvals <= 1
-        Interrupt.objects.filter(pk=interrupt.pk).answer(interrupt.version, Decision.Status.RESOLVED if closes
-                                                         else None, now)
-        decision = Decision.objects.create(
-            interrupt=interrupt, user=authors[grant.author_id], grant=grant, status=Decision.Status.RESOLVED,
-            payload=answer, action="approve", policy=rule.name[:100], required_approvals=rule.required_approvals,
-        )
-        chain.record_decision(decision, superseded=False)
-        enqueue.decided(interrupt, decision.user)
-        return closes
-    return False

@@ -16,7 +16,8 @@ carries a ``resume_key``, so a resume sent twice is the same run, and the
 agent sees the same ``runId``.
 
 The delivery record: ``mark_sent`` commits ``Run.sent_at`` just before the
-request leaves; the agent's answer is its recorded events. When a process dies
+request leaves (and a resume's signed body into the audit trail); the agent's
+answer is its recorded events. When a process dies
 holding a run, ``streaming.recover`` reads them: a run whose terminal event is
 recorded ends as it said; one never sent (no mark) is queued again
 (``requeue_lost``, same runId, same input); one sent whose answer was lost is
@@ -36,8 +37,10 @@ from django.utils import timezone
 from ..conf import settings
 from ..live import relay
 from ..models import Agent, Run, Thread
+from ..protocol.trail import RESUME_SENT
 from . import events, wakeup
 from .refusals import Refusal
+from .trail import chain
 
 
 def refuse_if_agent_full(agent: Agent) -> None:
@@ -178,17 +181,35 @@ def defer(run: Run, worker: str, code: str, message: str) -> int | None:
     return attempt
 
 
-def mark_sent(run_pk: int, worker: str) -> bool:
+def mark_sent(run: Run, worker: str, body: bytes, signature: str) -> bool:
     """Record that ``worker`` is sending the run now, committed before the request leaves; False if it lost the claim.
 
     One conditional UPDATE, which renews the lease too: from here on a crash
     cannot tell whether the agent got the request, so recovery treats it as sent.
+    A resume's ``body`` and ``signature`` go into the trail with it (``RESUME_SENT``).
     """
-    now = timezone.now()
-    return bool(
-        Run.objects.filter(pk=run_pk, status=Run.Status.STREAMING, claimed_by=worker).update(
+    return _mark_sent(run, worker, body, signature, retried=False)
+
+
+def mark_sent_again(run: Run, worker: str, body: bytes, signature: str) -> bool:
+    """``mark_sent`` tried again after its commit's answer was lost (``streaming._persist``): the entry once."""
+    return _mark_sent(run, worker, body, signature, retried=True)
+
+
+def _mark_sent(run: Run, worker: str, body: bytes, signature: str, *, retried: bool) -> bool:
+    now, subject = timezone.now(), f"run:{run.pk}"
+    with transaction.atomic(durable=True):
+        taken = Run.objects.filter(pk=run.pk, status=Run.Status.STREAMING, claimed_by=worker).update(
             sent_at=now, lease_until=now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS))
-    )
+        if taken and run.resume_key and not (retried and _recorded(subject, signature)):
+            chain.record(RESUME_SENT, {"agent": run.agent.name, "threadId": run.input.get("threadId"),
+                                       "runId": run.run_id, "body": body.decode(), "signature": signature},
+                         subject=subject)
+    return bool(taken)
+
+
+def _recorded(subject: str, signature: str) -> bool:
+    return (chain.last_data(subject) or {}).get("signature") == signature
 
 
 def requeue_lost(run: Run, worker: str, message: str) -> bool:

@@ -140,7 +140,7 @@ def _finish(run: Run, payload: dict, raised: list[Interrupt], now, notice: str =
 
 
 #: Standing approvals of raised interrupts: given the run, its unsaved interrupts and the time, found
-#: before the transaction; the call it returns approves them inside it and says which (``grants.standing``).
+#: before the transaction; the call it returns approves them inside it and says which (``automatic.standing``).
 Standing = Callable[[Run, list[Interrupt], object], Callable[[], set[int]]]
 
 
@@ -150,7 +150,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
 
     ``terminal``: the end as the agent's dialect reads it; ``notice``: what the dialect noticed;
     ``pending``: tool calls left for its client; ``version``: the protocolVersion its RUN_STARTED declared;
-    ``standing``: what approves raised interrupts without asking (the grants), in the same transaction.
+    ``standing``: what approves raised interrupts without asking (policy rules, grants), in the same transaction.
     """
     now = timezone.now()
     raised = _interrupt_rows(run, terminal, proposal or (lambda _id: (None, None, [])), now)

@@ -362,15 +362,22 @@ def attestation(interrupt: Interrupt, thread_id: str, status: str, payload, live
             {"username": d.user.get_username(), "userId": d.user_id, "action": d.action or "",
              "at": d.created_at.isoformat(), "comment": d.comment,
              # Approved by a standing grant in its author's name, not by the person at that moment.
-             **({"grant": {"id": d.grant_id, "by": d.user.get_username()}} if d.grant_id else {})}
+             **({"grant": {"id": d.grant_id, "by": d.user.get_username()}} if d.grant_id else {}),
+             # Approved by the policy's "auto-approve when" rule, set by that person.
+             **({"byPolicy": {"name": d.policy, "by": d.user.get_username()}} if d.by_policy else {}),
+             # The passkey assertion over this exact approval, with the public key that checks it.
+             **({"passkey": d.passkey} if d.passkey else {})}
             for d in live
         ],
         "policy": {"name": closing.policy, "requiredApprovals": closing.required_approvals},
-        "fingerprint": signing.fingerprint(
-            thread_id=thread_id, run_id=interrupt.run.run_id, interrupt_id=interrupt.interrupt_id,
-            tool_call_id=interrupt.tool_call_id or None, status=status, payload=payload,
-        ),
+        "fingerprint": answer_fingerprint(interrupt, thread_id, status, payload),
     }
+
+
+def answer_fingerprint(interrupt: Interrupt, thread_id: str, status: str, payload) -> str:
+    """The fingerprint of this answer to ``interrupt``: what its resume entry attests, and a passkey signs."""
+    return signing.fingerprint(thread_id=thread_id, run_id=interrupt.run.run_id, interrupt_id=interrupt.interrupt_id,
+                               tool_call_id=interrupt.tool_call_id or None, status=status, payload=payload)
 
 
 def resume_entries(interrupted: Run, *, expired: bool | None = None) -> list[dict]:
@@ -431,10 +438,7 @@ def expiry_attestation(interrupt: Interrupt, thread_id: str) -> dict:
         "expired": True,
         "expiresAt": interrupt.raw.get("expiresAt") if isinstance(interrupt.raw, dict) else None,
         "reason": interrupt.closed_reason,
-        "fingerprint": signing.fingerprint(
-            thread_id=thread_id, run_id=interrupt.run.run_id, interrupt_id=interrupt.interrupt_id,
-            tool_call_id=interrupt.tool_call_id or None, status=Decision.Status.CANCELLED, payload=None,
-        ),
+        "fingerprint": answer_fingerprint(interrupt, thread_id, Decision.Status.CANCELLED, None),
     }
 
 

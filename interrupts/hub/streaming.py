@@ -36,7 +36,7 @@ from ..protocol.errors import MalformedMessage, MalformedStream, ProtocolError
 from ..protocol.lifecycle import RunLifecycle, StreamFault
 from ..protocol.sse import SSEReader
 from ..protocol.wire import known_input, parse_event, parse_frame, strip_unknown_outcome
-from . import crashpoints, dbthreads, egress, events, grants, outbox, outcomes
+from . import automatic, crashpoints, dbthreads, egress, events, outbox, outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ def recover(run: Run, worker: str) -> None:
             outcomes.finish(run, ending.terminal, proposals(lifecycle, Thread.objects.get(pk=run.thread_id)),
                        notice=" ".join(filter(None, [ending.notice, _unknown_outcome_notice(unknown)])),
                        pending=left_to_client(lifecycle, run.input, ending.terminal, asked_before(run)),
-                       version=lifecycle.declared_version, standing=grants.standing)
+                       version=lifecycle.declared_version, standing=automatic.standing)
         return
     who = run.claimed_by or "unknown"
     kind = "resume" if run.resume_key else "run"
@@ -613,7 +613,8 @@ class RunStreamer:
         headers[signing.SIGNATURE_HEADER] = signing.sign(agent.signing_secret, body, int(time.time()))
         # The delivery record, committed before anything leaves: after a crash from
         # here on, the agent may have the request (``recover``).
-        if not await self._persist(outbox.mark_sent, self.run.pk, self.worker):
+        if not await self._persist(outbox.mark_sent, self.run, self.worker, body, headers[signing.SIGNATURE_HEADER],
+                                   again=outbox.mark_sent_again):
             self.settled_elsewhere = True
             raise Stopped()
         crashpoints.reached("sent", self.run)
@@ -655,7 +656,7 @@ class RunStreamer:
         await self._persist(outcomes.finish, self.run, ending.terminal, proposals(self.lifecycle, self.run.thread),
                             notice=notice,
                             pending=left_to_client(self.lifecycle, self.run.input, ending.terminal, asked),
-                            version=self.lifecycle.declared_version, standing=grants.standing)
+                            version=self.lifecycle.declared_version, standing=automatic.standing)
 
     async def _receive(self, response: httpx.Response) -> None:
         """Read, check and hand over every event while the writer records them; return once all are recorded."""

@@ -15,20 +15,23 @@ import uuid
 import weakref
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import DEFAULT_CHANNEL_LAYER, InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
-from ..hub import claims
+from ..hub import claims, dbthreads
 from ..models import Thread
 from ..reads import selectors
 from ..rules import eligibility
 from . import relay, standing
 
 logger = logging.getLogger(__name__)
+
+# The sockets' database work, off channels' database_sync_to_async: that is the process's one shared
+# thread, where a presence write waiting for SQLite's lock held up every socket's connect and count.
+sockets_db = dbthreads.Pool("sockets-db", {"postgresql": 4, "sqlite": 3})
 
 # How long this process gathers changes before counting what waits for each
 # user again: a burst of decisions costs one count per user, not one each.
@@ -69,7 +72,7 @@ class _Standing:
 
     async def in_standing(self) -> bool:
         """Whether this socket's user may still read; if so, check again when the session expires."""
-        found = await database_sync_to_async(standing.check)(self.scope["user"].pk, self.session_key)
+        found = await sockets_db(standing.check)(self.scope["user"].pk, self.session_key)
         if found is None:
             return False
         self.scope["user"], until = found
@@ -183,7 +186,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
         self.stop_watching()
         await Inboxes.here().leave(self)
         if self.said_viewing:
-            await database_sync_to_async(claims.left)(self.socket_id)
+            await sockets_db(claims.left)(self.socket_id)
 
     # What a page may say over its socket: which cards it has open ("viewing").
     said_viewing = False
@@ -223,7 +226,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
             await self.end()
             return
         self.said_viewing = True
-        await database_sync_to_async(claims.viewing)(self.scope["user"], self.socket_id, pks)
+        await sockets_db(claims.viewing)(self.scope["user"], self.socket_id, pks)
 
     async def end(self, code: int | None = UNAUTHENTICATED) -> None:
         await super().end(code)  # ended: nothing told to this process's sockets reaches it any more
@@ -238,7 +241,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
         else:
             await self.send(text_data=text)
 
-    @database_sync_to_async
+    @sockets_db
     def _counts(self) -> dict:
         return {"pending": selectors.pending_count(), "mine": selectors.waiting_count(self.scope["user"])}
 
@@ -384,20 +387,24 @@ class Inboxes:
         while True:
             await asyncio.sleep(RECOUNT_SECONDS)
             self.counting, self.again = True, False
+            # The sockets this round judges: one that connects while it counts was judged by its own connect,
+            # and its session, not among those read, must not read as ended (its page said "logged out").
+            judged = {c for found in self.sockets.values() for c in found}
             try:
                 users = {pk: next(iter(found)).scope["user"] for pk, found in self.sockets.items()}
-                sessions = {c.session_key for found in self.sockets.values() for c in found}
-                counted, live, active = await database_sync_to_async(_count_for)(users, sessions)
+                sessions = {c.session_key for c in judged}
+                counted, live, active = await sockets_db(_count_for)(users, sessions)
             except Exception:  # the next change tries again; the page keeps its last count meanwhile
                 logger.exception("counting the inbox badges failed")
                 return
             finally:
                 self.counting = False
             ended = [c for pk, found in self.sockets.items() for c in found
-                     if c.session_key not in live or pk not in active]
+                     if c in judged and (c.session_key not in live or pk not in active)]
             for user_pk, text in counted.items():
                 # A deactivated user's own sockets hear their count fall to 0 before they close.
-                await self._tell(text, [c for c in self.sockets.get(user_pk, ()) if c.session_key in live])
+                await self._tell(text, [c for c in self.sockets.get(user_pk, ())
+                                        if c.session_key in live or c not in judged])
             for consumer in ended:
                 await consumer.end()  # logged out, expired or deactivated: nothing more
             if not self.again:
@@ -478,10 +485,10 @@ class ThreadConsumer(_Standing, _PokeConsumer):
             return
         await self.send_json({"type": "event", "seq": message["seq"], "event_type": message["event_type"]})
 
-    @database_sync_to_async
+    @sockets_db
     def _thread_pk(self, thread_id: str):
         return Thread.objects.filter(thread_id=thread_id).values_list("pk", flat=True).first()
 
-    @database_sync_to_async
+    @sockets_db
     def _last_seq(self) -> int:
         return Thread.objects.values_list("last_seq", flat=True).get(pk=self.thread_pk)

@@ -16,6 +16,7 @@ from .fields import ExactJSONField
 from .grants import Grant
 from .interrupts import Decision, DecisionStatus, Interrupt, InterruptStatus, Presence
 from .notifications import (
+    DecisionLink,
     Delivery,
     DeliveryAttempt,
     DeliveryStatus,
@@ -26,14 +27,17 @@ from .notifications import (
     Webhook,
     every_notify_event,
 )
+from .passkeys import Passkey
 from .policies import Policy
 from .threads import Event, Run, RunStatus, Settlement, Thread
 from .tokens import APIToken
 
 __all__ = [
     "AUDIT_GENESIS", "APIToken", "Agent", "AuditCheckpoint", "AuditEntry", "DIALECT_CHOICES", "Decision",
+    "DecisionLink",
     "DecisionStatus", "Delivery", "DeliveryAttempt", "DeliveryStatus", "EmailChoice", "EmailNotice", "Event",
-    "ExactJSONField", "Grant", "Interrupt", "InterruptStatus", "NotificationPreference", "NotifyEvent", "Policy",
+    "ExactJSONField", "Grant", "Interrupt", "InterruptStatus", "NotificationPreference", "NotifyEvent", "Passkey",
+    "Policy",
     "Presence", "Run", "RunStatus", "Settlement", "Thread", "Webhook", "every_notify_event", "masked",
     "new_signing_secret",
 ]

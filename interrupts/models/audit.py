@@ -5,10 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from ..protocol.trail import GENESIS as AUDIT_GENESIS
 from .interrupts import Decision, Interrupt
-
-#: The prev_hash of entry 1: a chain starts from a fixed, published value.
-AUDIT_GENESIS = "sha256:" + "0" * 64
 
 
 class AuditEntry(models.Model):

@@ -127,6 +127,14 @@ class Decision(models.Model):
     required_approvals = models.PositiveSmallIntegerField(default=1)
     # The standing grant that took this decision in its author's name (``user``), if a person did not.
     grant = models.ForeignKey("Grant", null=True, blank=True, on_delete=models.PROTECT, related_name="decisions")
+    # Taken by the "auto-approve when" rule of ``policy``, in the name of who set it (``user``).
+    by_policy = models.BooleanField(default=False)
+    # What the reviewer's page reported they had in view (``rules.looked``): the card's parts
+    # opened, seconds open, the digest of what it showed. None: no script reported it.
+    looked = models.JSONField(null=True, blank=True)
+    # The WebAuthn assertion that countersigned this approval, where the policy asks for a passkey
+    # (``hub.passkeys``): what an agent needs to check it, carried in the resume's attestation.
+    passkey = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
 

@@ -203,3 +203,27 @@ class EmailNotice(models.Model):
 
     def __str__(self) -> str:
         return self.subject
+
+
+class DecisionLink(models.Model):
+    """A link in an email: it opens one request's confirm page for its one reader, decides once, then expires.
+
+    Only the digest of its token is kept (``hub.links``); it decides nothing
+    when followed (a GET), only when its reader confirms on the page.
+    """
+
+    class Action(models.TextChoices):
+        APPROVE = "approve", "Approve"
+        REJECT = "reject", "Reject"
+        OPEN = "open", "Open the request"
+
+    digest = models.CharField(max_length=128, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    interrupt = models.ForeignKey("Interrupt", on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.action} link for {self.user_id} on {self.interrupt_id}"

@@ -35,7 +35,7 @@ from ..models import Decision, Event, Interrupt, Run, Thread
 from ..protocol import storable
 from ..protocol.errors import ProtocolError
 from ..protocol.state import apply_delta, json_size
-from ..rules.words import OUTCOME_WORDS, outcome_words
+from ..rules.words import OUTCOME_WORDS, deciders, outcome_words
 from . import selectors
 
 # A state larger than this is shown whole at each snapshot, not compared
@@ -296,7 +296,8 @@ DECISION_COLUMNS = ("run__run_id", "interrupt_id", "status", "closed_at", "close
                     "decisions__pk", "decisions__action", "decisions__status", "decisions__payload",
                     "decisions__edited_args", "decisions__comment", "decisions__created_at",
                     "decisions__superseded_at", "decisions__user__username", "decisions__user__first_name",
-                    "decisions__user__last_name", "message", "tool_name", "decisions__grant")
+                    "decisions__user__last_name", "message", "tool_name", "decisions__grant",
+                    "decisions__by_policy", "decisions__policy")
 
 
 def request_label(message: str, tool_name: str) -> str:
@@ -319,7 +320,7 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
     closed: dict[tuple[str, str], tuple] = {}
     labels: dict[tuple[str, str], str] = {}
     for (run_id, interrupt_id, status, closed_at, closed_reason, pk, action, decided, payload, edited,
-         comment, at, withdrawn_at, username, first, last, message, tool_name, grant) in rows:
+         comment, at, withdrawn_at, username, first, last, message, tool_name, grant, by_policy, policy) in rows:
         entries = runs.setdefault(run_id, {}).setdefault(interrupt_id, [])
         closed[run_id, interrupt_id] = (status, closed_at, closed_reason)
         labels[run_id, interrupt_id] = request_label(message, tool_name)
@@ -332,7 +333,9 @@ def decisions_items(rows, now: datetime) -> dict[str, Item]:
         elif words == "Approved with edits" and edited is not None:
             answer = _quoted(edited)
         entries.append({"interrupt": interrupt_id, "words": words, "action": _WORDS_ACTION[words],
-                        "who": f"{first} {last}".strip() or username, "comment": comment, "answer": answer,
+                        "who": deciders(f"{first} {last}".strip() or username, grant=grant, by_policy=by_policy,
+                                        policy=policy),
+                        "comment": comment, "answer": answer,
                         "at": at, "withdrawn_at": withdrawn_at, "grant": grant})
     items = {}
     for run_id, interrupts in runs.items():

@@ -47,7 +47,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from ..conf import ACTIONS, INSIGHT_MAX_ROWS
+from ..conf import ACTIONS, INSIGHT_MAX_ROWS, settings
 from ..models import Decision, Interrupt, Run
 
 PERIODS = {"day": timedelta(days=1), "week": timedelta(days=7), "month": timedelta(days=30)}
@@ -106,6 +106,14 @@ def _outcome(row: dict) -> str:
     return row["action"]
 
 
+#: Who took a decided request: a policy's "auto-approve when" rule, a standing grant, or a person.
+TAKEN_BY = ("by_policy", "by_grant", "by_person")
+
+
+def _taken_by(row: dict) -> str:
+    return "by_policy" if row["by_policy"] else "by_grant" if row["grant"] is not None else "by_person"
+
+
 def _closed(since: datetime, now: datetime) -> tuple[list[dict], bool]:
     """Query 1: the interrupts closed in [since, now], newest first, and whether there were more than the bound."""
     standing = Decision.objects.filter(interrupt=OuterRef("pk"), superseded_at__isnull=True).order_by("-pk")
@@ -117,7 +125,9 @@ def _closed(since: datetime, now: datetime) -> tuple[list[dict], bool]:
                 agent=F("run__agent__name"), target=F("policy__target_minutes"),
                 action=Subquery(standing.values("action")[:1]),
                 reviewer=Subquery(standing.values(username)[:1]),
-                grant=Subquery(standing.values("grant")[:1]))[: INSIGHT_MAX_ROWS + 1]
+                grant=Subquery(standing.values("grant")[:1]),
+                by_policy=Subquery(standing.values("by_policy")[:1]),
+                looked=Subquery(standing.values("looked")[:1]))[: INSIGHT_MAX_ROWS + 1]
     )
     return rows[:INSIGHT_MAX_ROWS], len(rows) > INSIGHT_MAX_ROWS
 
@@ -168,16 +178,17 @@ def figures(period: str = DEFAULT_PERIOD, now: datetime | None = None) -> dict:
     pending = _pending(since, now)
     refused = _refused(since, now)
 
-    # A person's decisions: those a standing grant took are counted apart (``automatic``), not as its author's.
+    # A person's decisions: those a standing grant or a policy's rule took are counted apart
+    # (``automatic``), not as the name they were taken in.
     decided = [{**row, "took": (row["closed_at"] - row["created_at"]).total_seconds()}
-               for row in closed if _outcome(row) in ACTIONS and row["grant"] is None]
+               for row in closed if _outcome(row) in ACTIONS and _taken_by(row) == "by_person"]
     automatic: dict[str, dict] = {}
     for row in closed:
         if _outcome(row) in ACTIONS:
-            entry = automatic.setdefault(row["agent"], {"agent": row["agent"], "by_grant": 0, "by_person": 0})
-            entry["by_grant" if row["grant"] is not None else "by_person"] += 1
+            entry = automatic.setdefault(row["agent"], {"agent": row["agent"], **dict.fromkeys(TAKEN_BY, 0)})
+            entry[_taken_by(row)] += 1
     for entry in automatic.values():
-        entry["person_share"] = entry["by_person"] / (entry["by_grant"] + entry["by_person"])
+        entry["person_share"] = entry["by_person"] / sum(entry[k] for k in TAKEN_BY)
     for row in decided:
         row["reviewer"] = row["reviewer"] or "(deleted user)"
 
@@ -247,12 +258,12 @@ def figures(period: str = DEFAULT_PERIOD, now: datetime | None = None) -> dict:
             "counts": outcome_counts,
             "rates": {name: (n / total_closed if total_closed else 0.0) for name, n in outcome_counts.items()},
         },
-        # Decided requests approved by a standing grant, next to those a person decided, and the share of
-        # each agent's that still needed a person.
+        "looked": _looked(decided),
+        # Decided requests approved by a policy's rule or a standing grant, next to those a person
+        # decided, and the share of each agent's that still needed a person.
         "automatic": {
-            "by_grant": sum(e["by_grant"] for e in automatic.values()),
-            "by_person": sum(e["by_person"] for e in automatic.values()),
-            "by_agent": sorted(automatic.values(), key=lambda e: (-e["by_grant"], e["agent"])),
+            **{k: sum(e[k] for e in automatic.values()) for k in TAKEN_BY},
+            "by_agent": sorted(automatic.values(), key=lambda e: (e["person_share"], e["agent"])),
         },
         "breaches": {
             "closed_late": sum(b["closed_late"] for b in breaches.values()),
@@ -269,6 +280,33 @@ def figures(period: str = DEFAULT_PERIOD, now: datetime | None = None) -> dict:
                  for code in {r["error_code"] for r in refused}], "code"),
         },
     }
+
+
+LOOKED_MEASURES = ("approvals", "unopened", "unopened_share", "median_seconds")
+
+
+def _looked(decided: list[dict]) -> dict:
+    """Of the approvals people made whose page reported what they had in view (``rules.looked``): how many
+    were made without opening anything beyond the card's summary, and the median seconds on card; overall,
+    by agent, and by reviewer only when the team chose to see that (COUNTERSIGN_INSIGHT_LOOKED_BY_REVIEWER)."""
+    reported = [row for row in decided if row["action"] in ("approve", "edit") and isinstance(row["looked"], dict)]
+
+    def summary(rows: list[dict]) -> dict:
+        seconds = sorted(float(row["looked"].get("seconds") or 0) for row in rows)
+        unopened = sum(1 for row in rows if not row["looked"].get("opened"))
+        return {"approvals": len(rows), "unopened": unopened, "unopened_share": unopened / len(rows) if rows else 0.0,
+                "median_seconds": nearest_rank(seconds, 50)}
+
+    def by(key: str) -> list[dict]:
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for row in reported:
+            groups[row[key]].append(row)
+        return sorted(({key: name, **summary(rows)} for name, rows in groups.items()),
+                      key=lambda e: (-e["unopened_share"], e[key]))
+
+    shown = settings.COUNTERSIGN_INSIGHT_LOOKED_BY_REVIEWER
+    return {**summary(reported), "by_agent": by("agent"), "by_reviewer": by("reviewer") if shown else [],
+            "by_reviewer_shown": shown}
 
 
 def table_rows(found: dict) -> list[tuple[str, str, str, object]]:
@@ -292,7 +330,11 @@ def table_rows(found: dict) -> list[tuple[str, str, str, object]]:
         rows.append(("outcomes", name, "count", found["outcomes"]["counts"][name]))
         rows.append(("outcomes", name, "rate", found["outcomes"]["rates"][name]))
     for entry in found["automatic"]["by_agent"]:
-        rows += [("decided_by_agent", entry["agent"], m, entry[m]) for m in ("by_grant", "by_person", "person_share")]
+        rows += [("decided_by_agent", entry["agent"], m, entry[m]) for m in (*TAKEN_BY, "person_share")]
+    rows += [("looked", "all", m, found["looked"][m]) for m in LOOKED_MEASURES]
+    for by in ("agent", "reviewer"):
+        for entry in found["looked"][f"by_{by}"]:
+            rows += [(f"looked_by_{by}", entry[by], m, entry[m]) for m in LOOKED_MEASURES]
     for entry in found["breaches"]["by_agent"]:
         rows += [("breaches_by_agent", entry["agent"], m, entry[m])
                  for m in ("closed_late", "pending_past_target", "escalated")]

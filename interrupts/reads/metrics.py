@@ -56,23 +56,30 @@ def pending_interrupts() -> GaugeMetricFamily:
     return family
 
 
-def decisions_total() -> tuple[CounterMetricFamily, CounterMetricFamily]:
-    """Every decision by action and agent; and, of them, those a standing grant took (one query for both)."""
+def decisions_total() -> tuple[CounterMetricFamily, ...]:
+    """Every decision by action and agent; and, of them, those a standing grant or a policy's rule took
+    (one query for all three)."""
     # Every decision anyone took, revised (superseded) ones included: each was a person's act, or their grant's.
     family = CounterMetricFamily("countersign_decisions", "Decisions taken, by action and agent.",
                                  labels=["action", "agent"])
-    granted = CounterMetricFamily("countersign_grant_approvals", "Approvals taken by a standing grant, by agent.",
-                                  labels=["agent"])
+    automatic = {
+        "by_grant": CounterMetricFamily("countersign_grant_approvals", "Approvals taken by a standing grant, "
+                                        "by agent.", labels=["agent"]),
+        "by_policy": CounterMetricFamily("countersign_policy_approvals", "Approvals taken by a policy's "
+                                         "auto-approve rule, by agent.", labels=["agent"]),
+    }
     rows = (Decision.objects.values("action", agent=F("interrupt__run__agent__name")).order_by("action", "agent")
-            .annotate(n=Count("pk"), by_grant=Count("pk", filter=Q(grant__isnull=False))))
-    by_agent: dict[str, int] = {}
+            .annotate(n=Count("pk"), by_grant=Count("pk", filter=Q(grant__isnull=False)),
+                      by_policy=Count("pk", filter=Q(by_policy=True))))
+    by_agent: dict[tuple[str, str], int] = {}
     for row in rows:
         family.add_metric([row["action"], row["agent"]], row["n"])
-        if row["by_grant"]:
-            by_agent[row["agent"]] = by_agent.get(row["agent"], 0) + row["by_grant"]
-    for agent, n in by_agent.items():
-        granted.add_metric([agent], n)
-    return family, granted
+        for kind in automatic:
+            if row[kind]:
+                by_agent[kind, row["agent"]] = by_agent.get((kind, row["agent"]), 0) + row[kind]
+    for (kind, agent), n in by_agent.items():
+        automatic[kind].add_metric([agent], n)
+    return family, *automatic.values()
 
 
 def time_to_decision() -> HistogramMetricFamily:

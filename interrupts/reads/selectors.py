@@ -459,7 +459,7 @@ def agents():
 
 def policies_listed():
     """Policies with their agent, groups and users (3 queries whatever their number)."""
-    return Policy.objects.select_related("agent", "backup_group").prefetch_related("groups", "users")
+    return Policy.objects.select_related("agent", "backup_group", "auto_approve_by").prefetch_related("groups", "users")
 
 
 def agents_overview() -> list[Agent]:
@@ -761,7 +761,8 @@ def grant_suggestions(pending) -> dict[int, int]:
     if not wanted or after <= 0:
         return {}
     since = timezone.now() - timedelta(days=SIMULATION_DAYS)
-    rows = (Decision.objects.filter(superseded_at__isnull=True, grant__isnull=True, created_at__gte=since,
+    rows = (Decision.objects.filter(superseded_at__isnull=True, grant__isnull=True, by_policy=False,
+                                    created_at__gte=since,
                                     interrupt__run__agent_id__in={i.run.agent_id for i in wanted},
                                     interrupt__tool_name__in={i.tool_name for i in wanted})
             .values_list("interrupt__run__agent_id", "interrupt__tool_name", "interrupt__proposed_args", "action")

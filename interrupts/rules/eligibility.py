@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q
@@ -48,6 +48,19 @@ class Rule:
     restricted: bool = False
     # Every call asks a person: no standing grant applies.
     always_ask: bool = False
+    # "Auto-approve when": the JSON Schema a call's args must fit to be approved without asking
+    # (None: never), in the name of who set it. Not compared: a Rule is a key (who is notified), a dict no hash.
+    auto_approve_args: dict | None = field(default=None, compare=False)
+    auto_approve_by: int | None = None
+    # On a card whose args are long, Approve waits until the full args were opened (``rules.looked``).
+    require_look: bool = False
+    # Approving takes the approver's passkey over the exact approval (``hub.passkeys``): nothing automatic applies.
+    require_passkey: bool = False
+
+    @property
+    def asks_a_person(self) -> bool:
+        """Whether every call needs a person: no grant or rule approves it (always ask, or a passkey)."""
+        return self.always_ask or self.require_passkey
 
     @property
     def names_people(self) -> bool:
@@ -86,7 +99,8 @@ def _group_ids(user) -> frozenset[int]:
     return cached
 
 
-def _rule(policy: Policy) -> Rule:
+def rule_of(policy: Policy) -> Rule:
+    """``policy`` as a rule (its groups and users read, or prefetched)."""
     groups = sorted(policy.groups.all(), key=lambda g: g.name)
     users = sorted(policy.users.all(), key=lambda u: u.get_username())
     return Rule(
@@ -96,6 +110,9 @@ def _rule(policy: Policy) -> Rule:
         group_names=tuple(g.name for g in groups), usernames=tuple(u.get_username() for u in users),
         target_minutes=policy.target_minutes, backup_group_id=policy.backup_group_id, pk=policy.pk,
         restricted=policy.restricted, always_ask=policy.always_ask,
+        auto_approve_args=policy.auto_approve_args if policy.auto_approve else None,
+        auto_approve_by=policy.auto_approve_by_id, require_look=policy.require_look,
+        require_passkey=policy.require_passkey,
     )
 
 
@@ -107,7 +124,8 @@ def in_force() -> list[Policy]:
     (``selectors.policies_in_force``): its cards and its header's badge then
     judge by the same policies, read once.
     """
-    found = list(Policy.objects.select_related("agent", "backup_group").prefetch_related("groups", "users"))
+    found = list(Policy.objects.select_related("agent", "backup_group", "auto_approve_by")
+                 .prefetch_related("groups", "users"))
     return sorted(found, key=lambda p: p.specificity, reverse=True)
 
 
@@ -197,7 +215,7 @@ def held_policies() -> _Held:
         return held
     policies = list(Policy.objects.prefetch_related("groups", "users"))
     policies.sort(key=lambda p: p.specificity, reverse=True)
-    held = _last = _Held(policies, {p.pk: _rule(p) for p in policies}, token, time.monotonic())
+    held = _last = _Held(policies, {p.pk: rule_of(p) for p in policies}, token, time.monotonic())
     return held
 
 
@@ -205,7 +223,7 @@ def rules_for(interrupts: Iterable[Interrupt], policies: list[Policy] | None = N
     """The policy in force for each interrupt, by pk, in a fixed number of queries (none given ``policies``,
     as ``in_force`` read them)."""
     policies = in_force() if policies is None else policies
-    return _governing(interrupts, policies, {p.pk: _rule(p) for p in policies})
+    return _governing(interrupts, policies, {p.pk: rule_of(p) for p in policies})
 
 
 def backs_up(user, rule: Rule, interrupt: Interrupt) -> bool:
@@ -269,7 +287,7 @@ def reach(user, policies: list[Policy] | None = None) -> Reach | None:
     own_too, others_only, backed_up = [], [], []
     groups = _group_ids(user)
     for policy in in_force() if policies is None else policies:
-        rule = _rule(policy)
+        rule = rule_of(policy)
         if rule.admits(user):
             (own_too if rule.allow_self_approval else others_only).append(policy.pk)
         if policy.backup_group_id is not None and policy.backup_group_id in groups:

@@ -26,6 +26,14 @@ def outcome_words(decision: Decision) -> str:
 
 
 def decider(decision: Decision) -> str:
-    """Who took ``decision``, as a page says it: "Alice Smith", or "Alice Smith's standing grant"."""
-    name = decision.user.get_full_name() or decision.user.get_username()
-    return f"{name}'s standing grant" if decision.grant_id else name
+    """Who took ``decision``, as a page says it: "Alice Smith", "Alice Smith's standing grant", or
+    "policy Deploys, set by Alice Smith"."""
+    return deciders(decision.user.get_full_name() or decision.user.get_username(), grant=decision.grant_id,
+                    by_policy=decision.by_policy, policy=decision.policy)
+
+
+def deciders(name: str, *, grant=None, by_policy: bool = False, policy: str = "") -> str:
+    """``decider`` from the parts a page read (``name``: the person's full name, else username)."""
+    if by_policy:
+        return f"policy {policy}, set by {name}"
+    return f"{name}'s standing grant" if grant else name

@@ -54,16 +54,21 @@ class Agent:
     signature_tolerance: int = 300
     #: With a secret, whether an unsigned request is refused (True) or answered unverified.
     require_signature: bool = True
+    #: With a secret, whether every approval must carry a passkey assertion over that exact approval
+    #: (``BAD_PASSKEY`` otherwise): for agents whose policy in Countersign requires one.
+    require_passkey: bool = False
     #: Runs whose answers are kept, so a request repeating a runId is answered with the
     #: recorded events instead of running again (``dedupe``); 0: every request runs.
     remember_runs: int = 1000
 
     def __init__(self, *, signing_secret: str | None = None, signature_tolerance: int = 300,
-                 require_signature: bool = True) -> None:
-        """``signing_secret``: verify every request (``BAD_SIGNATURE``) and every answer's fingerprint."""
+                 require_signature: bool = True, require_passkey: bool = False) -> None:
+        """``signing_secret``: verify every request (``BAD_SIGNATURE``) and every answer's fingerprint;
+        ``require_passkey``: and every approval's passkey assertion (``BAD_PASSKEY``)."""
         self.signing_secret = signing_secret
         self.signature_tolerance = signature_tolerance
         self.require_signature = require_signature
+        self.require_passkey = require_passkey
 
     def capabilities(self) -> dict:
         """What this agent declares (AG-UI AgentCapabilities, wire form): register it as the agent's capabilities.

@@ -93,7 +93,8 @@ async def run(agent: Agent, run_input: RunAgentInput, *, attested: bool = False)
 
     async def drive() -> BaseEvent:
         try:
-            approvals = attested_approvals(run_input, agent.tool_call_ids_for) if attested else None
+            approvals = (attested_approvals(run_input, agent.tool_call_ids_for,
+                                            require_passkey=agent.require_passkey) if attested else None)
             ctx = RunContext(run_input, queue.put_nowait, approvals)
             outcome = await agent.run(ctx)
             if not isinstance(outcome, RunOutcome):

@@ -7,12 +7,13 @@ import json
 
 from django.core.paginator import Paginator
 from django.http import StreamingHttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
 from ..conf import AUDIT_PAGE_SIZE
 from ..hub.trail import chain, checkpoints
 from ..models import Thread
+from ..protocol import trail
 from ..reads import selectors
 from .exports import csv_safe
 from .navigation import without_page
@@ -26,8 +27,8 @@ def audit(request, thread_id: str | None = None):
     filters = selectors.AuditFilters.from_query(params)
     queryset = selectors.audit(filters)
     export = request.GET.get("format")
-    if export == "chain":
-        return _export_chain()
+    if export == "chain":  # the whole chain, verifiable offline: the API's export (a session reads it too)
+        return redirect("audit-export")
     if export in ("csv", "json"):
         return _export(queryset, export)
     page = Paginator(queryset, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
@@ -44,20 +45,6 @@ def audit(request, thread_id: str | None = None):
         "agents": selectors.agent_names(),
         "query": without_page(request.GET),
     })
-
-
-def _export_chain():
-    """The whole hash chain, one JSON object per line, streamed; never filtered: a chain verifies only whole."""
-    body = (json.dumps(entry, ensure_ascii=False) + "\n" for entry in chain.export())
-    response = StreamingHttpResponse(body, content_type="application/jsonl")
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response["Content-Disposition"] = f'attachment; filename="countersign-chain-{stamp}.jsonl"'
-    response[AUDIT_HEAD_HEADER] = str(chain.head())  # the file's last line is at or past it
-    return response
-
-
-#: The response header every audit export carries: the chain's head as it began, ``SEQ:HASH``.
-AUDIT_HEAD_HEADER = "Countersign-Audit-Head"
 
 
 class _Echo:
@@ -99,5 +86,5 @@ def _export(queryset, kind: str):
                 yield writer.writerow([csv_safe(flat[k]) for k in header])
         response = StreamingHttpResponse(body(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="countersign-audit-{stamp}.{kind}"'
-    response[AUDIT_HEAD_HEADER] = anchor
+    response[trail.HEAD_HEADER] = anchor
     return response

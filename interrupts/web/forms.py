@@ -14,9 +14,11 @@ from ..conf import (
     MAX_GRANT_USES,
     MAX_JSON_CHARS,
     MAX_MESSAGE_CHARS,
+    MAX_PASSKEY_JSON_CHARS,
 )
 from ..models import DIALECT_CHOICES, Agent, Policy
 from ..protocol import storable
+from ..rules import looked as looked_rules
 
 
 class JSONTextField(forms.CharField):
@@ -54,6 +56,10 @@ class DecideForm(forms.Form):
     seen = forms.CharField(required=False, max_length=64)
     # "A colleague is reviewing this; decide anyway" (claims.refuse_if_claimed).
     confirm_claim = forms.BooleanField(required=False)
+    # What the card's script reported the reviewer had in view (rules.looked), checked against the card.
+    looked = forms.CharField(required=False, max_length=looked_rules.MAX_LOOKED_CHARS, strip=False)
+    # The passkey's assertion over this answer, where policy asks for one (hub.passkeys.countersign checks it).
+    passkey = forms.CharField(required=False, max_length=MAX_PASSKEY_JSON_CHARS, strip=False)
     grant_hours = forms.TypedChoiceField(choices=GRANT_HOURS, coerce=int, required=False)
     grant_uses = forms.IntegerField(required=False, min_value=1, max_value=MAX_GRANT_USES)
     grant_why = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
@@ -239,14 +245,25 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = Policy
         fields = ["name", "agent", "reason", "tool_name", "groups", "users", "required_approvals",
-                  "allow_self_approval", "always_ask", "target_minutes", "backup_group", "on_expiry"]
-        widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8})}
+                  "allow_self_approval", "always_ask", "auto_approve", "auto_approve_args", "require_look",
+                  "require_passkey", "target_minutes", "backup_group", "on_expiry"]
+        widgets = {"groups": forms.CheckboxSelectMultiple, "users": forms.SelectMultiple(attrs={"size": 8}),
+                   "auto_approve_args": forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})}
         labels = {"name": "Name", "agent": "Agent", "reason": "Reason", "tool_name": "Tool", "groups": "Groups",
                   "users": "People", "required_approvals": "Approvals needed",
                   "allow_self_approval": "Self-approval allowed", "always_ask": "Always ask a person",
+                  "auto_approve": "Approve automatically, in my name",
+                  "auto_approve_args": "…only when the args match",
+                  "require_look": "Long args must be opened before approving",
+                  "require_passkey": "Approving takes the reviewer's passkey",
                   "on_expiry": "When a request expires unanswered",
                   "target_minutes": "Target time (minutes)", "backup_group": "Backup group"}
-        help_texts = {"name": "How the Agents page and the API's URLs name it, so it holds no slash."}
+        help_texts = {"name": "How the Agents page and the API's URLs name it, so it holds no slash.",
+                      "auto_approve": "Requests this policy governs are approved without asking anyone when "
+                                      "their args match below; each approval is recorded as this policy's, "
+                                      "in your name. Only for one approval, and never with Always ask.",
+                      "auto_approve_args": "A JSON Schema over the call's args, for example "
+                                           '{"properties": {"env": {"const": "staging"}}}; {} matches any.'}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -254,3 +271,8 @@ class PolicyForm(forms.ModelForm):
         # An empty choice says what it means, not "---------".
         self.fields["agent"].empty_label = "Every agent"
         self.fields["backup_group"].empty_label = "None"
+
+    def clean_auto_approve_args(self):
+        # Left empty: any args, as {} says.
+        found = self.cleaned_data.get("auto_approve_args")
+        return {} if found in (None, "") else found

@@ -16,14 +16,15 @@ from django.utils.text import Truncator
 from django.views.decorators.http import require_http_methods, require_POST
 
 from ..conf import INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_GRANT_HELD, MAX_JSON_CHARS
-from ..hub import claims, decisions, grants, outbox, policies, refusals, replies, runs
+from ..hub import claims, decisions, grants, outbox, passkeys, policies, refusals, replies, runs
+from ..hub.refusals import Refusal
 from ..models import Interrupt, Run
 from ..protocol.errors import ProtocolError, refusal_body
 from ..protocol.inert import args_form
 from ..protocol.schema.edits import EDITED_ARGS, approval_payload, supports_edits
 from ..protocol.schema.payloads import payload_errors
 from ..reads import selectors
-from ..rules import eligibility, targets, words
+from ..rules import eligibility, looked, targets, words
 from .forms import DecideForm
 from .navigation import back_to, htmx_or_redirect, without, without_page
 from .settle import SETTLE_ACTIONS
@@ -221,12 +222,24 @@ def decide(request, pk: int):
         data = form.cleaned_data
         granting = data["action"] == "grant"
         try:
+            reported = _looked(data["looked"], interrupt)
+            rule = eligibility.rule_for(interrupt)
+            if looked.unopened(rule, interrupt, data["action"], reported):
+                raise Refusal("LOOK_FIRST", f"Policy {rule.name!r} asks that long args be read before they are "
+                                            "approved: open the full args (\"as JSON\") on the card first.",
+                              status=400, policy=rule.name)
             answer = decisions.answer_for(interrupt, "approve" if granting else data["action"],
                                           payload=data["payload"], edited_args=data["edited_args"])
+            # Where policy asks, the passkey's assertion must sign exactly the answer taken (checked here, kept).
+            signed = None
+            if rule.require_passkey and data["passkey"]:
+                signs = decisions.answer_to_sign(interrupt, request.user, answer)
+                signed = passkeys.countersign(request, interrupt, *signs, rule, data["passkey"])
             decision = decisions.decide(interrupt, request.user, answer.status, answer.payload,
                                         comment=data["comment"], seen=data["seen"] if "seen" in request.POST else None,
                                         fresh=True, claim_confirmed=data["confirm_claim"],
-                                        unsent=replies.deferrable(request), action=answer.action)
+                                        unsent=replies.deferrable(request), action=answer.action,
+                                        looked=reported, passkey=signed, rule=rule)
             replies.acknowledge_after(request, [decision])
             if granting:  # approved first: a grant refused leaves the approval standing, and says why
                 grants.create(request.user, agent=interrupt.run.agent, tool_name=interrupt.tool_name,
@@ -250,6 +263,17 @@ def decide(request, pk: int):
         (messages.success, f"Approved {interrupt.interrupt_id}; your grant approves calls like it from now on."
          if form.cleaned_data["action"] == "grant" else f"Decision recorded for {interrupt.interrupt_id}."),
     )
+
+
+def _looked(text: str, interrupt: Interrupt) -> dict | None:
+    """What the card's script reported (none without scripts), or a refusal saying what is wrong with it."""
+    if not text:
+        return None
+    try:
+        return looked.parse(text, interrupt)
+    except ValueError as problem:
+        raise Refusal("INVALID_FORM", f"What the card reported you had in view is not usable: {problem}.",
+                      status=400) from None
 
 
 @require_http_methods(["GET", "POST"])
@@ -327,7 +351,7 @@ def edit_preview(request, pk: int):
     with the edits rides along to its final form; with it, the card's one
     comment box is added when that form sends (forms.js).
     """
-    interrupt = get_object_or_404(Interrupt, pk=pk)
+    interrupt = get_object_or_404(Interrupt.objects.select_related("run"), pk=pk)
     form = DecideForm({"action": "edit", "edited_args": request.POST.get("edited_args", "")})
     errors, edited = [], None
     if not form.is_valid():
@@ -346,4 +370,6 @@ def edit_preview(request, pk: int):
         "comment": request.POST.get("comment", "")[:MAX_COMMENT_CHARS],
         "next": back_to(request, reverse("inbox")),
         "edited_text": request.POST.get("edited_args", "")[:MAX_JSON_CHARS],
+        # Its final click takes the reviewer's passkey too, where the policy asks (passkeys.js).
+        "passkey": eligibility.rule_for(interrupt).require_passkey,
     })

@@ -1,6 +1,19 @@
 from django.urls import path
 
-from . import agents, audit, bulk, grants, inbox, insight, notifications, policies, settle, threads
+from . import (
+    agents,
+    audit,
+    bulk,
+    grants,
+    inbox,
+    insight,
+    links,
+    notifications,
+    passkeys,
+    policies,
+    settle,
+    threads,
+)
 
 urlpatterns = [
     path("", inbox.home, name="home"),
@@ -22,6 +35,7 @@ urlpatterns = [
     path("threads/", threads.threads, name="threads"),
     path("threads/start/", threads.start_run, name="start-thread"),
     path("threads/<str:thread_id>/", threads.thread_detail, name="thread"),
+    path("decide/<str:token>/", links.decide_by_link, name="decide-by-link"),
     path("threads/<str:thread_id>/events/", threads.thread_events, name="thread-events"),
     path("threads/<str:thread_id>/runs/", threads.start_run, name="start-run"),
     path("threads/<str:thread_id>/audit/", audit.audit, name="thread-audit"),
@@ -36,6 +50,8 @@ urlpatterns = [
     path("policies/add/", policies.policy_edit, name="policy-add"),
     path("policies/<int:pk>/edit/", policies.policy_edit, name="policy-edit"),
     path("policies/<int:pk>/delete/", policies.policy_delete, name="policy-delete"),
+    path("policies/preview/", policies.policy_preview, name="policy-preview"),
+    path("policies/<int:pk>/preview/", policies.policy_preview, name="policy-preview"),
     path("grants/", grants.grant_list, name="grants"),
     path("grants/<int:pk>/revoke/", grants.grant_revoke, name="grant-revoke"),
     path("interrupts/<int:pk>/grant-preview/", grants.grant_preview, name="grant-preview"),
@@ -43,4 +59,8 @@ urlpatterns = [
     path("webhooks/deliveries/", notifications.deliveries, name="deliveries"),
     path("webhooks/deliveries/<int:pk>/resend/", notifications.resend, name="delivery-resend-page"),
     path("settings/notifications/", notifications.preferences, name="notification-settings"),
+    path("settings/passkeys/", passkeys.passkey_list, name="passkeys"),
+    path("settings/passkeys/options/", passkeys.registration_options, name="passkey-options"),
+    path("settings/passkeys/<int:pk>/remove/", passkeys.passkey_remove, name="passkey-remove"),
+    path("interrupts/<int:pk>/passkey/", passkeys.approval_options, name="passkey-approval"),
 ]

@@ -288,7 +288,10 @@
   // shown) the plain Approve is disabled on the button itself: a click, or `a`, would
   // approve the unedited arguments under a diff that says otherwise.
   function setPending(card, pending) {
-    for (const button of $$("form.actions button[value=approve]", card)) button.disabled = pending;
+    // Also held while a policy wants long args read first and they are not (looked.js, data-look-first).
+    card.dataset.editsPending = pending ? "yes" : "";
+    const unread = card.dataset.lookFirst === "waiting";
+    for (const button of $$("form.actions button[value=approve]", card)) button.disabled = pending || unread;
     const note = $("[data-edits-pending]", card);
     if (note) note.hidden = !pending;
     for (const control of $$("[data-discard-edits]", card)) control.hidden = !pending;

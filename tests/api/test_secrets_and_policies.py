@@ -78,8 +78,10 @@ def test_staff_create_a_policy_by_names_and_everyone_reads_it(staff, django_user
     created = post(staff, "/api/policies/", body)
     assert created.status_code == 201, created.json()
     assert created.json() == {**body, "tool_name": "", "allow_self_approval": False, "always_ask": False,
-                              "on_expiry": "cancel", "backup_group": None, "created_at": created.json()["created_at"],
-                              "updated_at": created.json()["updated_at"]}
+                              "on_expiry": "cancel", "backup_group": None, "auto_approve": False,
+                              "auto_approve_args": {}, "auto_approve_by": None, "require_look": False,
+                              "require_passkey": False,
+                              "created_at": created.json()["created_at"], "updated_at": created.json()["updated_at"]}
     policy = Policy.objects.get(name="prod")
     assert list(policy.users.all()) == [ann] and policy.groups.get().name == "Ops"
     staff.force_login(make.user())  # a colleague, not staff

@@ -97,8 +97,12 @@ class Reviewer:
         self.page.wait_for_url(f"{site.url}/inbox/")
         _signed_in[(site.url, username)] = self.context.cookies()
 
-    def open(self, path: str):
+    def open(self, path: str, live: bool = True):
+        """Go to ``path``; an inbox page is handed back once live (``inbox_live``), or a click could land on a
+        card that the read on its socket's opening then replaces (ci39, ci44). ``live=False``: at once."""
         self.page.goto(f"{self.site.url}{path}")
+        if live and INBOX_PAGE.match(path):
+            self.inbox_live()
         return self.page
 
     def inbox_live(self, timeout: float = 30_000) -> None:

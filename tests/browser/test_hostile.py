@@ -190,7 +190,6 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
     # whose own checks would cancel the submit first, so only the guard stands in the way.
     page = reviewer.open(f"/inbox/?thread={hostile['pending']}")
     expect(page.locator("[data-card]")).to_have_count(3, timeout=TIMEOUT)
-    reviewer.inbox_live()  # its read of the list on opening would replace the form changed below
     with site.api() as api:
         victim = [i for i in api.get("/api/interrupts/", params={"thread": hostile["pending"]}).json()["results"]
                   if i["reason"] == "tool_call"][0]

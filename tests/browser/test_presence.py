@@ -42,11 +42,7 @@ def test_a_reviewer_typing_in_a_card_stays_there_and_present_when_a_new_request_
 def test_claim_and_select_with_the_keyboard_only(reviewer, alice, site):
     thread = start(site, "mailer", "Email g@h.com about the review")
     theirs, their_card = open_card(alice, thread)
-    alice.inbox_live()
     mine, my_card = open_card(reviewer, thread, f"thread={thread}")
-    # The read of the list its socket's opening makes swaps the cards: keys pressed before it can land
-    # on a button that is no longer in the page.
-    reviewer.inbox_live()
     mine.keyboard.press("j")
     expect(my_card).to_be_focused()
     claim = my_card.get_by_test_id("claim-button")
@@ -125,6 +121,10 @@ DROP_ATTENTION = """
 const Real = window.WebSocket;
 Object.assign(window, { __dropping: true, __dropped: [], __heard: [] });
 window.WebSocket = class extends Real {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener("close", (event) => window.__heard.push(`closed ${event.code}`));
+  }
   set onmessage(handler) {
     const inbox = this.url.includes("/ws/inbox/");
     super.onmessage = (event) => {
@@ -156,7 +156,6 @@ def test_who_has_a_card_open_is_read_again_into_the_card_being_worked_on(reviewe
 
     alice.page.add_init_script(DROP_ATTENTION)
     theirs, their_card = open_card(alice, thread, f"thread={thread}")
-    alice.inbox_live()
     their_card.focus()
     # Alice's own presence, told back to her socket: it is through to the server and listening.
     until_dropped("Alice")
@@ -176,7 +175,6 @@ def test_a_read_asked_for_before_a_presence_message_does_not_undo_it(reviewer, a
     """The list's read answered after a presence message it predates: the card keeps what the message said."""
     thread = start(site, "mailer", "Email o@p.com about the offsite")
     theirs, their_card = open_card(alice, thread, f"thread={thread}")
-    alice.inbox_live()
     held = []
 
     def hold_the_answer(route):

@@ -62,8 +62,6 @@ def test_approve_the_mailer(reviewer, site):
 def test_edit_and_approve_shows_a_diff_then_runs_the_edited_args(reviewer, site):
     thread = start(site, "mailer")
     page = inbox_for(reviewer, thread)
-    # The read of the list the page's socket makes when it opens swaps the cards: the edit starts after it.
-    reviewer.inbox_live()
     card = page.locator("[data-card]").first
     card.get_by_text("Edit & approve").click()
     card.get_by_role(
@@ -171,9 +169,10 @@ def test_start_from_the_thread_page_watch_live_approve_in_another_tab(reviewer, 
     # The run's events arrive over the WebSocket: no reload.
     expect(page.locator(".run-end.outcome-interrupt")).to_be_visible(timeout=TIMEOUT)
     expect(page.locator(".tool-call")).to_contain_text("sendEmail")
-    expect(page.get_by_role("button", name="Start run")).to_be_disabled()
+    expect(page.get_by_role("button", name="Start run")).to_be_disabled(timeout=TIMEOUT)
     other = reviewer.context.new_page()
     other.goto(f"{site.url}/inbox/?thread={thread}")
+    expect(other.locator("html[data-inbox-read]")).to_be_attached(timeout=TIMEOUT)  # live: see Reviewer.open
     other.locator("[data-card]").first.get_by_role("button", name="Approve").click()
     expect(other.get_by_test_id("resumed-run")).to_be_visible(timeout=TIMEOUT)
     expect(page.get_by_test_id("tool-result")).to_contain_text('"sent": true', timeout=TIMEOUT)

@@ -57,7 +57,6 @@ def test_at_1440_the_list_shows_eight_requests_or_more_one_line_each(browser, si
         page = me.open("/inbox/")
         rows = page.get_by_test_id("row")
         expect(rows).to_have_count(REQUESTS, timeout=TIMEOUT)
-        me.inbox_live()
         assert in_sight(page, "[data-testid=row]") >= 8
         # One line each: no row taller than a line and its padding, however long what it asks.
         heights = rows.evaluate_all("rows => rows.map((row) => row.getBoundingClientRect().height)")
@@ -174,7 +173,6 @@ def test_a_bulk_decision_comes_with_a_receipt_and_one_undo(browser, site, thread
         cards = page.locator("[data-card]")
         total = len(threads) + 4  # the bulk-mailer's runs ask three each
         expect(cards).to_have_count(total, timeout=TIMEOUT)
-        me.inbox_live()
         # The first batch's three cards, one at a time: open each with j, select it with x.
         for _ in range(3):
             page.keyboard.press("j")
@@ -205,7 +203,6 @@ def test_a_request_arriving_is_marked_new_at_the_top_of_the_list(browser, site, 
     try:
         page = me.open("/inbox/")
         expect(page.get_by_test_id("row")).to_have_count(REQUESTS, timeout=TIMEOUT)
-        me.inbox_live()
         marker = page.get_by_test_id("new-marker")
         expect(marker).to_be_hidden()
         threads.append(start(site, "janitor", "Clear the build cache"))
@@ -277,7 +274,6 @@ def test_a_whole_triage_by_keyboard_only(browser, site, threads):
         cards = page.locator("[data-card]")
         expect(cards).to_have_count(len(threads) + 4, timeout=TIMEOUT)  # the bulk-mailer's runs ask three each
         total = cards.count()
-        me.inbox_live()
         # Into the list past the page's tools, along it with the arrows, and Enter opens the request.
         page.keyboard.press("Tab")
         expect(page.get_by_test_id("skip-to-cards")).to_be_focused()

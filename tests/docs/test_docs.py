@@ -94,7 +94,7 @@ def test_the_api_walkthrough_runs_against_a_live_server(served):
 
 
 @pytest.mark.django_db
-def test_the_documented_script_verifies_a_real_chain_export_and_catches_an_edit(tmp_path, client):
+def test_the_documented_command_verifies_a_real_chain_export_and_catches_an_edit(tmp_path, client):
     from interrupts.hub.trail import chain
     from interrupts.models import AuditEntry
 
@@ -103,27 +103,31 @@ def test_the_documented_script_verifies_a_real_chain_export_and_catches_an_edit(
     reviewer = factories.user(is_staff=True)
     for n in range(3):
         chain.record_decision(factories.decision(factories.interrupt(), reviewer, payload={"approved": n % 2 == 0}))
-    script = tmp_path / "verify_chain.py"
-    script.write_text(block("audit.md", "## Verifying the audit trail", "python"))
+    # The commands the docs give a compliance officer, as written there: without and with agents' secrets.
+    commands = [line.removeprefix("$ ").split() for line in section("audit.md", "## Checking an export offline")
+                .splitlines() if line.startswith("$ python -m interrupts.verify_export")]
+    assert len(commands) == 2 and "--secrets" in commands[1]
     client.force_login(reviewer)
-    export = tmp_path / "chain.jsonl"
-    export.write_bytes(b"".join(client.get("/audit/?format=chain").streaming_content))
+    export, secrets = tmp_path / "trail.json", tmp_path / "secrets.json"
+    export.write_bytes(b"".join(client.get("/api/audit/export/").streaming_content))
+    secrets.write_text('{"deployer": "css_x"}')
 
-    def run(path):
-        # A bare interpreter: the script needs nothing but the standard library.
-        return subprocess.run([sys.executable, "-I", str(script), str(path)], capture_output=True, text=True)
+    def run(command, path):
+        # Without Django's settings: the check needs the file alone.
+        files = {"trail.json": str(path), "secrets.json": str(secrets)}
+        return subprocess.run([sys.executable, *(files.get(a, a) for a in command[1:])], capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin"}, cwd=ROOT)
 
-    done = run(export)
     head = AuditEntry.objects.order_by("-seq").first()
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"verified {head.seq} entries, head {head.hash}"
-    lines = export.read_text().splitlines()
-    at = next(n for n, line in enumerate(lines) if '\\"approved\\":false' in line)
-    lines[at] = lines[at].replace('\\"approved\\":false', '\\"approved\\":true')
-    forged = tmp_path / "forged.jsonl"
-    forged.write_text("\n".join(lines) + "\n")
-    done = run(forged)
-    assert done.returncode == 1 and done.stderr.strip() == f"entry {at + 1} was edited"
+    for command in commands:
+        done = run(command, export)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == f"verified {head.seq} entries, head {head.seq}:{head.hash}"
+    forged = tmp_path / "forged.json"
+    forged.write_bytes(export.read_bytes().replace(b'\\"approved\\":false', b'\\"approved\\":true', 1))
+    assert forged.read_bytes() != export.read_bytes()
+    done = run(commands[0], forged)
+    assert done.returncode == 1 and "DOES NOT VERIFY" in done.stdout and "was changed" in done.stdout
 
 
 # --- docs/settings.md: generated from conf.py ----------------------------------------

@@ -201,8 +201,9 @@ def test_a_full_sqlite_disk_refuses_writes_503_database_full_changes_nothing_and
         [interrupt] = paused_threads(api, 1)
         fill(full_app.path)
         before = counts(full_app)
-        decided = tally(api.post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": "approve"}),
-                        codes=full)
+        # A comment longer than a page: its row and entry need overflow pages, whatever room the last pages have.
+        decided = tally(api.post(f"/api/interrupts/{interrupt['id']}/decide/",
+                                 json={"action": "approve", "comment": "why " * 2000}), codes=full)
         assert decided.status_code == 503 and decided.json()["code"] == "DATABASE_FULL", decided.text
         assert decided.headers["Retry-After"] == "60"
         # A write that still fits in a page with room succeeds; the first that needs a new page is refused.

@@ -271,8 +271,8 @@ def test_the_exports_carry_the_hashes_and_the_chain_export_is_every_entry(chain,
     assert (
         decided["trail"][0]["hash"] == entry_of(Decision.objects.filter(interrupt__interrupt_id="int-a").first()).hash
     )
-    lines = b"".join(client.get("/audit/?format=chain").streaming_content).decode().splitlines()
-    assert [json.loads(line)["seq"] for line in lines] == list(AuditEntry.objects.values_list("seq", flat=True))
+    document = json.loads(b"".join(client.get("/audit/?format=chain", follow=True).streaming_content))
+    assert [e["seq"] for e in document["entries"]] == list(AuditEntry.objects.values_list("seq", flat=True))
 
 
 def test_the_audit_page_says_when_the_trail_does_not_verify(chain, client):

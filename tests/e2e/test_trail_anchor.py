@@ -70,13 +70,13 @@ def exported_heads(client) -> dict[str, str]:
     """The head each audit export carries, as a person downloading it keeps it."""
     as_json = client.get("/audit/?format=json")
     as_csv = client.get("/audit/?format=csv")
-    chain_file = client.get("/audit/?format=chain")
+    chain_file = client.get("/audit/?format=chain", follow=True)
     rows = json.loads(b"".join(as_json.streaming_content))
     table = list(csv.DictReader(io.StringIO(b"".join(as_csv.streaming_content).decode())))
-    lines = b"".join(chain_file.streaming_content).decode().splitlines()
+    document = json.loads(b"".join(chain_file.streaming_content))
     assert {row["auditHead"] for row in rows} == {row["auditHead"] for row in table} == {
         as_json["Countersign-Audit-Head"]}
-    last = json.loads(lines[-1])
+    last = document["entries"][-1]
     return {"json": rows[0]["auditHead"], "csv": table[0]["auditHead"], "header": as_csv["Countersign-Audit-Head"],
             "chain": chain_file["Countersign-Audit-Head"], "chain-last-line": f"{last['seq']}:{last['hash']}"}
 

@@ -223,6 +223,18 @@ def test_a_resume_the_client_may_not_decide_is_refused_and_records_nothing():
     assert Interrupt.objects.get(pk=interrupt.pk).status == "pending"
 
 
+def test_a_resume_approving_what_a_passkey_must_sign_is_refused_and_a_rejection_is_not():
+    make.policy(require_passkey=True)
+    interrupt = waiting()
+    with pytest.raises(Refusal) as refused:  # a gateway token is a session: it holds no passkey
+        accept.accept_input(interrupt.run.agent, resume_input(interrupt), make.user(), WORKER)
+    assert (refused.value.code, refused.value.status) == ("PASSKEY_REQUIRED", 403)
+    assert not Decision.objects.exists()
+    accept.accept_input(interrupt.run.agent, resume_input(interrupt, payload={"approved": False}), make.user(),
+                        WORKER)
+    assert Decision.objects.get().action == "reject"
+
+
 def test_a_resume_of_a_thread_that_keeps_changing_gives_up_with_thread_busy(monkeypatch):
     # Under a quorum, approvals in the inbox leave the interrupt pending but change
     # it: one lands between every check and its lock, so the check never holds.

@@ -10,6 +10,8 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.urls import reverse
 
+from interrupts.hub import policies
+from interrupts.hub.refusals import Refusal
 from interrupts.hub.trail import verify
 from interrupts.models import Agent, AuditEntry, Policy
 
@@ -138,3 +140,36 @@ def test_removing_an_agent_records_its_policies_going_first():
     assert list(AuditEntry.objects.filter(seq__gt=before).values_list("kind", "subject")) == [
         ("policy.deleted", f"policy:{policy.pk}"), ("agent.deleted", f"agent:{agent.pk}")]
     assert verify.verify(save=False).ok
+
+
+def test_an_auto_approve_rule_switched_on_around_the_trail_is_found():
+    setter = make.user(is_superuser=True)
+    policy = policies.save(Policy(name="quiet", tool_name="restart"), by=setter)
+    assert verify.verify(save=False).ok
+    Policy.objects.filter(pk=policy.pk).update(auto_approve=True, auto_approve_by=setter)
+    [problem] = verify.verify(save=False).problems
+    assert "autoApprove" in problem.message and "autoApproveBy" in problem.message
+    # Held to the tier's default even by an entry written before the tier existed (no such key).
+    entry = AuditEntry.objects.filter(subject=f"policy:{policy.pk}").get()
+    recorded = json.loads(entry.content)["data"]
+    for key in ("autoApprove", "autoApproveArgs", "autoApproveBy"):
+        recorded.pop(key)
+    assert any("autoApprove" in d for d in verify._policy_differs(recorded, {**recorded, "autoApprove": True},
+                                                                   policy))
+
+
+def test_only_someone_the_policy_lets_decide_may_set_its_rule_and_they_answer_for_it():
+    outsider, insider = make.user(reviewer=False, is_staff=True), make.user(is_superuser=True)
+    with pytest.raises(Refusal) as refused:
+        policies.save(Policy(name="auto", auto_approve=True), by=outsider)  # staff, without the right to decide
+    assert refused.value.code == "NOT_ELIGIBLE"
+    assert not Policy.objects.filter(name="auto").exists()
+    policy = policies.save(Policy(name="auto", auto_approve=True), by=insider)
+    assert policy.auto_approve_by == insider
+    # Saved again unchanged by someone else, its setter stays; its args changed, the one who changed them answers.
+    other = make.user(is_superuser=True)
+    assert policies.save(policy, by=other).auto_approve_by == insider
+    policy.auto_approve_args = {"properties": {"env": {"const": "staging"}}}
+    assert policies.save(policy, by=other).auto_approve_by == other
+    policy.auto_approve = False
+    assert policies.save(policy, by=insider).auto_approve_by is None

@@ -5,6 +5,7 @@ would leave it, and ``streaming.recover`` settles it. The crash tests
 (tests/e2e/test_crash.py) kill real servers at each point instead.
 """
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 from interrupts.hub import events, outbox, streaming
 from interrupts.live import relay
-from interrupts.models import Event, Run
+from interrupts.models import AuditEntry, Event, Run
 from interrupts.protocol import capabilities
 
 from .. import factories as make
@@ -94,7 +95,7 @@ def test_after_a_re_send_only_the_new_answer_counts():
     events.append_many(run, [started(run), {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}])
     streaming.recover(run, WORKER)  # sent again; the SDK replays the whole run
     assert outbox.claim_due(10, WORKER) == [(run.pk, True)]
-    assert outbox.mark_sent(run.pk, WORKER)
+    assert outbox.mark_sent(run, WORKER, b"{}", "t=1,v1=00")
     events.append_many(run, [started(run), finished(run)])
     run = Run.objects.select_related("thread", "agent").get(pk=run.pk)
     run.claimed_by, run.lease_until = WORKER, timezone.now() - timedelta(seconds=1)
@@ -122,8 +123,9 @@ def test_a_gateway_run_is_never_queued_again_its_client_decides():
 
 def test_the_send_mark_needs_the_claim_and_a_deferral_clears_it():
     run = lapsed_run()
-    assert not outbox.mark_sent(run.pk, "dead-process")
-    assert outbox.mark_sent(run.pk, WORKER)
+    assert not outbox.mark_sent(run, "dead-process", b"{}", "t=1,v1=00")
+    assert not AuditEntry.objects.filter(kind=outbox.RESUME_SENT).exists()  # nothing left: nothing recorded
+    assert outbox.mark_sent(run, WORKER, b"{}", "t=1,v1=00")
     assert Run.objects.get(pk=run.pk).sent_at is not None
     run.claimed_by = WORKER
     assert outbox.defer(Run.objects.get(pk=run.pk), WORKER, "CONNECT_ERROR", "refused") == 1
@@ -155,3 +157,17 @@ def test_an_operator_declares_dedupe_with_the_agent_form_s_delivery_box():
     assert agent.capabilities["custom"] == {"region": "eu", "dedupesRunId": True}
     assert capabilities.dedupes_run_id(agent.capabilities)
     assert AgentForm(instance=agent).initial["cap_custom"] == ["dedupesRunId"]
+
+
+def test_a_resume_s_exact_signed_bytes_go_into_the_trail_once_per_send():
+    run = lapsed_run()
+    assert run.resume_key
+    body = '{"threadId":"t","messages":[{"content":"café ☕"}]}'.encode()
+    assert outbox.mark_sent(run, WORKER, body, "t=10,v1=aa")
+    assert outbox.mark_sent_again(run, WORKER, body, "t=10,v1=aa")  # the same send, its commit's answer lost
+    assert outbox.mark_sent(run, WORKER, body, "t=99,v1=bb")  # sent again (taken over): signed anew
+    sent = [json.loads(e.content)["data"] for e in AuditEntry.objects.filter(kind=outbox.RESUME_SENT).order_by("seq")]
+    assert [(d["body"].encode(), d["signature"], d["runId"]) for d in sent] == [
+        (body, "t=10,v1=aa", run.run_id), (body, "t=99,v1=bb", run.run_id)]
+    assert {d["agent"] for d in sent} == {run.agent.name}
+

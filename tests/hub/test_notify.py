@@ -272,7 +272,7 @@ def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_timeout(settings):
         raise_on(streaming_run(), "i-1")
         started = time.monotonic()
         deliver()
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # the drip alone would last hours
         delivery = Delivery.objects.get()
         assert (delivery.status, delivery.response_status) == ("delivered", 200)  # it did answer 200
     finally:

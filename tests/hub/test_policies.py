@@ -9,13 +9,15 @@ from django.utils import timezone
 
 from interrupts.hub import decisions, policies, runs
 from interrupts.hub.refusals import Refusal
+from interrupts.hub.trail import chain
 from interrupts.models import Decision, Interrupt, Run
-from interrupts.protocol import signing
+from interrupts.protocol import signing, trail
 from interrupts.protocol.errors import ContractViolation, ProtocolError
 from interrupts.reads import selectors
 from interrupts.rules import eligibility, targets
 
 from .. import factories as make
+from ..sdk.test_passkeys import Authenticator
 
 pytestmark = pytest.mark.django_db
 
@@ -551,3 +553,27 @@ def test_the_api_gives_a_pending_interrupt_s_target():
     assert target["state"] == "on_track" and target["due_at"].startswith(
         (interrupt.created_at + timedelta(minutes=60)).strftime("%Y-%m-%dT%H:%M"))
     assert client.get(f"/api/interrupts/{raised(make.agent()).pk}/").json()["target"] is None
+
+
+def test_a_passkey_joining_a_quorum_must_sign_the_answer_it_joins():
+    agent, alice, bob = make.agent(), make.user(), make.user()
+    make.policy(agent=agent, required_approvals=2, require_passkey=True)
+    interrupt = raised(agent, tool_name="send_email")
+    key = Authenticator()
+
+    def signed(payload):
+        return key.countersign(runs.answer_fingerprint(interrupt, interrupt.run.thread.thread_id, "resolved", payload))
+
+    edited = {"approved": True, "editedArgs": {"to": "alice@y.z"}}
+    decisions.decide(interrupt, alice, "resolved", edited, passkey=signed(edited))
+    seen = decisions.answer_digest(decisions.standing_answer(decisions.approvals(interrupt)))
+    # Signed over a plain approval, it would attest an answer other than the one it takes.
+    assert refused_code(lambda: decisions.decide(interrupt, bob, "resolved", APPROVE, seen=seen,
+                                                 passkey=signed(APPROVE))) == "PASSKEY_INVALID"
+    assert status(interrupt) == "pending" and len(decisions.approvals(interrupt)) == 1
+    joined = decisions.answer_to_sign(interrupt, bob, decisions.answer_for(interrupt, "approve"))
+    assert joined == ("resolved", edited)
+    decision = decisions.decide(interrupt, bob, "resolved", APPROVE, seen=seen, passkey=signed(edited))
+    assert decision.edited_args == {"to": "alice@y.z"} and status(interrupt) == "resolved"
+    data = b"".join(trail.export_chunks(chain.head().as_dict(), chain.export(chain.head())))
+    assert trail.check_export(data).ok, trail.check_export(data).problems

@@ -104,6 +104,7 @@ def _value(name: str, fmt: str, route: str, callback, rows) -> str:
         "content_type_id": str(ContentType.objects.get_for_model(Agent).pk),
         "object_id": str(rows["agent"].pk),  # with content_type_id: the admin's "view on site"
         "url": "no-such-admin-page/",
+        "token": "not-a-link-token",  # a decision link's: unknown, refused once logged in
     }
     if name not in known:
         raise AssertionError(f"{fmt}: this test does not know what to put in <{name}>; teach _value.")

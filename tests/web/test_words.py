@@ -307,7 +307,7 @@ def test_args_read_as_labelled_fields_with_text_as_text_and_the_json_one_click_a
     assert '<dd class="arg-text">Line one\nline two</dd>' in shown  # not "Line one\\nline two"
     assert '<dd class="arg-text">&lt;b&gt;Hi&lt;/b&gt;</dd>' in shown and "<b>Hi" not in shown
     assert '<dd class="arg-plain">yes</dd>' in shown and '<dd class="arg-plain muted">(none)</dd>' in shown
-    assert '<details class="as-json"><summary>as JSON</summary>' in shown
+    assert '<details class="as-json" data-looked-part="args"><summary>as JSON</summary>' in shown
 
 
 @pytest.mark.parametrize("value", [["a", "b"], "text", {}, {f"k{n}": n for n in range(21)}, {"two words": 1},

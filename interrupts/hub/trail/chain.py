@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from django.utils import timezone
 
 from ...models import AUDIT_GENESIS, AuditEntry, Decision, Interrupt, Policy
 from ...protocol.signing import canonical
+from ...protocol.trail import entry_hash
 from .content import POLICY_VERSION, decision_content, expiry_content, stamp, superseded_content
 
 GENESIS = AUDIT_GENESIS
@@ -26,11 +26,6 @@ EXPIRY = "expiry"
 CHUNK = 2000
 #: An arbitrary, fixed key for pg_advisory_xact_lock: "the trail's tail".
 _LOCK_KEY = 0x436F756E7465  # "Counte"
-
-
-def entry_hash(prev_hash: str, content: str) -> str:
-    """The hash of an entry: ``sha256:`` + hex SHA-256 over ``prev_hash`` (ASCII) then ``content`` (UTF-8)."""
-    return "sha256:" + hashlib.sha256(prev_hash.encode("ascii") + content.encode("utf-8")).hexdigest()
 
 
 def _lock_tail() -> None:
@@ -168,7 +163,9 @@ def entries(after: int) -> Iterator[tuple]:
         after = chunk[-1][0]
 
 
-def export() -> Iterator[dict]:
-    """Every entry in order, as the chain export writes it (one JSON object per line), in chunks."""
+def export(until: Head) -> Iterator[dict]:
+    """Every entry from 1 to ``until``, in order, as the exports write them, read in chunks."""
     for seq, kind, subject, content, prev_hash, entry, _ in entries(0):
+        if seq > until.seq:
+            return
         yield {"seq": seq, "kind": kind, "subject": subject, "prevHash": prev_hash, "hash": entry, "content": content}

@@ -21,8 +21,12 @@ from ...protocol.subagents import SUBAGENT_EVENTS, attribute, read_subagent_even
 DECISION_ADDED = ("reason", "toolName", "rawDigest", "proposedArgsDigest", "requestedBy",
                   # What the reviewer read on the card besides those (since migration 0026).
                   "messageDigest", "responseSchemaDigest", "metadataDigest", "expiresAt", "subagent",
-                  # The standing grant that took it (since migration 0028).
-                  "grant")
+                  # The standing grant that took it (since migration 0028), or the policy's rule (0030).
+                  "grant", "byPolicy",
+                  # What the reviewer's page reported they had in view (since 0032).
+                  "looked",
+                  # The passkey assertion that countersigned it (since 0033).
+                  "passkey")
 #: The policy, as the trail last recorded it, under which the decision was taken: a reference
 #: into the chain (``record_decision``), held to the chain rather than to any row.
 POLICY_VERSION = "policyVersion"
@@ -124,6 +128,9 @@ def decision_content(decision, subagent=...) -> dict:
         "policy": decision.policy,
         "requiredApprovals": decision.required_approvals,
         **({"grant": decision.grant_id} if hasattr(decision, "grant_id") else {}),  # since 0028
+        **({"byPolicy": decision.by_policy} if hasattr(decision, "by_policy") else {}),  # since 0030
+        **({"looked": decision.looked} if hasattr(decision, "looked") else {}),  # since 0032
+        **({"passkey": decision.passkey} if hasattr(decision, "passkey") else {}),  # since 0033
         "createdAt": stamp(decision.created_at),
     })
 
@@ -188,6 +195,10 @@ def policy_content(policy) -> dict:
               } if hasattr(policy, "backup_group_id") else {}
     asks = {"alwaysAsk": policy.always_ask} if hasattr(policy, "always_ask") else {}  # since 0028
     asks |= {"onExpiry": policy.on_expiry} if hasattr(policy, "on_expiry") else {}  # since 0029
+    asks |= {"autoApprove": policy.auto_approve, "autoApproveArgs": policy.auto_approve_args,  # since 0030
+             "autoApproveBy": policy.auto_approve_by_id} if hasattr(policy, "auto_approve") else {}
+    asks |= {"requireLook": policy.require_look} if hasattr(policy, "require_look") else {}  # since 0032
+    asks |= {"requirePasskey": policy.require_passkey} if hasattr(policy, "require_passkey") else {}  # since 0033
     return _signable_fields({
         **restricted,
         **asks,

@@ -46,6 +46,10 @@ _DECISION_WORDS = {
     "subagent": "the subagent attribution (subagent)",
     "policy": "the policy (policy)",
     "requiredApprovals": "the approvals required (requiredApprovals)",
+    "grant": "the standing grant that took it (grant)",
+    "byPolicy": "whether its policy's rule took it (byPolicy)",
+    "looked": "what the reviewer had in view (looked)",
+    "passkey": "the passkey assertion that countersigned it (passkey)",
 }
 
 
@@ -204,6 +208,10 @@ def _agent_differs(recorded: dict, now: dict, row) -> list[str]:
     return differs
 
 
+_TIER_DEFAULTS = {"alwaysAsk": False, "onExpiry": "cancel", "autoApprove": False, "requireLook": False,
+                  "requirePasskey": False}
+
+
 def _policy_differs(recorded: dict, now: dict, row) -> list[str]:
     # Agents, groups and users by id where the entry has them (renaming them
     # is no change of the policy), by name in entries written before; a key
@@ -215,6 +223,8 @@ def _policy_differs(recorded: dict, now: dict, row) -> list[str]:
     skip |= {"backupGroup"} if "backupGroupId" in recorded else set()
     if "restricted" in now and "restricted" not in recorded:
         recorded = {**recorded, "restricted": bool(recorded.get("groups") or recorded.get("users"))}
+    # Before a tier was a field, every policy had its default: a row claiming otherwise since was changed unseen.
+    recorded = {**{k: v for k, v in _TIER_DEFAULTS.items() if k in now}, **recorded}
     return sorted(k for k in recorded if k not in skip and recorded[k] != now.get(k))
 
 

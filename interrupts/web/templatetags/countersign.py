@@ -17,6 +17,7 @@ from ...protocol import storable
 from ...protocol.inert import answer_start as _answer_start
 from ...protocol.inert import inert_schema as _inert_schema
 from ...reads.history import request_label
+from ...rules import looked, words
 from .. import diffs
 
 register = template.Library()
@@ -184,6 +185,24 @@ def time_left(moment, now=None) -> str:
 
 
 @register.filter
+def shown_digest(interrupt) -> str:
+    """The digest of what a card shows of ``interrupt`` (``rules.looked``): posted back with the decision."""
+    return looked.shown_digest(interrupt)
+
+
+@register.filter
+def must_open(rule, interrupt) -> bool:
+    """Whether the card's policy wants its long args opened before Approve (``rules.looked.must_open``)."""
+    return rule is not None and looked.must_open(rule, interrupt)
+
+
+@register.filter
+def decider(decision) -> str:
+    """Who took a decision, in words: a person, their standing grant, or a policy's rule they set."""
+    return words.decider(decision)
+
+
+@register.filter
 def request_words(interrupt) -> str:
     """An interrupt in words for a one-line list: its message, else the call it would make."""
     return request_label(interrupt.message, interrupt.tool_name)
@@ -236,8 +255,8 @@ def args_fields(value) -> SafeString:
         return json_brief(value)
     rows = format_html_join("", '<div class="arg"><dt title="{}">{}</dt>{}</div>',
                             ((key, field_words(key), _arg_value(item)) for key, item in value.items()))
-    return format_html('<dl class="args" data-testid="args">{}</dl><details class="as-json"><summary>as JSON'
-                       '</summary>{}</details>', rows, json_brief(value))
+    return format_html('<dl class="args" data-testid="args">{}</dl><details class="as-json" data-looked-part="args">'
+                       '<summary>as JSON</summary>{}</details>', rows, json_brief(value))
 
 
 def _reachable(html: str, lines: int) -> SafeString:
