@@ -522,6 +522,11 @@
     // card; an undo gives it to the card it brought back.
     document.body.addEventListener("htmx:beforeRequest", forList);
     document.body.addEventListener("htmx:afterSwap", forList);
+    // When each htmx request was sent: a claim's or a viewer's patch heard after it is newer than its answer.
+    const sentAt = new WeakMap();
+    document.body.addEventListener("htmx:beforeRequest", (event) => {
+      if (event.detail.xhr) sentAt.set(event.detail.xhr, performance.now());
+    });
     let swapped = null;
     document.body.addEventListener("htmx:beforeSwap", (event) => {
       const target = event.detail.target;
@@ -541,7 +546,10 @@
         following: at < 0 ? [] : [...cards.slice(at + 1), ...cards.slice(0, at).reverse()].map((c) => c.id),
         restore: undone ? `interrupt-${undone.dataset.undoFor}` : null,
         held: target.contains(active),
+        asked: event.detail.xhr ? sentAt.get(event.detail.xhr) : undefined,
+        lines: document.createElement("div"),
       };
+      swapped.lines.append(...$$("[data-attention]", target).map((holder) => holder.cloneNode(true)));
     });
     document.body.addEventListener("htmx:afterSwap", (event) => {
       const was = swapped;
@@ -552,6 +560,8 @@
       // htmx wires the new content only when it settles (20 ms on): a key pressed on the card this
       // gives the focus to must already send through htmx, not as a plain form.
       htmx.process(section);
+      // The answer was rendered when the request was sent: a patch heard since says more.
+      if (was.asked !== undefined) attend(section, was.lines, was.asked, true);
       if (section.dataset.keep) keep(section, section.dataset.keep);
       const restored = was.restore && document.getElementById(was.restore);
       const same = was.card && document.getElementById(was.card);

@@ -1,6 +1,8 @@
 """Presence and claims in real Chromium, as two people with the inbox open: who has a card open is said while
 they stay on it, through the live refreshes and the claim answers that replace the cards around them."""
 
+import time
+
 from playwright.sync_api import expect
 
 from .conftest import INBOX_PAGE, live_read
@@ -198,3 +200,34 @@ def test_a_read_asked_for_before_a_presence_message_does_not_undo_it(reviewer, a
         assert their_card.get_by_test_id("viewers").text_content() == "Open now: Demo Reviewer"
     finally:
         theirs.unroute(INBOX_PAGE)
+
+
+def test_a_claim_answered_late_keeps_who_opened_the_card_since(reviewer, alice, site):
+    thread = start(site, "mailer", "Email k@l.com about the late answer")
+    theirs, their_card = open_card(alice, thread, f"thread={thread}")
+    mine, my_card = open_card(reviewer, thread, f"thread={thread}")
+    held = []
+    # Alice's claim is taken and rendered now, but its answer reaches her page only when the test lets it.
+    theirs.route("**/claim/", lambda route: held.append((route, route.fetch())))
+    their_card.get_by_test_id("claim-button").click()
+    deadline = time.monotonic() + TIMEOUT / 1000
+    while not held:  # until the claim is answered: rendered before the reviewer opens the card
+        assert time.monotonic() < deadline, "the claim was never answered"
+        theirs.evaluate("() => new Promise(done => requestAnimationFrame(done))")
+    [(route, answer)] = held
+    expect(my_card.get_by_test_id("claim")).to_contain_text("Alice is reviewing", timeout=TIMEOUT)
+    my_card.focus()
+    expect(their_card.get_by_test_id("viewers")).to_have_text("Open now: Demo Reviewer", timeout=TIMEOUT)
+    # Every state of the line from now on (a later read of the list would mend it, but too late).
+    theirs.evaluate("""(id) => {
+        window.__said = [];
+        const note = () => { const line = document.querySelector(`#${id} [data-testid=viewers]`);
+                             window.__said.push(line ? line.textContent : null); };
+        new MutationObserver(note).observe(document.body, { subtree: true, childList: true, characterData: true });
+    }""", their_card.get_attribute("id"))
+    route.fulfill(response=answer)
+    expect(their_card.get_by_test_id("claim-button")).to_have_text("Release", timeout=TIMEOUT)
+    expect(theirs.locator("section.batch.htmx-request")).to_have_count(0)
+    # The answer, rendered before the reviewer opened the card, must never say nobody has it open.
+    said = theirs.evaluate("() => window.__said")
+    assert said and set(said) == {"Open now: Demo Reviewer"}, said
