@@ -11,6 +11,10 @@ from playwright.sync_api import expect
 from ..servers import ROOT, ServedApp
 from . import chromium
 
+# Playwright's assertions wait 5 s by default; a loaded CI machine (2 cores, 3 workers, a server and
+# Chromium each) has missed that while the page was still on its way to the awaited state.
+expect.set_options(timeout=15_000)
+
 ARTIFACTS = ROOT / "test-artifacts"
 
 

@@ -217,9 +217,9 @@ def test_markup_that_slipped_into_an_answer_form_still_cannot_decide(reviewer, s
         form.append(poster);
         htmx.process(form);
     }""", target)
-    page.locator("#slipped").click(timeout=3000)
-    page.locator("#slipped-field").fill("typed", timeout=3000)
-    page.locator("#slipped-field").press("Enter", timeout=3000)
+    page.locator("#slipped").click(timeout=TIMEOUT)
+    page.locator("#slipped-field").fill("typed", timeout=TIMEOUT)
+    page.locator("#slipped-field").press("Enter", timeout=TIMEOUT)
     # The button, Enter in the field, and the htmx element have each been tried and refused.
     until(page, "() => window.__attempts.filter(([kind]) => kind === 'submit').length >= 2"
                 " && window.__attempts.some(([kind]) => kind === 'htmx')", timeout=TIMEOUT)

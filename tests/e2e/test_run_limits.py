@@ -150,9 +150,9 @@ def stopped_by_operator(app, api, agent, run: dict) -> None:
     """The run ended with the operator's RUN_ERROR, nothing came after it, and the agent was hung up on."""
     done = finished_run(api, run["run_id"], run["thread"])
     assert (done["status"], done["error_code"]) == ("failed", "CANCELLED_BY_OPERATOR"), done
-    wait_for(lambda: agent.open.get(run["run_id"]) == 0, timeout=5)
+    wait_for(lambda: agent.open.get(run["run_id"]) == 0, timeout=15)
     # The agent kept sending until it was hung up on: once its streamer let go, nothing of it may be recorded.
-    wait_for(lambda: let_go(app, run["run_id"]), timeout=5)
+    wait_for(lambda: let_go(app, run["run_id"]), timeout=15)
     logged = last_events_of(api, run)
     assert logged[-1]["type"] == "RUN_ERROR" and not logged[-1]["from_agent"]
     assert logged[-1]["payload"]["code"] == "CANCELLED_BY_OPERATOR"
@@ -203,7 +203,7 @@ def test_an_agent_that_never_stops_sending_is_ended_after_the_maximum_run_time(l
         assert "COUNTERSIGN_MAX_RUN_SECONDS" in done["error_message"]
         # It sent far more often than the idle timeout (1.5 s) for all that time.
         assert len([e for e in last_events_of(api, run) if e["type"] == "TEXT_MESSAGE_CONTENT"]) > 8
-        wait_for(lambda: agent.open.get(run["run_id"]) == 0, timeout=5)
+        wait_for(lambda: agent.open.get(run["run_id"]) == 0, timeout=15)
         # The thread takes a new run.
         again = api.post(f"/api/threads/{run['thread']}/runs/", json={"message": "again"})
         assert again.status_code == 201, again.text
@@ -325,7 +325,7 @@ def test_a_queued_resume_is_not_starved_by_endless_runs(hub, api, agent):
     decided = time.monotonic()
     response = api.post(f"/api/interrupts/{interrupt['id']}/decide/", json={"action": "approve"})
     assert response.status_code == 201, response.text
-    wait_for(lambda: asked["thread"] in agent.resumes, timeout=5)
+    wait_for(lambda: asked["thread"] in agent.resumes, timeout=15)
     assert agent.resumes[asked["thread"]] - decided < 5
     resume = api.get(f"/api/interrupts/{interrupt['id']}/").json()["resumed_by"]
     assert finished_run(api, resume, asked["thread"])["status"] == "succeeded"

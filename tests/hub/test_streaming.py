@@ -523,7 +523,7 @@ async def test_writes_that_keep_failing_leave_the_run_to_recovery_not_to_a_dead_
     left = await stored(run.pk)
     assert left.status == "streaming" and left.sent_at is not None  # nothing recorded as its ending
     # The lease (0.3 s) runs out: nothing renews it any more.
-    [lapsed] = await until(lambda: sync_to_async(outbox.lapsed)(timezone.now()), timeout=5)
+    [lapsed] = await until(lambda: sync_to_async(outbox.lapsed)(timezone.now()), timeout=15)
     assert lapsed.pk == run.pk and await sync_to_async(outbox.take_over)(lapsed, "another")
     await sync_to_async(streaming.recover)(lapsed, "another")
     ended = await stored(run.pk)

@@ -6,7 +6,6 @@ runs on the test's event loop, as on daphne's under ``manage.py serve``.
 
 import asyncio
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -17,7 +16,7 @@ from interrupts.hub import runs, supervisor, wakeup
 from interrupts.models import Event, Interrupt, Run
 
 from .. import factories as make
-from ..e2e.scripted_agent import ScriptedAgent
+from ..e2e.scripted_agent import Gate, ScriptedAgent
 from ..waiting import until
 from .conftest import WORKER
 
@@ -184,20 +183,24 @@ async def test_a_run_queued_by_a_request_wakes_the_running_supervisor_after_comm
 
 async def test_an_operator_stops_a_stream_of_this_process_at_once(agent, boss, settings):
     settings.COUNTERSIGN_IDLE_TIMEOUT = 30  # the agent's silence alone would not end it soon
+    agent.gate = gate = Gate()  # the agent holds its stream open after RUN_STARTED until the test opens it
     boss.start()
-    run = await queued_on(f"{agent.url}/silent/")
+    run = await queued_on(f"{agent.url}/gated/")
     wakeup.wake()
 
     @sync_to_async
     def started() -> bool:
         return Event.objects.filter(run_id=run.pk, type="RUN_STARTED").exists()
 
-    await until(started)
-    stream = next(task for task in boss.tasks if task.get_name() == f"stream-{run.pk}")
-    began = time.monotonic()
-    assert await sync_to_async(runs.cancel)(run, await sync_to_async(make.user)(is_staff=True))
-    await asyncio.wait_for(stream, 2)  # the agent would stay silent for 3 s
-    assert time.monotonic() - began < 2
+    try:
+        await until(started)
+        stream = next(task for task in boss.tasks if task.get_name() == f"stream-{run.pk}")
+        assert await sync_to_async(runs.cancel)(run, await sync_to_async(make.user)(is_staff=True))
+        await asyncio.wait_for(stream, 10)
+        assert gate.waiting == 1, "the stream ended only because the agent let it go"
+    finally:
+        gate.open()
+        agent.gate = None
     log = await sync_to_async(list)(Event.objects.filter(run_id=run.pk).order_by("seq").values_list("type", flat=True))
     assert log == ["RUN_STARTED", "RUN_ERROR"]  # nothing written after the operator's ending
     ended = await sync_to_async(Run.objects.get)(pk=run.pk)

@@ -257,7 +257,7 @@ def test_the_end_of_the_hold_wakes_the_supervisor_without_waiting_for_a_poll():
     try:
         started = loop.time()
         runs._wake_after(0.2)
-        loop.run_until_complete(asyncio.wait_for(listener.first, 5))
+        loop.run_until_complete(asyncio.wait_for(listener.first, 15))
     finally:
         wakeup.register(None)
         loop.close()
@@ -342,7 +342,7 @@ def test_an_undo_waiting_behind_a_claim_is_told_it_is_too_late():
     assert claimed.wait(5)
     undo_thread, undone = _in_thread(lambda: decisions.undo(interrupt, me))
     # The undo is waiting for the lock (PostgreSQL: the run's row; SQLite: the database).
-    wait_for(lambda: _waits_for_a_lock(undone["inflight"]), timeout=5)
+    wait_for(lambda: _waits_for_a_lock(undone["inflight"]), timeout=15)
     release.set()
     thread.join(10)
     undo_thread.join(10)
@@ -370,7 +370,7 @@ def test_a_claim_during_an_undo_finds_nothing_to_send(monkeypatch):
     assert locked.wait(5)
     claim_thread, claimed = _in_thread(lambda: outbox.claim_due(10, "w"))
     # The claim ran while the undo held its lock: it skipped the locked row and finished, or it waits.
-    wait_for(lambda: not claim_thread.is_alive() or _waits_for_a_lock(claimed["inflight"]), timeout=5)
+    wait_for(lambda: not claim_thread.is_alive() or _waits_for_a_lock(claimed["inflight"]), timeout=15)
     release.set()
     undo_thread.join(10)
     claim_thread.join(10)

@@ -71,6 +71,6 @@ async def test_a_socket_closing_mid_read_costs_the_inbox_subscription_no_broadca
         broadcast_from_another_process(private_redis)
         # ...closes just then: its receive is cancelled with what its read took still unread.
         waiting.cancel()
-        await until(lambda: socket.heard, timeout=5)
+        await until(lambda: socket.heard, timeout=15)
     finally:
         await inboxes.leave(socket)
