@@ -185,27 +185,64 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         self.stop_watching()
         await Inboxes.here().leave(self)
-        if self.said_viewing:
-            await sockets_db(claims.left)(self.socket_id)
+        if self._later is not None:
+            self._later.cancel()
+        async with self._viewing():
+            self._gone = True  # a message held past the burst and heard now would outlive the socket
+            if self.said_viewing:
+                await sockets_db(claims.left)(self.socket_id)
 
     # What a page may say over its socket: which cards it has open ("viewing").
     said_viewing = False
     VIEWING_BYTES = 4096
-    # Messages a socket may send per window; past it they are ignored until the next.
+    # Messages a socket may send per window. Past it, only the latest is kept, and heard when the
+    # next window opens: what a page said last holds (a fast j/k through the cards), at bounded work.
     VIEWING_BURST, VIEWING_WINDOW = 10, 10.0
+    _latest: str | None = None
+    _later: asyncio.TimerHandle | None = None
+    _gone = False
+
+    def _viewing(self) -> asyncio.Lock:
+        """Held while a message is heard: the one held past the burst is heard beside the socket's own turn."""
+        return self.__dict__.setdefault("_viewing_lock", asyncio.Lock())
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         # Bounded before it is parsed: a page's message is a few numbers.
         if text_data is None or len(text_data) > self.VIEWING_BYTES:
             return
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         window, count = getattr(self, "_said", (now, 0))
         if now - window > self.VIEWING_WINDOW:
             window, count = now, 0
         if count >= self.VIEWING_BURST:
+            self._latest = text_data
+            if self._later is None:
+                self._later = loop.call_later(window + self.VIEWING_WINDOW - now, self._say_latest)
             return
         self._said = (window, count + 1)
-        await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        if self._later is not None:  # this one is newer than the one held
+            self._later.cancel()
+            self._later, self._latest = None, None
+        await self._hear(text_data)
+
+    def _say_latest(self) -> None:
+        self._later = None
+        text, self._latest = self._latest, None
+        if text is not None:
+            self._said = (asyncio.get_running_loop().time(), 1)
+            self._held_task = asyncio.ensure_future(self._hear(text, held=True))
+
+    async def _hear(self, text_data: str, held: bool = False) -> None:
+        async with self._viewing():
+            if self._gone:
+                return
+            try:
+                await super().receive(text_data=text_data)
+            except Exception:
+                if not held:
+                    raise
+                logger.exception("hearing an inbox socket's held message failed")  # nobody awaits it
 
     @classmethod
     async def decode_json(cls, text_data):

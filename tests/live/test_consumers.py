@@ -232,33 +232,54 @@ async def test_a_page_says_which_card_it_has_open_and_every_inbox_hears_who_look
     await second.disconnect()
 
 
-async def test_a_socket_saying_too_much_is_not_heard_past_its_burst(monkeypatch):
+async def test_a_socket_saying_too_much_is_heard_past_its_burst_only_for_its_last_word(monkeypatch):
     from interrupts.live import consumers
+    from interrupts.models import Presence
 
-    handled, receive = [], consumers.InboxConsumer.receive
+    handled, sockets, receive = [], [], consumers.InboxConsumer.receive
 
     async def counted(self, *args, **kwargs):
+        sockets.append(self)
         await receive(self, *args, **kwargs)
         handled.append(kwargs.get("text_data"))
 
     monkeypatch.setattr(consumers.InboxConsumer, "receive", counted)
-    interrupts = [await database_sync_to_async(make.interrupt)() for _ in range(12)]
+    interrupts = [await database_sync_to_async(make.interrupt)() for _ in range(13)]
     cookie = await session_cookie()
     chatty, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
     assert connected
     await chatty.receive_json_from()
-    for interrupt in interrupts:
+    for interrupt in interrupts[:12]:
         await chatty.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
-    from interrupts.models import Presence
 
     def held():
         return list(Presence.objects.values_list("interrupt_id", flat=True))
 
-    # Every message was handled (in order, one at a time): the last one said within the burst
-    # is what the server holds, the two past it were not heard.
-    await until(lambda: len(handled) == len(interrupts))
+    async def holds(pks):
+        return await database_sync_to_async(held)() == pks
+
+    # Every message was handled (in order, one at a time): the last one said within the burst is
+    # what the server holds; of the two past it, the latest waits for the window to end.
+    await until(lambda: len(handled) == 12)
     assert await database_sync_to_async(held)() == [interrupts[9].pk]
+    socket = sockets[-1]
+    loop = asyncio.get_running_loop()
+    assert socket._latest and 0 < socket._later.when() - loop.time() <= socket.VIEWING_WINDOW
+    # The window ends (its timer, run now): the page's last word holds, and it counts in the new window.
+    socket._later.cancel()
+    socket._say_latest()
+    await until(lambda: holds([interrupts[11].pk]))
+    # Past the burst again, then the page closes before the window ends: nothing held is heard after.
+    for interrupt in interrupts[:10]:
+        await chatty.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
+    await chatty.send_json_to({"type": "viewing", "interrupts": [interrupts[12].pk]})
+    await until(lambda: len(handled) == 23)
+    assert socket._latest is not None
     await chatty.disconnect()
+    await until(lambda: socket._gone)
+    socket._say_latest()  # a timer that fired beside the close
+    await socket._held_task
+    assert await database_sync_to_async(held)() == []
 
 
 async def test_a_socket_whose_session_ended_is_not_heard_saying_what_it_has_open():
