@@ -128,14 +128,26 @@ def action_of(interrupt: Interrupt, status: str, payload) -> str:
         return "cancel"
     if isinstance(payload, dict) and EDITED_ARGS in payload:
         return "edit"
-    if isinstance(payload, dict) and payload.get("approved") is False:
-        return "reject"
     if payload is not None and payload == approval_payload(interrupt.response_schema, True):
         return "approve"
-    # A yes/no question's no ({"confirm": false}) is a refusal, not a neutral answer.
-    if payload is not None and payload == approval_payload(interrupt.response_schema, False):
+    if _says_no(interrupt.response_schema, payload):
         return "reject"
     return "respond"
+
+
+def _says_no(schema, payload) -> bool:
+    """The answer's yes/no field, the one its schema declares (``approved`` by default), says no.
+
+    Only that field: a rejection ends the interrupt at once, whatever the quorum or the passkey, so
+    ``{"confirm": true, "approved": false}`` under a schema whose yes/no field is ``confirm`` is no refusal.
+    """
+    no = approval_payload(schema, False)
+    if no is False:
+        return payload is False
+    if not isinstance(no, dict) or not isinstance(payload, dict):
+        return False
+    [(field, _)] = no.items()
+    return payload.get(field) is False
 
 
 def ends_at_once(action: str) -> bool:
@@ -355,13 +367,18 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
             )
         checked = checked.joining(joined)
     if checked.passkey is not None:
-        # Signed before the lock, over what the approval was to take: it must be what it takes now.
+        # Signed before the lock, over what the approval was to take: it must be what it takes now,
+        # and no decision on this interrupt (undone or revised ones too) may have used it already.
         passkeys.refuse_unless_it_signs(checked.passkey, interrupt, checked.status, checked.payload)
+        passkeys.refuse_if_used(checked.passkey, interrupt)
     # No longer standing: approvals of another answer, this reviewer's own earlier
-    # answer, and approvals by people who lost the right to decide since
-    # (left the group, deactivated): none of them is counted or attested.
+    # answer, approvals by people who lost the right to decide since (left the
+    # group, deactivated), and unsigned ones where the policy now asks for a
+    # passkey: none of them is counted or attested.
+    unsigned = checked.rule.require_passkey
     stale = [d for d in standing if d.user_id == user.pk or not _same_answer(d, checked)
-             or policies.refusal(d.user, checked.rule, interrupt) is not None]
+             or policies.refusal(d.user, checked.rule, interrupt) is not None
+             or (unsigned and d.passkey is None)]
     if stale:
         Decision.objects.filter(pk__in=[d.pk for d in stale]).supersede(now)
     counted = len(standing) - len(stale)

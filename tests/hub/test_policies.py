@@ -577,3 +577,47 @@ def test_a_passkey_joining_a_quorum_must_sign_the_answer_it_joins():
     assert decision.edited_args == {"to": "alice@y.z"} and status(interrupt) == "resolved"
     data = b"".join(trail.export_chunks(chain.head().as_dict(), chain.export(chain.head())))
     assert trail.check_export(data).ok, trail.check_export(data).problems
+
+
+def test_a_yes_beside_a_no_of_another_field_is_no_rejection_and_does_not_end_a_quorum():
+    # The schema's yes/no field is confirm: a rejection ends the interrupt whatever the quorum or passkey,
+    # so only confirm may say no. approved: false beside confirm: true is an answer like any other.
+    schema = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
+    agent, alice = make.agent(), make.user()
+    make.policy(agent=agent, required_approvals=2)
+    run = make.run(make.thread(agent=agent), status="interrupted")
+    interrupt = make.interrupt(run, interrupt_id="int-1", raw={"id": "int-1", "reason": "confirmation",
+                                                               "responseSchema": schema}, response_schema=schema)
+    disguised = {"confirm": True, "approved": False}
+    assert decisions.action_of(interrupt, "resolved", disguised) == "respond"
+    assert decisions.action_of(interrupt, "resolved", {"confirm": False, "why": "no"}) == "reject"
+    decisions.decide(interrupt, alice, "resolved", disguised)
+    assert status(interrupt) == "pending" and resume_of(interrupt) is None
+
+
+def test_a_passkey_approval_is_taken_once_even_where_its_sign_count_stays_0():
+    agent, alice = make.agent(), make.user()
+    make.policy(agent=agent, required_approvals=2, require_passkey=True)
+    interrupt = raised(agent)
+    evidence = Authenticator().countersign(
+        runs.answer_fingerprint(interrupt, interrupt.run.thread.thread_id, "resolved", APPROVE))
+    decisions.decide(interrupt, alice, "resolved", APPROVE, passkey=evidence)
+    # The same assertion again (read back from the trail or the API): refused, nothing changes.
+    assert refused_code(lambda: decisions.decide(interrupt, alice, "resolved", APPROVE,
+                                                 passkey=evidence)) == "PASSKEY_INVALID"
+    assert [d.passkey == evidence for d in decisions.approvals(interrupt)] == [True]
+
+
+def test_approvals_without_a_passkey_stop_counting_once_the_policy_asks_for_one():
+    agent, alice, bob = make.agent(), make.user(), make.user()
+    policy = make.policy(agent=agent, required_approvals=2)
+    interrupt = raised(agent)
+    decisions.decide(interrupt, alice, "resolved", APPROVE)
+    policy.require_passkey = True
+    policy.save()
+    evidence = Authenticator().countersign(
+        runs.answer_fingerprint(interrupt, interrupt.run.thread.thread_id, "resolved", APPROVE))
+    decisions.decide(interrupt, bob, "resolved", APPROVE, passkey=evidence)
+    # Alice's unsigned approval no longer counts: one signed approval of two.
+    assert status(interrupt) == "pending"
+    assert [d.user for d in decisions.approvals(interrupt)] == [bob]
