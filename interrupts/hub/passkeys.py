@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from django.contrib.auth import authenticate
 from django.utils import timezone
 from webauthn import (
     base64url_to_bytes,
@@ -48,17 +49,25 @@ def relying_party(request) -> tuple[str, str]:
     return host.rsplit(":", 1)[0] if not host.endswith("]") else host, f"{request.scheme}://{host}"
 
 
-def registration_options(request) -> str:
-    """The options (JSON) to register a new passkey for the logged-in reviewer; the challenge kept in the session."""
-    rp_id, _ = relying_party(request)
+def registration_options(request, password: str) -> str:
+    """The options (JSON) to register a new passkey for the logged-in reviewer; the challenge kept in the session.
+
+    Only with the account's password, checked as a login is (django-axes counts and locks out failures): a
+    session alone, left open or stolen, must not add the passkey that then approves in its owner's name.
+    """
     user = request.user
+    again = authenticate(request, username=user.get_username(), password=password or "")
+    if again is None or again.pk != user.pk:
+        raise Refusal("PASSWORD_NEEDED", "Adding a passkey takes your password: type it again. After too many "
+                                         "wrong ones your account is locked for a while, as at log in.", status=403)
+    rp_id, _ = relying_party(request)
     options = generate_registration_options(
         rp_id=rp_id, rp_name="Countersign", user_name=user.get_username(), user_id=str(user.pk).encode(),
         user_display_name=user.get_full_name() or user.get_username(),
         exclude_credentials=[PublicKeyCredentialDescriptor(id=base64url_to_bytes(p.credential_id))
                              for p in user.passkeys.all()],
         authenticator_selection=AuthenticatorSelectionCriteria(
-            resident_key=ResidentKeyRequirement.DISCOURAGED, user_verification=UserVerificationRequirement.PREFERRED),
+            resident_key=ResidentKeyRequirement.DISCOURAGED, user_verification=UserVerificationRequirement.REQUIRED),
     )
     request.session[REGISTERING] = bytes_to_base64url(options.challenge)
     return options_to_json(options)
@@ -74,7 +83,7 @@ def register(request, credential: str, name: str) -> Passkey:
     try:
         verified = verify_registration_response(
             credential=_bounded(credential), expected_challenge=base64url_to_bytes(challenge),
-            expected_rp_id=rp_id, expected_origin=origin)
+            expected_rp_id=rp_id, expected_origin=origin, require_user_verification=True)
     except (InvalidRegistrationResponse, ValueError, KeyError, TypeError) as problem:
         raise Refusal("PASSKEY_INVALID", f"The passkey could not be registered: {problem}", status=400) from None
     return Passkey.objects.create(
@@ -89,6 +98,26 @@ def refuse_unless_it_signs(evidence: dict, interrupt: Interrupt, status: str, pa
         raise Refusal("PASSKEY_INVALID", f"Your passkey signed another answer to interrupt {interrupt.interrupt_id} "
                                          "than the one your approval takes: look at it again, then approve.",
                       status=403, interrupt_id=interrupt.interrupt_id)
+
+
+def refuse_if_used(evidence: dict, interrupt: Interrupt) -> None:
+    """PASSKEY_INVALID if a decision on ``interrupt``, undone or revised ones too, kept this very assertion.
+
+    Its challenge is the answer's fingerprint, so it would check again; a synced passkey's sign count
+    (always 0) does not tell a replay apart.
+    """
+    signature = _signature(evidence)
+    used = interrupt.decisions.filter(passkey__isnull=False).values_list("passkey", flat=True)
+    if signature is None or any(_signature(kept) == signature for kept in used):
+        raise Refusal("PASSKEY_INVALID", f"That passkey approval of interrupt {interrupt.interrupt_id} was used "
+                                         "already: approve again, and your passkey signs anew.",
+                      status=403, interrupt_id=interrupt.interrupt_id)
+
+
+def _signature(evidence) -> str | None:
+    response = evidence.get("assertion", {}).get("response") if isinstance(evidence, dict) else None
+    signature = response.get("signature") if isinstance(response, dict) else None
+    return signature if isinstance(signature, str) and signature else None
 
 
 def challenge(interrupt: Interrupt, status: str, payload, rule: eligibility.Rule) -> tuple[bytes, dict]:
@@ -108,7 +137,7 @@ def assertion_options(request, interrupt: Interrupt, status: str, payload, rule:
     rp_id, _ = relying_party(request)
     signed, _ = challenge(interrupt, status, payload, rule)
     options = generate_authentication_options(
-        rp_id=rp_id, challenge=signed, user_verification=UserVerificationRequirement.PREFERRED,
+        rp_id=rp_id, challenge=signed, user_verification=UserVerificationRequirement.REQUIRED,
         allow_credentials=[PublicKeyCredentialDescriptor(id=base64url_to_bytes(k.credential_id)) for k in keys])
     return options_to_json(options)
 
@@ -127,7 +156,8 @@ def countersign(request, interrupt: Interrupt, status: str, payload, rule: eligi
     try:
         verified = verify_authentication_response(
             credential=found, expected_challenge=signed, expected_rp_id=rp_id, expected_origin=origin,
-            credential_public_key=base64url_to_bytes(key.public_key), credential_current_sign_count=key.sign_count)
+            credential_public_key=base64url_to_bytes(key.public_key), credential_current_sign_count=key.sign_count,
+            require_user_verification=True)  # a touch alone is anyone holding the key: its PIN or biometric too
     except (InvalidAuthenticationResponse, ValueError, KeyError, TypeError) as problem:
         raise Refusal("PASSKEY_INVALID", f"The passkey did not sign this approval: {problem}. Approve again.",
                       status=403) from None

@@ -73,7 +73,7 @@ def passkey_challenge(fingerprint_: str, policy_version: Any) -> bytes:
 def passkey_problem(passkey: Any, fingerprint_: str) -> str:
     """Why ``passkey`` (a decision's: its assertion, public key and relying party) does not countersign the
     answer of ``fingerprint_``, or "" when it does. py_webauthn checks the signature over the authenticator and
-    client data, the challenge (``passkey_challenge``), the relying party, origin and user presence."""
+    client data, the challenge (``passkey_challenge``), the relying party, origin, user presence and verification."""
     from webauthn import base64url_to_bytes, verify_authentication_response  # only who checks passkeys needs it
 
     if not isinstance(passkey, dict) or passkey.get("fingerprint") != fingerprint_:
@@ -83,7 +83,8 @@ def passkey_problem(passkey: Any, fingerprint_: str) -> str:
             credential=passkey["assertion"],
             expected_challenge=passkey_challenge(fingerprint_, passkey.get("policyVersion")),
             expected_rp_id=passkey["rpId"], expected_origin=passkey["origin"],
-            credential_public_key=base64url_to_bytes(passkey["publicKey"]), credential_current_sign_count=0)
+            credential_public_key=base64url_to_bytes(passkey["publicKey"]), credential_current_sign_count=0,
+            require_user_verification=True)
     except Exception as problem:  # py_webauthn's own errors, and a malformed block: all mean "not signed"
         return f"it does not verify: {problem}"
     return ""

@@ -49,11 +49,17 @@ def login_lockout(request, response, credentials):
     from django.utils import timezone
 
     cool_off = settings.AXES_COOLOFF_TIME
-    response = render(request, "registration/lockout.html", {
-        "retry_at": timezone.now() + cool_off,
-        "minutes": max(round(cool_off.total_seconds() / 60), 1),
-        "failure_limit": settings.AXES_FAILURE_LIMIT,
-    }, status=429)
+    minutes = max(round(cool_off.total_seconds() / 60), 1)
+    if "application/json" in request.headers.get("Accept", ""):  # a page's script (adding a passkey) says it
+        from django.http import JsonResponse
+
+        response = JsonResponse({"code": "LOCKED_OUT", "detail": f"Too many wrong passwords: try again in "
+                                                                 f"{minutes} minute{'s' if minutes != 1 else ''}."},
+                                status=429)
+    else:
+        response = render(request, "registration/lockout.html", {
+            "retry_at": timezone.now() + cool_off, "minutes": minutes, "failure_limit": settings.AXES_FAILURE_LIMIT,
+        }, status=429)
     response["Retry-After"] = str(int(cool_off.total_seconds()))
     return response
 

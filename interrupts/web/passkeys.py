@@ -28,7 +28,11 @@ def passkey_list(request):
 
 @require_POST
 def registration_options(request):
-    return HttpResponse(passkeys.registration_options(request), content_type="application/json")
+    try:
+        options = passkeys.registration_options(request, request.POST.get("password", ""))
+    except Refusal as refused:
+        return JsonResponse({"code": refused.code, "detail": refused.message}, status=refused.status)
+    return HttpResponse(options, content_type="application/json")
 
 
 @require_POST

@@ -33,6 +33,7 @@
         const made = await navigator.credentials.create({
           publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options) });
         field.value = JSON.stringify(made.toJSON());
+        form.querySelector("input[name=password]").value = ""; // checked already: it need not travel again
         form.submit();
       } catch (problem) { say(form, failed(problem)); }
       return;

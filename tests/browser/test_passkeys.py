@@ -64,7 +64,14 @@ def test_a_passkey_signs_the_exact_approval_and_the_sdk_checks_it(browser, site,
     context, page, base = signed_in(browser, site, authenticator=True)
     try:
         page.goto(f"{base}/settings/passkeys/")
-        page.get_by_test_id("add-passkey").get_by_role("button", name="Add a passkey").click()
+        adding = page.get_by_test_id("add-passkey")
+        # The session alone does not add one: a wrong password is refused before the authenticator is asked.
+        adding.get_by_label("Your password").fill("not the password")
+        adding.get_by_role("button", name="Add a passkey").click()
+        expect(adding.locator("[data-passkey-error]")).to_contain_text("takes your password", timeout=TIMEOUT)
+        expect(page.get_by_test_id("passkeys")).to_contain_text("No passkey yet")
+        adding.get_by_label("Your password").fill("countersign")
+        adding.get_by_role("button", name="Add a passkey").click()
         expect(page.get_by_test_id("passkeys")).to_contain_text("My passkey", timeout=TIMEOUT)
 
         thread = start(site, "mailer", "Email g@h.com about the keys")

@@ -33,11 +33,12 @@ class Authenticator:
         self.public = cbor2.dumps({1: 2, 3: -7, -1: 1, -2: numbers.x.to_bytes(32, "big"),
                                    -3: numbers.y.to_bytes(32, "big")})
 
-    def countersign(self, fingerprint: str, version=VERSION) -> dict:
-        """The passkey block Countersign attests: an assertion over ``passkey_challenge(fingerprint, version)``."""
+    def countersign(self, fingerprint: str, version=VERSION, flags: int = 0x05) -> dict:
+        """The passkey block Countersign attests: an assertion over ``passkey_challenge(fingerprint, version)``;
+        ``flags``: the authenticator's (0x01 user present, 0x04 user verified)."""
         client = json.dumps({"type": "webauthn.get", "challenge": b64(signing.passkey_challenge(fingerprint, version)),
                              "origin": ORIGIN, "crossOrigin": False}).encode()
-        data = hashlib.sha256(RP.encode()).digest() + bytes([0x05]) + (1).to_bytes(4, "big")  # present, verified
+        data = hashlib.sha256(RP.encode()).digest() + bytes([flags]) + (1).to_bytes(4, "big")
         signature = self.key.sign(data + hashlib.sha256(client).digest(), ec.ECDSA(hashes.SHA256()))
         assertion = {"id": b64(b"credential-1"), "rawId": b64(b"credential-1"), "type": "public-key",
                      "response": {"authenticatorData": b64(data), "clientDataJSON": b64(client),
@@ -69,7 +70,9 @@ async def test_an_approval_without_a_passkey_or_with_one_over_another_answer_nev
     other = Authenticator().countersign(fingerprint_of({"ok": False}))
     older_policy = Authenticator().countersign(fingerprint_of(), version={**VERSION, "seq": 40})
     older_policy["policyVersion"] = VERSION  # claims the current policy version, signed over an older one
-    for block in (None, other, older_policy, {**Authenticator().countersign(fingerprint_of()), "rpId": "evil.test"}):
+    touched_only = Authenticator().countersign(fingerprint_of(), flags=0x01)  # present, not verified (no PIN)
+    for block in (None, other, older_policy, {**Authenticator().countersign(fingerprint_of()), "rpId": "evil.test"},
+                  touched_only):
         events = await events_of(agent, resume_input(approved(block)), attested=True)
         assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "BAD_PASSKEY"), block
     assert agent.ran == 0

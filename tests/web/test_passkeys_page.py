@@ -70,3 +70,21 @@ def test_a_plain_approval_joining_a_quorum_is_signed_over_the_answer_it_joins(cl
     fingerprint = runs.answer_fingerprint(interrupt, interrupt.run.thread.thread_id, "resolved", edited)
     expected = signing.passkey_challenge(fingerprint, chain.policy_version(policy.name))
     assert given.json()["challenge"] == base64.urlsafe_b64encode(expected).rstrip(b"=").decode()
+
+
+def test_adding_a_passkey_takes_the_password_and_wrong_ones_lock_out_as_at_log_in(client, settings):
+    from interrupts.hub import passkeys
+
+    client.force_login(make.user())
+    url = reverse("passkey-options")
+    refused = client.post(url, {"password": "a guess"})
+    assert (refused.status_code, refused.json()["code"]) == (403, "PASSWORD_NEEDED")
+    assert passkeys.REGISTERING not in client.session  # no ceremony started: nothing to register against
+    given = client.post(url, {"password": "pw-for-tests-only"})
+    assert given.status_code == 200 and given.json()["challenge"] == client.session[passkeys.REGISTERING]
+    # A stolen session guessing the password is locked out like a login: even the right one is refused then.
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client.post(url, {"password": "another guess"})
+    locked = client.post(url, {"password": "pw-for-tests-only"}, headers={"Accept": "application/json"})
+    assert (locked.status_code, locked.json()["code"]) == (429, "LOCKED_OUT") and locked["Retry-After"]
+    assert "try again in" in locked.json()["detail"]
