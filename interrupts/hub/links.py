@@ -66,3 +66,8 @@ def spend(found: DecisionLink, now) -> None:
     with transaction.atomic():
         if not DecisionLink.objects.filter(pk=found.pk, used_at__isnull=True).update(used_at=now):
             raise Refusal("LINK_USED", USED, status=410)
+
+
+def unspend(found: DecisionLink, now) -> None:
+    """Give back the use ``spend(found, now)`` took: the decision it was spent on was refused, nothing decided."""
+    DecisionLink.objects.filter(pk=found.pk, used_at=now).update(used_at=None)

@@ -9,9 +9,10 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
 from ..conf import MAX_COMMENT_CHARS
-from ..hub import decisions, links
+from ..hub import claims, decisions, links
 from ..hub.refusals import Refusal
 from ..models import DecisionLink, Interrupt
+from ..protocol.schema.edits import approval_payload
 from ..rules import eligibility
 
 #: What a link's page offers: its own action, or either for an Open link.
@@ -29,6 +30,12 @@ def decide_by_link(request, token: str):
         return _refused(request, refused)
     interrupt = found.interrupt
     offered = OFFERED[found.action]
+    if approval_payload(interrupt.response_schema, True) is None:
+        # A form asks for more than yes: only its card can answer it (emails mint no Approve link for it).
+        offered = tuple(a for a in offered if a != "approve")
+        if not offered:
+            return _refused(request, Refusal("NEEDS_PAYLOAD", "This request asks for more than yes or no: open it "
+                                             "from your inbox to answer it.", status=400))
     if eligibility.rule_for(interrupt).require_passkey:
         # An approval there takes the reviewer's passkey on the card: this page may only say no.
         offered = tuple(a for a in offered if a == "reject")
@@ -37,8 +44,10 @@ def decide_by_link(request, token: str):
                                              "it from your inbox, where your passkey signs the approval.",
                                              status=403))
     if request.method != "POST":
-        return render(request, "interrupts/decide_link.html", {"link": found, "i": interrupt, "offered": offered,
-                                                               "pending": interrupt.status == Interrupt.Status.PENDING})
+        reviewing = claims.holder(interrupt, now)
+        return render(request, "interrupts/decide_link.html", {
+            "link": found, "i": interrupt, "offered": offered, "pending": interrupt.status == Interrupt.Status.PENDING,
+            "reviewing": reviewing if reviewing is not None and reviewing.pk != request.user.pk else None})
     action, comment = request.POST.get("action"), request.POST.get("comment", "")
     # Checked before the link is spent: a slip here leaves it usable.
     if action not in offered:
@@ -50,10 +59,15 @@ def decide_by_link(request, token: str):
                                          status=400))
     try:
         links.spend(found, now)
-        answer = decisions.answer_for(interrupt, action)
-        decisions.decide(interrupt, request.user, answer.status, answer.payload, action=answer.action,
-                         comment=comment)
     except Refusal as refused:
+        return _refused(request, refused)
+    try:
+        answer = decisions.answer_for(interrupt, action)
+        # As on a card: a colleague's claim is decided over only when the page said so and the reader confirmed.
+        decisions.decide(interrupt, request.user, answer.status, answer.payload, action=answer.action,
+                         comment=comment, claim_confirmed=request.POST.get("confirm_claim") == "yes")
+    except Refusal as refused:
+        links.unspend(found, now)  # nothing was decided: the link still works
         return _refused(request, refused)
     messages.success(request, f"{'Approved' if action == 'approve' else 'Rejected'}: "
                               f"{interrupt.message or interrupt.interrupt_id}")

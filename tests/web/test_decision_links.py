@@ -11,7 +11,7 @@ from django.core import mail
 from django.utils import timezone
 from knox.crypto import hash_token
 
-from interrupts.hub import events, outcomes
+from interrupts.hub import claims, events, outcomes
 from interrupts.hub.notify import email as notify_email
 from interrupts.models import Decision, DecisionLink, EmailNotice, Interrupt
 
@@ -22,19 +22,21 @@ pytestmark = pytest.mark.django_db
 LINK = re.compile(r"(Approve|Reject|Open): https?://[^/\s]+(/decide/([\w-]+)/)")
 
 
-def emailed_links(requester=None, reader_email="alice@example.com") -> tuple[object, Interrupt, dict[str, str]]:
+def emailed_links(requester=None, reader_email="alice@example.com", schema=None,
+                  actions=("approve", "reject", "open")) -> tuple[object, Interrupt, dict[str, str]]:
     """A request raised for ``alice`` (a reviewer), its email sent; her links by action (paths)."""
     alice = make.user(username="alice", email=reader_email)
     run = make.run(status="streaming", requested_by=requester or make.user(reviewer=False))
+    raised = {"id": "i-1", "reason": "confirmation", "message": "Send the report?",
+              **({"responseSchema": schema} if schema else {})}
     terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id,
-                "outcome": {"type": "interrupt", "interrupts": [
-                    {"id": "i-1", "reason": "confirmation", "message": "Send the report?"}]}}
+                "outcome": {"type": "interrupt", "interrupts": [raised]}}
     events.append_many(run, [terminal])
     outcomes.finish(run, terminal)
     assert notify_email.send_due_emails("w-1") >= 1
     [message] = [m for m in mail.outbox if m.to == [reader_email]]
     found = {action.lower(): path for action, path, _ in LINK.findall(message.body)}
-    assert set(found) == {"approve", "reject", "open"}, message.body
+    assert set(found) == set(actions), message.body
     return alice, Interrupt.objects.get(run=run), found
 
 
@@ -118,3 +120,28 @@ def test_a_request_a_passkey_must_approve_gets_no_approve_link_and_its_page_offe
     client.force_login(alice)
     page = client.get(found["open"]).content
     assert b'data-testid="confirm-reject"' in page and b'data-testid="confirm-approve"' not in page
+
+
+def test_a_colleague_s_claim_is_shown_and_a_refused_decision_leaves_the_link_usable(client):
+    alice, interrupt, found = emailed_links()
+    claims.claim(interrupt, make.user(first_name="Bob"))
+    client.force_login(alice)
+    page = client.get(found["approve"]).content.decode()
+    assert "Bob is reviewing this" in page and 'name="confirm_claim"' in page
+    refused = client.post(found["approve"], {"action": "approve"})  # as a card would, it asks to confirm
+    assert refused.status_code == 409 and b"Bob is reviewing" in refused.content
+    assert Decision.objects.count() == 0 and not DecisionLink.objects.filter(used_at__isnull=False).exists()
+    assert client.post(found["approve"], {"action": "approve", "confirm_claim": "yes"}).status_code == 302
+    [decision] = Decision.objects.all()
+    assert (decision.user, decision.action) == (alice, "approve")
+
+
+def test_a_form_gets_no_approve_link_and_its_page_only_says_no(client):
+    schema = {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}
+    alice, interrupt, found = emailed_links(schema=schema, actions=("reject", "open"))
+    assert "where its form asks for more" in mail.outbox[-1].body
+    client.force_login(alice)
+    page = client.get(found["open"]).content.decode()
+    assert 'data-testid="confirm-reject"' in page and 'data-testid="confirm-approve"' not in page
+    refused = client.post(found["open"], {"action": "approve"})
+    assert refused.status_code == 400 and Decision.objects.count() == 0

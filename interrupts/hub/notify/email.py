@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ...conf import MAX_DIGEST_ITEMS, NOTIFY_BATCH, settings
 from ...models import EmailChoice, EmailNotice, Interrupt, NotificationPreference, NotifyEvent
+from ...protocol.schema.edits import approval_payload
 from ...rules import eligibility
 from .. import links
 from .enqueue import bounded, clean_line, link
@@ -105,10 +106,12 @@ def _decision_links(notice: EmailNotice, now) -> str:
     theirs = [i for i in pending if eligibility.may_decide(notice.user, rules[i.pk], i)]
     if not theirs:
         return ""
-    # Approving where a policy asks for a passkey happens on the card: no Approve link for those.
-    keyed = {i.pk for i in theirs if rules[i.pk].require_passkey}
+    # Approving where a policy asks for a passkey happens on the card, and so does answering a form (a yes
+    # alone is no answer to it): no Approve link for those.
+    on_card = {i.pk: "with your passkey" if rules[i.pk].require_passkey else "where its form asks for more"
+               for i in theirs if rules[i.pk].require_passkey or approval_payload(i.response_schema, True) is None}
     with transaction.atomic():
-        urls = links.mint(notice.user, [(i, ("reject", "open") if i.pk in keyed else ("approve", "reject", "open"))
+        urls = links.mint(notice.user, [(i, ("reject", "open") if i.pk in on_card else ("approve", "reject", "open"))
                                         for i in theirs], now)
     hours = settings.COUNTERSIGN_DECISION_LINK_HOURS
     lines = [f"\nDecide from here. Each link opens a page where you confirm what it does; it works once, only "
@@ -116,7 +119,7 @@ def _decision_links(notice: EmailNotice, now) -> str:
     for interrupt in theirs:
         found = urls[interrupt.pk]
         approve = (f"  Approve: {found['approve']}\n" if "approve" in found
-                   else "  Approve: in your inbox, with your passkey\n")
+                   else f"  Approve: in your inbox, {on_card[interrupt.pk]}\n")
         lines.append(f"- {clean_line(interrupt.message or interrupt.interrupt_id, 120)}\n"
                      f"{approve}  Reject: {found['reject']}\n  Open: {found['open']}")
     return "\n".join(lines) + "\n"
