@@ -118,6 +118,9 @@ class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         Saves nothing. ``refused`` lists (newest first) the covered calls people rejected,
         dismissed or approved only with edits: what the grant would have let through.
         """
+        if not request.user.has_perm(eligibility.DECIDE_PERMISSION):  # replaying scopes is work: reviewers only
+            raise Refusal("NOT_ELIGIBLE", "Only reviewers (who may decide requests) can simulate a grant.",
+                          status=403)
         body = s.SimulateGrantSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data

@@ -55,8 +55,10 @@ def standing(run: Run, raised: list[Interrupt], now) -> Callable[[], set[int]]:
     for row in raised:
         rule = rules[id(row)]
         answer = approval_payload(row.response_schema, True)
-        # Past its expiry on arrival: nobody may approve it, a rule or grant no more than a person.
-        if rule.asks_a_person or answer is None or (row.expires_at is not None and row.expires_at <= now):
+        # Past its expiry on arrival: nobody may approve it, a rule or grant no more than a person. A call whose
+        # args or name were doubted (not JSON, not an object, a framework's wrapper) is shown to a person.
+        if (rule.asks_a_person or answer is None or row.problems
+                or (row.expires_at is not None and row.expires_at <= now)):
             continue
         if rule.auto_approve_args is not None and grant_scope.covers(rule.auto_approve_args, row.proposed_args):
             setter = people.get(rule.auto_approve_by)

@@ -78,14 +78,17 @@ def create(author, *, agent: Agent, tool_name: str, args_schema: dict | None, wh
 
 
 def scope_from(args, held) -> dict:
-    """The args schema a card makes: each of ``held`` (names of ``args``' fields) kept to its value, the rest free.
+    """The args schema a card makes: each of ``held`` (names of ``args``' fields) kept to its value, the rest free,
+    and no field the card did not show.
 
     Args that are not an object are held whole.
     """
     if not isinstance(args, dict):
         return {"const": args}
     kept = sorted({name for name in held if name in args})
-    return {"type": "object", "properties": {name: {"const": args[name]} for name in kept}, "required": kept}
+    # The card's other fields are free; a field it did not show (a bcc, a force) is not.
+    return {"type": "object", "properties": {name: {"const": args[name]} for name in kept}, "required": kept,
+            "propertyNames": {"enum": sorted(args)}}
 
 
 def may_revoke(user, grant: Grant, held=None) -> bool:

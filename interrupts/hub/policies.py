@@ -120,13 +120,16 @@ def save(policy: Policy, *, groups=None, users=None, by=None) -> Policy:
     return policy
 
 
+#: What the "auto-approve when" rule's setter agreed to: a change to any of it is a new rule, theirs who saves it.
+AUTO_RULE_FIELDS = ("auto_approve", "auto_approve_args", "agent_id", "reason", "tool_name", "allow_self_approval")
+
+
 def _auto_rule_set(policy: Policy, created: bool) -> bool:
     # Whether this save turns the "auto-approve when" rule on or changes what it matches.
     if not policy.auto_approve:
         return False
-    before = None if created else (Policy.objects.filter(pk=policy.pk)
-                                   .values("auto_approve", "auto_approve_args").first())
-    return before != {"auto_approve": True, "auto_approve_args": policy.auto_approve_args}
+    before = None if created else Policy.objects.filter(pk=policy.pk).values(*AUTO_RULE_FIELDS).first()
+    return before != {name: getattr(policy, name) for name in AUTO_RULE_FIELDS}
 
 
 def _set_members(policy: Policy, groups, users) -> bool:

@@ -206,3 +206,13 @@ def test_the_admin_lists_policies_and_refuses_a_duplicate_scope(admin_client_):
                                                                  "required_approvals": 1})
     assert answer.status_code == 200  # the form again, with the error, not a 500
     assert not Policy.objects.filter(name="second").exists()
+
+
+def test_only_a_reviewer_may_simulate_a_grant(client):
+    agent = make.agent()
+    body = {"agent": agent.name, "tool_name": "deploy", "args_schema": {"type": "object"}}
+    client.force_login(make.user(reviewer=False))  # logged in, may decide nothing: the replay is work for nobody
+    refused = post(client, "/api/grants/simulate/", body)
+    assert (refused.status_code, refused.json()["code"]) == (403, "NOT_ELIGIBLE")
+    client.force_login(make.user())
+    assert post(client, "/api/grants/simulate/", body).status_code == 200

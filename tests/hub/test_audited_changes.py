@@ -171,5 +171,8 @@ def test_only_someone_the_policy_lets_decide_may_set_its_rule_and_they_answer_fo
     assert policies.save(policy, by=other).auto_approve_by == insider
     policy.auto_approve_args = {"properties": {"env": {"const": "staging"}}}
     assert policies.save(policy, by=other).auto_approve_by == other
+    # What it applies to is part of the rule too: widened by someone else, it is theirs from then on.
+    policy.tool_name = "drop_database"
+    assert policies.save(policy, by=insider).auto_approve_by == insider
     policy.auto_approve = False
     assert policies.save(policy, by=insider).auto_approve_by is None
