@@ -136,18 +136,16 @@ def action_of(interrupt: Interrupt, status: str, payload) -> str:
 
 
 def _says_no(schema, payload) -> bool:
-    """The answer's yes/no field, the one its schema declares (``approved`` by default), says no.
+    """The answer is its schema's own no: exactly it, or the spec's ``approved: false`` with a reason beside it.
 
-    Only that field: a rejection ends the interrupt at once, whatever the quorum or the passkey, so
-    ``{"confirm": true, "approved": false}`` under a schema whose yes/no field is ``confirm`` is no refusal.
+    A rejection ends the interrupt at once, whatever the quorum or the passkey, so nothing else is one:
+    not ``{"confirm": true, "approved": false}`` where the yes/no field is ``confirm``, and not
+    ``{"dry_run": false, "target": "prod"}`` where ``dry_run`` is only guessed to be it.
     """
     no = approval_payload(schema, False)
-    if no is False:
-        return payload is False
-    if not isinstance(no, dict) or not isinstance(payload, dict):
-        return False
-    [(field, _)] = no.items()
-    return payload.get(field) is False
+    if payload == no and no is not None:
+        return True
+    return no == {"approved": False} and isinstance(payload, dict) and payload.get("approved") is False
 
 
 def ends_at_once(action: str) -> bool:
@@ -420,6 +418,9 @@ def _revisable(interrupt: Interrupt, user, rule: eligibility.Rule) -> Decision |
 
 
 def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
+    if checked.passkey is not None:  # as in _take: over this answer, and never used on this interrupt before
+        passkeys.refuse_unless_it_signs(checked.passkey, interrupt, checked.status, checked.payload)
+        passkeys.refuse_if_used(checked.passkey, interrupt)
     # Superseding is the one change a decision row accepts (a database trigger
     # refuses any other), and only once: a racing revision loses here.
     if not Decision.objects.filter(pk=live.pk).supersede(now):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from django.contrib.auth import authenticate
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from django.contrib.auth import authenticate, update_session_auth_hash
 from django.utils import timezone
 from webauthn import (
     base64url_to_bytes,
@@ -60,6 +61,7 @@ def registration_options(request, password: str) -> str:
     if again is None or again.pk != user.pk:
         raise Refusal("PASSWORD_NEEDED", "Adding a passkey takes your password: type it again. After too many "
                                          "wrong ones your account is locked for a while, as at log in.", status=403)
+    update_session_auth_hash(request, again)  # checking may have upgraded the hash: this session stays signed in
     rp_id, _ = relying_party(request)
     options = generate_registration_options(
         rp_id=rp_id, rp_name="Countersign", user_name=user.get_username(), user_id=str(user.pk).encode(),
@@ -114,10 +116,20 @@ def refuse_if_used(evidence: dict, interrupt: Interrupt) -> None:
                       status=403, interrupt_id=interrupt.interrupt_id)
 
 
-def _signature(evidence) -> str | None:
+def _signature(evidence) -> bytes | None:
+    """What makes an assertion's signature this one: decoded (base64url has other spellings of the same
+    bytes), and of an ECDSA signature its r alone ((r, n - s) verifies too; r is the signing's fresh nonce)."""
     response = evidence.get("assertion", {}).get("response") if isinstance(evidence, dict) else None
     signature = response.get("signature") if isinstance(response, dict) else None
-    return signature if isinstance(signature, str) and signature else None
+    try:
+        raw = base64url_to_bytes(signature)
+    except (TypeError, ValueError):
+        return None
+    try:
+        r, _ = decode_dss_signature(raw)
+    except ValueError:
+        return raw or None  # not ECDSA (RSA, EdDSA): its bytes
+    return b"ecdsa-r:" + r.to_bytes((r.bit_length() + 7) // 8 or 1, "big")
 
 
 def challenge(interrupt: Interrupt, status: str, payload, rule: eligibility.Rule) -> tuple[bytes, dict]:

@@ -199,6 +199,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
     # next window opens: what a page said last holds (a fast j/k through the cards), at bounded work.
     VIEWING_BURST, VIEWING_WINDOW = 10, 10.0
     _latest: str | None = None
+    _taken = 0  # messages taken in their turn: a held one is heard only if none came after it
     _later: asyncio.TimerHandle | None = None
     _gone = False
 
@@ -224,6 +225,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
         if self._later is not None:  # this one is newer than the one held
             self._later.cancel()
             self._later, self._latest = None, None
+        self._taken += 1
         await self._hear(text_data)
 
     def _say_latest(self) -> None:
@@ -231,16 +233,17 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
         text, self._latest = self._latest, None
         if text is not None:
             self._said = (asyncio.get_running_loop().time(), 1)
-            self._held_task = asyncio.ensure_future(self._hear(text, held=True))
+            self._held_task = asyncio.ensure_future(self._hear(text, held=self._taken))
 
-    async def _hear(self, text_data: str, held: bool = False) -> None:
+    async def _hear(self, text_data: str, held: int | None = None) -> None:
         async with self._viewing():
-            if self._gone:
+            # Closed, or (held) a newer message came in since the window opened: it says what holds.
+            if self._gone or (held is not None and held != self._taken):
                 return
             try:
                 await super().receive(text_data=text_data)
             except Exception:
-                if not held:
+                if held is None:
                     raise
                 logger.exception("hearing an inbox socket's held message failed")  # nobody awaits it
 

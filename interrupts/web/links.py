@@ -61,14 +61,18 @@ def decide_by_link(request, token: str):
         links.spend(found, now)
     except Refusal as refused:
         return _refused(request, refused)
+    decided = False
     try:
         answer = decisions.answer_for(interrupt, action)
         # As on a card: a colleague's claim is decided over only when the page said so and the reader confirmed.
         decisions.decide(interrupt, request.user, answer.status, answer.payload, action=answer.action,
                          comment=comment, claim_confirmed=request.POST.get("confirm_claim") == "yes")
+        decided = True
     except Refusal as refused:
-        links.unspend(found, now)  # nothing was decided: the link still works
         return _refused(request, refused)
+    finally:
+        if not decided:  # refused, or a fault (answered 503 by the middleware): the link still works
+            links.unspend(found, now)
     messages.success(request, f"{'Approved' if action == 'approve' else 'Rejected'}: "
                               f"{interrupt.message or interrupt.interrupt_id}")
     return redirect(reverse("thread", args=[interrupt.run.thread.thread_id]))

@@ -7,14 +7,14 @@ import pytest
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from interrupts.hub import decisions, policies, runs
+from interrupts.hub import automatic, decisions, grants, policies, runs
 from interrupts.hub.refusals import Refusal
 from interrupts.hub.trail import chain
-from interrupts.models import Decision, Interrupt, Run
+from interrupts.models import Decision, Interrupt, Policy, Run
 from interrupts.protocol import signing, trail
 from interrupts.protocol.errors import ContractViolation, ProtocolError
 from interrupts.reads import selectors
-from interrupts.rules import eligibility, targets
+from interrupts.rules import eligibility, grant_scope, targets
 
 from .. import factories as make
 from ..sdk.test_passkeys import Authenticator
@@ -590,7 +590,8 @@ def test_a_yes_beside_a_no_of_another_field_is_no_rejection_and_does_not_end_a_q
                                                                "responseSchema": schema}, response_schema=schema)
     disguised = {"confirm": True, "approved": False}
     assert decisions.action_of(interrupt, "resolved", disguised) == "respond"
-    assert decisions.action_of(interrupt, "resolved", {"confirm": False, "why": "no"}) == "reject"
+    assert decisions.action_of(interrupt, "resolved", {"confirm": False}) == "reject"
+    assert decisions.action_of(interrupt, "resolved", {"confirm": False, "why": "no"}) == "respond"
     decisions.decide(interrupt, alice, "resolved", disguised)
     assert status(interrupt) == "pending" and resume_of(interrupt) is None
 
@@ -621,3 +622,49 @@ def test_approvals_without_a_passkey_stop_counting_once_the_policy_asks_for_one(
     # Alice's unsigned approval no longer counts: one signed approval of two.
     assert status(interrupt) == "pending"
     assert [d.user for d in decisions.approvals(interrupt)] == [bob]
+
+
+def test_a_grant_scope_holds_what_the_card_showed_and_args_that_are_no_object_whole():
+    scope = grants.scope_from({"env": "staging", "message": "hi"}, ["env"])
+    assert grant_scope.covers(scope, {"env": "staging", "message": "another"})
+    assert not grant_scope.covers(scope, {"env": "prod", "message": "hi"})
+    assert not grant_scope.covers(scope, {"env": "staging", "message": "hi", "force": True})  # not on the card
+    # As a script or a policy's rule may write it, without "type": "object": a string or a list is no object.
+    loose = {"properties": {"env": {"const": "staging"}}, "required": ["env"]}
+    assert grant_scope.covers(loose, {"env": "staging"})
+    assert not grant_scope.covers(loose, "rm -rf /") and not grant_scope.covers(loose, ["env", "staging"])
+    assert grant_scope.covers({"const": "ls"}, "ls") and not grant_scope.covers({"const": "ls"}, "rm")
+
+
+def test_a_rule_approves_no_call_whose_args_or_name_were_doubted():
+    setter = make.user()
+    agent = make.agent()
+    policies.save(Policy(name="auto deploy", agent=agent, tool_name="deploy", auto_approve=True,
+                         auto_approve_args={}), users=[setter], by=setter)
+    run = make.run(make.thread(agent=agent), status="streaming")
+
+    def row(**fields):
+        return Interrupt(run=run, interrupt_id="i-1", reason="tool_call", tool_name="deploy", raw={},
+                         proposed_args={"env": "staging"}, **fields)
+
+    now = timezone.now()
+    assert automatic.standing(run, [row()], now) is not set  # the rule covers a clean call
+    assert automatic.standing(run, [row(problems=[{"code": "DOUBTFUL_PROPOSAL"}])], now) is set
+
+
+def test_a_passkey_approval_revised_away_cannot_be_replayed_even_spelt_otherwise():
+    agent, alice = make.agent(), make.user()
+    make.policy(agent=agent, require_passkey=True)
+    interrupt = raised(agent)
+    raised(run=interrupt.run, interrupt_id="int-2")  # its batch stays open: the answer may still be revised
+    evidence = Authenticator().countersign(
+        runs.answer_fingerprint(interrupt, interrupt.run.thread.thread_id, "resolved", APPROVE))
+    decisions.decide(interrupt, alice, "resolved", APPROVE, passkey=evidence)
+    decisions.decide(interrupt, alice, "resolved", {"approved": False})  # revised to a rejection before it went
+    response = evidence["assertion"]["response"]
+    respelt = {**response, "signature": response["signature"] + "."}  # base64url decoders skip the dot
+    for again in (evidence, {**evidence, "assertion": {**evidence["assertion"], "response": respelt}}):
+        assert refused_code(lambda again=again: decisions.decide(interrupt, alice, "resolved", APPROVE,
+                                                                 passkey=again)) == "PASSKEY_INVALID"
+    [standing] = decisions.approvals(interrupt)
+    assert standing.action == "reject"

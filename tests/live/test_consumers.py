@@ -1,6 +1,7 @@
 """The WebSocket consumers through the full ASGI stack: routing, session login, origin check."""
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -269,11 +270,23 @@ async def test_a_socket_saying_too_much_is_heard_past_its_burst_only_for_its_las
     socket._later.cancel()
     socket._say_latest()
     await until(lambda: holds([interrupts[11].pk]))
+    # Past the burst again; the window ends and, in the same turn of the loop, a newer message is taken
+    # first: the held one, older, must not be heard after it.
+    for interrupt in interrupts[:10]:
+        await chatty.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
+    await until(lambda: len(handled) == 22)
+    await chatty.send_json_to({"type": "viewing", "interrupts": [interrupts[10].pk]})
+    await until(lambda: len(handled) == 23 and socket._latest is not None)
+    socket._later.cancel()
+    socket._say_latest()
+    await socket.receive(text_data=json.dumps({"type": "viewing", "interrupts": [interrupts[12].pk]}))
+    await socket._held_task
+    assert await database_sync_to_async(held)() == [interrupts[12].pk]
     # Past the burst again, then the page closes before the window ends: nothing held is heard after.
     for interrupt in interrupts[:10]:
         await chatty.send_json_to({"type": "viewing", "interrupts": [interrupt.pk]})
     await chatty.send_json_to({"type": "viewing", "interrupts": [interrupts[12].pk]})
-    await until(lambda: len(handled) == 23)
+    await until(lambda: len(handled) == 35)
     assert socket._latest is not None
     await chatty.disconnect()
     await until(lambda: socket._gone)
