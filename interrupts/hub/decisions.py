@@ -368,7 +368,6 @@ def _take(interrupt: Interrupt, user, checked: _Checked, now) -> Decision:
         # Signed before the lock, over what the approval was to take: it must be what it takes now,
         # and no decision on this interrupt (undone or revised ones too) may have used it already.
         passkeys.refuse_unless_it_signs(checked.passkey, interrupt, checked.status, checked.payload)
-        passkeys.refuse_if_used(checked.passkey, interrupt)
     # No longer standing: approvals of another answer, this reviewer's own earlier
     # answer, approvals by people who lost the right to decide since (left the
     # group, deactivated), and unsigned ones where the policy now asks for a
@@ -420,7 +419,6 @@ def _revisable(interrupt: Interrupt, user, rule: eligibility.Rule) -> Decision |
 def _revise(interrupt, live, user, checked: _Checked, now) -> Decision:
     if checked.passkey is not None:  # as in _take: over this answer, and never used on this interrupt before
         passkeys.refuse_unless_it_signs(checked.passkey, interrupt, checked.status, checked.payload)
-        passkeys.refuse_if_used(checked.passkey, interrupt)
     # Superseding is the one change a decision row accepts (a database trigger
     # refuses any other), and only once: a racing revision loses here.
     if not Decision.objects.filter(pk=live.pk).supersede(now):

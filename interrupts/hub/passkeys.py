@@ -94,20 +94,17 @@ def register(request, credential: str, name: str) -> Passkey:
 
 
 def refuse_unless_it_signs(evidence: dict, interrupt: Interrupt, status: str, payload) -> None:
-    """PASSKEY_INVALID unless the checked ``evidence`` (``countersign``'s) signs exactly this answer."""
+    """PASSKEY_INVALID unless the checked ``evidence`` (``countersign``'s) signs exactly this answer, and no
+    decision on ``interrupt``, undone or revised ones too, kept this very assertion.
+
+    Its challenge is the answer's fingerprint, so a replay would check again; a synced passkey's sign count
+    (always 0) does not tell one apart.
+    """
     signed = runs.answer_fingerprint(interrupt, interrupt.run.thread.thread_id, status, payload)
     if evidence.get("fingerprint") != signed:
         raise Refusal("PASSKEY_INVALID", f"Your passkey signed another answer to interrupt {interrupt.interrupt_id} "
                                          "than the one your approval takes: look at it again, then approve.",
                       status=403, interrupt_id=interrupt.interrupt_id)
-
-
-def refuse_if_used(evidence: dict, interrupt: Interrupt) -> None:
-    """PASSKEY_INVALID if a decision on ``interrupt``, undone or revised ones too, kept this very assertion.
-
-    Its challenge is the answer's fingerprint, so it would check again; a synced passkey's sign count
-    (always 0) does not tell a replay apart.
-    """
     signature = _signature(evidence)
     used = interrupt.decisions.filter(passkey__isnull=False).values_list("passkey", flat=True)
     if signature is None or any(_signature(kept) == signature for kept in used):
