@@ -17,6 +17,7 @@ from knox.crypto import hash_token
 
 from ..conf import settings
 from ..models import DecisionLink, Interrupt
+from ..protocol.schema.edits import approval_payload
 from .notify.enqueue import link
 from .refusals import Refusal
 
@@ -71,3 +72,15 @@ def spend(found: DecisionLink, now) -> None:
 def unspend(found: DecisionLink, now) -> None:
     """Give back the use ``spend(found, now)`` took: the decision it was spent on was refused, nothing decided."""
     DecisionLink.objects.filter(pk=found.pk, used_at=now).update(used_at=None)
+
+
+def approve_on_card(interrupt: Interrupt, rule) -> str:
+    """Why approving ``interrupt`` under ``rule`` happens on its card, not from a link (in words), or "".
+
+    Its passkey signs an approval only on the card, and a form asks for more than a yes.
+    """
+    if rule.require_passkey:
+        return "with your passkey"
+    if approval_payload(interrupt.response_schema, True) is None:
+        return "where its form asks for more"
+    return ""

@@ -12,7 +12,6 @@ from ..conf import MAX_COMMENT_CHARS
 from ..hub import claims, decisions, links
 from ..hub.refusals import Refusal
 from ..models import DecisionLink, Interrupt
-from ..protocol.schema.edits import approval_payload
 from ..rules import eligibility
 
 #: What a link's page offers: its own action, or either for an Open link.
@@ -30,19 +29,15 @@ def decide_by_link(request, token: str):
         return _refused(request, refused)
     interrupt = found.interrupt
     offered = OFFERED[found.action]
-    if approval_payload(interrupt.response_schema, True) is None:
-        # A form asks for more than yes: only its card can answer it (emails mint no Approve link for it).
+    rule = eligibility.rule_for(interrupt)
+    if why := links.approve_on_card(interrupt, rule):
+        # Approving happens on its card (emails mint no Approve link for it): this page may only say no.
         offered = tuple(a for a in offered if a != "approve")
         if not offered:
-            return _refused(request, Refusal("NEEDS_PAYLOAD", "This request asks for more than yes or no: open it "
-                                             "from your inbox to answer it.", status=400))
-    if eligibility.rule_for(interrupt).require_passkey:
-        # An approval there takes the reviewer's passkey on the card: this page may only say no.
-        offered = tuple(a for a in offered if a == "reject")
-        if not offered:
-            return _refused(request, Refusal("PASSKEY_REQUIRED", "Approving this request takes your passkey: open "
-                                             "it from your inbox, where your passkey signs the approval.",
-                                             status=403))
+            return _refused(request, Refusal(
+                "PASSKEY_REQUIRED" if rule.require_passkey else "NEEDS_PAYLOAD",
+                f"Approving this request happens in your inbox, {why}: open it from there.",
+                status=403 if rule.require_passkey else 400))
     if request.method != "POST":
         reviewing = claims.holder(interrupt, now)
         return render(request, "interrupts/decide_link.html", {

@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from ...conf import MAX_DIGEST_ITEMS, NOTIFY_BATCH, settings
 from ...models import EmailChoice, EmailNotice, Interrupt, NotificationPreference, NotifyEvent
-from ...protocol.schema.edits import approval_payload
 from ...rules import eligibility
 from .. import links
 from .enqueue import bounded, clean_line, link
@@ -106,10 +105,8 @@ def _decision_links(notice: EmailNotice, now) -> str:
     theirs = [i for i in pending if eligibility.may_decide(notice.user, rules[i.pk], i)]
     if not theirs:
         return ""
-    # Approving where a policy asks for a passkey happens on the card, and so does answering a form (a yes
-    # alone is no answer to it): no Approve link for those.
-    on_card = {i.pk: "with your passkey" if rules[i.pk].require_passkey else "where its form asks for more"
-               for i in theirs if rules[i.pk].require_passkey or approval_payload(i.response_schema, True) is None}
+    # No Approve link where approving happens on the card (a passkey, a form).
+    on_card = {i.pk: why for i in theirs if (why := links.approve_on_card(i, rules[i.pk]))}
     with transaction.atomic():
         urls = links.mint(notice.user, [(i, ("reject", "open") if i.pk in on_card else ("approve", "reject", "open"))
                                         for i in theirs], now)
