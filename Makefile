@@ -123,8 +123,8 @@ test: venv peers $(AXE)/node_modules/.installed browser
 	@bin/services >/dev/null
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
-# The same suite against PostgreSQL and Redis (started on loopback by bin/services), but for the
-# tests of pure code (the protocol layer, the SDK, the docs), which touch neither and ran in `make test`.
+# The same suite against PostgreSQL and Redis (started on loopback by bin/services), but for the tests
+# marked backend_free (pure code, settings, what a page looks like), the same on either and run in `make test`.
 test-scale: venv peers $(AXE)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
 	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL (the tests of pure code ran in make test)"; \

@@ -14,6 +14,10 @@ from playwright.sync_api import expect
 from .conftest import Reviewer, axe_check, no_sideways_scroll, settled
 from .test_review import TIMEOUT, start
 
+# What a page looks like (its layout, contrast, axe's findings, its forms) is the same on either back end:
+# `make test` checks it on SQLite, and `make test-scale` leaves it out (``backend_free``).
+pytestmark = pytest.mark.backend_free
+
 WIDTHS = {1440: 900, 390: 844}
 SHOWN_ERRORS = "[data-card] .errmsg:visible"
 

@@ -17,6 +17,10 @@ from playwright.sync_api import expect
 from .conftest import ARTIFACTS, Reviewer, axe_findings, shoot, sideways_overflow, until
 from .test_review import TIMEOUT, start
 
+# What a page looks like (its layout, contrast, axe's findings, its forms) is the same on either back end:
+# `make test` checks it on SQLite, and `make test-scale` leaves it out (``backend_free``).
+pytestmark = pytest.mark.backend_free
+
 WIDTHS = {1440: 900, 390: 844}
 # What the colour scheme changes: in dark mode axe re-checks only contrast, the rest is the same page.
 COLOUR_RULES = ["color-contrast"]

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Each test reads settings in a process of its own, from the environment it gives: the same on either back end.
+pytestmark = pytest.mark.backend_free
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = (
