@@ -124,10 +124,10 @@ test: venv peers $(AXE)/node_modules/.installed browser
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
 # The same suite against PostgreSQL and Redis (started on loopback by bin/services), but for the tests
-# marked backend_free (pure code, settings, what a page looks like), the same on either and run in `make test`.
+# marked backend_free (pure code, settings, what a page looks like, each framework's wire), run in `make test`.
 test-scale: venv peers $(AXE)/node_modules/.installed browser
 	@eval "$$(bin/services | grep -E '^[A-Z_]+=' | sed 's/^/export /')"; \
-	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL (the tests of pure code ran in make test)"; \
+	  echo "Running the suite on $$DATABASE_URL and $$REDIS_URL (the tests marked backend_free ran in make test)"; \
 	  $(PY) -m pytest -n $(TEST_WORKERS) -m "not backend_free"
 
 # Figures, not pass/fail: each benchmark prints its own table and writes

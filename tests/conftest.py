@@ -76,7 +76,7 @@ def served(tmp_path_factory):
 #: Where the tests of pure code live (the protocol layer, the SDK, the docs, the import rules): what
 #: they check is the same on either back end, so `make test-scale` leaves them to `make test`
 #: (``-m "not backend_free"``). A test there that asks for the database is not one of them. Others
-#: mark themselves (what a page looks like, settings read in a process of their own).
+#: mark themselves (what a page looks like, settings read in a process of their own, each agent framework's wire).
 BACKEND_FREE = {"protocol", "sdk", "docs", "test_purity.py"}
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
 
