@@ -115,6 +115,19 @@ PRODUCTION = {
 }
 
 
+def collect_static(env: dict) -> None:
+    """Collect the static files, which Whitenoise serves when DEBUG is off (the manifest the pages name):
+    once per benchmark, unless bench/run.py has (4 CPU-seconds; a minute when the machine is busy)."""
+    global _static_collected
+    if _static_collected or os.environ.get("BENCH_STATIC_COLLECTED"):
+        return
+    done = subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"collectstatic failed: {done.stderr}")
+    _static_collected = True
+
+
 class BenchApp(ServedApp):
     """``ServedApp`` on a chosen back end; a PostgreSQL database it made is dropped on stop."""
 
@@ -127,15 +140,8 @@ class BenchApp(ServedApp):
         self.owns_database = owns_database
 
     def prepare(self) -> BenchApp:
-        global _static_collected
-        if self.env.get("DEBUG") == "false" and not (_static_collected or os.environ.get("BENCH_STATIC_COLLECTED")):
-            # Whitenoise serves the collected files when DEBUG is off (the manifest the pages name);
-            # once per benchmark, unless bench/run.py has (4 CPU-seconds; a minute when the machine is busy).
-            done = subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
-                                  env=self.env, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"collectstatic failed: {done.stderr}")
-            _static_collected = True
+        if self.env.get("DEBUG") == "false":
+            collect_static(self.env)
         # The demo reviewer (the bench's one person) is refused with DEBUG off, by
         # design; the database is the same whichever way the setup commands run.
         served_env, self.env = self.env, {**self.env, "DEBUG": "true"}

@@ -189,8 +189,26 @@ def inbox(results: Results) -> Figure:
     return figure
 
 
+def opened(results: Results) -> Figure:
+    figure = Figure("inbox with 100,000 pending, one request opened (its batch), ms", "≤ 20", "inbox_scale")
+    document = results.get(figure.source)
+    if document is None or "opened" not in document:
+        return figure
+    large, small = str(document.get("interrupts", 100_000)), str(document.get("baseline", 100))
+    figure.baseline_label = f"with {small} pending: "
+    for backend, _ in BACKENDS:
+        found = document["opened"].get(backend)
+        if not found or large not in found:
+            continue
+        baseline = found.get(small, {}).get("ms")
+        figure.cells[backend] = Cell(number(found[large]["ms"]), at_most(found[large]["ms"], 20),
+                                     f"{number(baseline)} ms" if baseline is not None else "")
+    return figure
+
+
 def figures(results: Results) -> list[Figure]:
-    return [interrupt_latency(results), *resume(results), *relay(results), connections(results), inbox(results)]
+    return [interrupt_latency(results), *resume(results), *relay(results), connections(results), inbox(results),
+            opened(results)]
 
 
 def verdict(figure: Figure) -> str:
