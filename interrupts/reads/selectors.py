@@ -59,16 +59,17 @@ def pending_count() -> int:
 
 
 def policies_in_force(request=None) -> list[Policy]:
-    """Every policy, most specific first (``eligibility.in_force``), read once per request.
+    """Every policy, most specific first, as this process holds them (``eligibility.held_policies``: one
+    query while none changed), taken once per request.
 
-    The page, its cards and the header's badge judge by the same list: three
-    queries per request instead of three for each of them.
+    The page, its cards and the header's badge judge by the same list. Their agents are not read with them:
+    a page that names them reads ``policies_overview``.
     """
     if request is None:
-        return eligibility.in_force()
+        return eligibility.held_policies().policies
     found = getattr(request, "_countersign_policies", None)
     if found is None:
-        found = request._countersign_policies = eligibility.in_force()
+        found = request._countersign_policies = eligibility.held_policies().policies
     return found
 
 
@@ -537,7 +538,7 @@ def latest_notice(agent) -> dict:
 
 def policies_overview(in_force: list[Policy] | None = None) -> list:
     """Every policy with its agent, groups and users, by agent (every agent first); no query given
-    ``in_force`` (``policies_in_force``), 3 otherwise."""
+    ``in_force`` (``eligibility.in_force``'s), 3 otherwise."""
     found = eligibility.in_force() if in_force is None else in_force
     return sorted(found, key=lambda p: (p.agent.name if p.agent else "", p.specificity), reverse=False)
 

@@ -118,12 +118,7 @@ def rule_of(policy: Policy) -> Rule:
 
 def in_force() -> list[Policy]:
     """Every policy, most specific first, with its agent, groups and users (3 queries: a team has tens of
-    policies, not thousands).
-
-    A page reads it once and passes it to ``rules_for`` and ``decidable_by``
-    (``selectors.policies_in_force``): its cards and its header's badge then
-    judge by the same policies, read once.
-    """
+    policies, not thousands): for what names their agents. Pages judge by ``held_policies``."""
     found = list(Policy.objects.select_related("agent", "backup_group", "auto_approve_by")
                  .prefetch_related("groups", "users"))
     return sorted(found, key=lambda p: p.specificity, reverse=True)
@@ -223,7 +218,13 @@ def rules_for(interrupts: Iterable[Interrupt], policies: list[Policy] | None = N
     """The policy in force for each interrupt, by pk, in a fixed number of queries (none given ``policies``,
     as ``in_force`` read them)."""
     policies = in_force() if policies is None else policies
-    return _governing(interrupts, policies, {p.pk: rule_of(p) for p in policies})
+    return _governing(interrupts, policies, _rules(policies))
+
+
+def _rules(policies: list[Policy]) -> dict[int, Rule]:
+    """Each policy's rule by pk: those this process holds already made, when ``policies`` are the held ones."""
+    held = _last
+    return held.rules if held is not None and policies is held.policies else {p.pk: rule_of(p) for p in policies}
 
 
 def backs_up(user, rule: Rule, interrupt: Interrupt) -> bool:
@@ -286,8 +287,10 @@ def reach(user, policies: list[Policy] | None = None) -> Reach | None:
         return None
     own_too, others_only, backed_up = [], [], []
     groups = _group_ids(user)
-    for policy in in_force() if policies is None else policies:
-        rule = rule_of(policy)
+    policies = in_force() if policies is None else policies
+    rules = _rules(policies)
+    for policy in policies:
+        rule = rules[policy.pk]
         if rule.admits(user):
             (own_too if rule.allow_self_approval else others_only).append(policy.pk)
         if policy.backup_group_id is not None and policy.backup_group_id in groups:
