@@ -167,23 +167,28 @@ def connections(results: Results) -> Figure:
     return figure
 
 
+def _inbox_scale(results: Results, figure: Figure, part: str, label: str):
+    """Each back end's ``part`` of inbox_scale's results ("results": the list's pages; "opened": one request
+    opened) at its large size and at its baseline size, with the figure's baseline label set."""
+    document = results.get(figure.source)
+    if document is None or part not in document:
+        return
+    large, small = str(document.get("interrupts", 100_000)), str(document.get("baseline", 100))
+    figure.baseline_label = label.format(small=small)
+    for backend, _ in BACKENDS:
+        found = document[part].get(backend)
+        if found and large in found:
+            yield backend, found[large], found.get(small, {})
+
+
 def inbox(results: Results) -> Figure:
     figure = Figure("inbox with 100,000 pending, slowest of the three pages, ms", "≤ 50", "inbox_scale")
-    document = results.get(figure.source)
-    if document is None:
-        return figure
-    large, small = str(document.get("interrupts", 100_000)), str(document.get("baseline", 100))
-    figure.baseline_label = f"that page with {small} pending: "
-    for backend, _ in BACKENDS:
-        found = document["results"].get(backend)
-        if not found or large not in found:
-            continue
+    for backend, large, small in _inbox_scale(results, figure, "results", "that page with {small} pending: "):
         # The three of the issue: the first page, a filtered page and a deep page ("all pending" is a fourth view).
-        pages = {page: v["ms"] for page, v in found[large].items() if page != "all pending"}
+        pages = {page: v["ms"] for page, v in large.items() if page != "all pending"}
         slowest = max(pages, key=pages.get)
         # The deep page is "page 500" at 100,000 and the last page ("page 4") at 100: match on the first word.
-        baseline = next((v["ms"] for page, v in found.get(small, {}).items()
-                         if page.split()[0] == slowest.split()[0]), None)
+        baseline = next((v["ms"] for page, v in small.items() if page.split()[0] == slowest.split()[0]), None)
         figure.cells[backend] = Cell(f"{number(pages[slowest])}: {slowest}", at_most(pages[slowest], 50),
                                      f"{number(baseline)} ms" if baseline is not None else "")
     return figure
@@ -191,17 +196,9 @@ def inbox(results: Results) -> Figure:
 
 def opened(results: Results) -> Figure:
     figure = Figure("inbox with 100,000 pending, one request opened (its batch), ms", "≤ 20", "inbox_scale")
-    document = results.get(figure.source)
-    if document is None or "opened" not in document:
-        return figure
-    large, small = str(document.get("interrupts", 100_000)), str(document.get("baseline", 100))
-    figure.baseline_label = f"with {small} pending: "
-    for backend, _ in BACKENDS:
-        found = document["opened"].get(backend)
-        if not found or large not in found:
-            continue
-        baseline = found.get(small, {}).get("ms")
-        figure.cells[backend] = Cell(number(found[large]["ms"]), at_most(found[large]["ms"], 20),
+    for backend, large, small in _inbox_scale(results, figure, "opened", "with {small} pending: "):
+        baseline = small.get("ms")
+        figure.cells[backend] = Cell(number(large["ms"]), at_most(large["ms"], 20),
                                      f"{number(baseline)} ms" if baseline is not None else "")
     return figure
 
