@@ -50,17 +50,15 @@ def login_lockout(request, response, credentials):
 
     cool_off = settings.AXES_COOLOFF_TIME
     minutes = max(round(cool_off.total_seconds() / 60), 1)
+    retry_after = int(cool_off.total_seconds())
     if "application/json" in request.headers.get("Accept", ""):  # a page's script (adding a passkey) says it
-        from django.http import JsonResponse
-
-        response = JsonResponse({"code": "LOCKED_OUT", "detail": f"Too many wrong passwords: try again in "
-                                                                 f"{minutes} minute{'s' if minutes != 1 else ''}."},
-                                status=429)
-    else:
-        response = render(request, "registration/lockout.html", {
-            "retry_at": timezone.now() + cool_off, "minutes": minutes, "failure_limit": settings.AXES_FAILURE_LIMIT,
-        }, status=429)
-    response["Retry-After"] = str(int(cool_off.total_seconds()))
+        return refusals.json_response(refusals.refused(
+            429, "LOCKED_OUT", f"Too many wrong passwords: try again in {minutes} minute{'s' if minutes != 1 else ''}.",
+            retry_after=retry_after))
+    response = render(request, "registration/lockout.html", {
+        "retry_at": timezone.now() + cool_off, "minutes": minutes, "failure_limit": settings.AXES_FAILURE_LIMIT,
+    }, status=429)
+    response["Retry-After"] = str(retry_after)
     return response
 
 

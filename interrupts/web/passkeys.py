@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from ..hub import decisions, passkeys
+from ..hub import decisions, passkeys, refusals
 from ..hub.refusals import Refusal
 from ..models import Interrupt, Passkey
 from ..rules import eligibility
@@ -31,7 +31,7 @@ def registration_options(request):
     try:
         options = passkeys.registration_options(request, request.POST.get("password", ""))
     except Refusal as refused:
-        return JsonResponse({"code": refused.code, "detail": refused.message}, status=refused.status)
+        return refusals.json_response(refusals.render(refused))
     return HttpResponse(options, content_type="application/json")
 
 
@@ -49,7 +49,7 @@ def approval_options(request, pk: int):
     interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
     form = DecideForm(request.POST)
     if not form.is_valid():
-        return JsonResponse({"code": "INVALID_FORM", "detail": "Fix the answer first."}, status=400)
+        return refusals.json_response(refusals.refused(400, "INVALID_FORM", "Fix the answer first."))
     data = form.cleaned_data
     try:
         answer = decisions.answer_for(interrupt, data["action"], payload=data["payload"],
@@ -57,5 +57,5 @@ def approval_options(request, pk: int):
         signs = decisions.answer_to_sign(interrupt, request.user, answer)
         options = passkeys.assertion_options(request, interrupt, *signs, eligibility.rule_for(interrupt))
     except Refusal as refused:
-        return JsonResponse({"code": refused.code, "detail": refused.message}, status=refused.status)
+        return refusals.json_response(refusals.render(refused))
     return HttpResponse(options, content_type="application/json")
