@@ -317,6 +317,9 @@ PLANNER_STATISTICS_EVERY = 600
 # Pages: interrupts on an inbox page, trail entries on an audit page, and the
 # events a thread's page shows at most.
 INBOX_PAGE_SIZE = 25
+# The inbox's view, as the reader chose it (triage.js writes it): "all" stacks every card, rendered
+# whole; anything else is one request at a time, the others' cards folded until opened.
+INBOX_VIEW_COOKIE = "countersign_inbox_view"
 AUDIT_PAGE_SIZE = 50
 THREAD_EVENTS_LIMIT = 5000
 # The REST API's pages: the default and the most ?limit= may ask for; a

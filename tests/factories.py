@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import TestCase
 
+from interrupts.conf import INBOX_VIEW_COOKIE
 from interrupts.hub import agents, policies, tokens
 from interrupts.models import Agent, Decision, Event, Interrupt, Policy, Run, Thread
 
@@ -67,6 +68,11 @@ def user(reviewer: bool = True, **fields):
 def token(user_obj, **options) -> str:
     """A new API token for ``user_obj`` (the only time it exists in full)."""
     return tokens.issue(user_obj, **options)[1]
+
+
+def every_card_whole(client) -> None:
+    """The inbox as a reader who stacks every card sees it: each card whole, none folded to its title."""
+    client.cookies[INBOX_VIEW_COOKIE] = "all"
 
 
 def policy(**fields) -> Policy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,7 +16,7 @@ from django.utils import timezone
 from django.utils.text import Truncator
 from django.views.decorators.http import require_http_methods, require_POST
 
-from ..conf import INBOX_PAGE_SIZE, MAX_COMMENT_CHARS, MAX_GRANT_HELD, MAX_JSON_CHARS
+from ..conf import INBOX_PAGE_SIZE, INBOX_VIEW_COOKIE, MAX_COMMENT_CHARS, MAX_GRANT_HELD, MAX_JSON_CHARS
 from ..hub import claims, decisions, grants, outbox, passkeys, policies, refusals, replies, runs
 from ..hub.refusals import Refusal
 from ..models import Interrupt, Run
@@ -35,24 +36,32 @@ def home(request):
     return redirect("inbox")
 
 
-def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals: list,
-                  viewers: dict | None = None) -> dict:
-    schema = interrupt.response_schema
-    refused = policies.refusal(user, rule, interrupt)
+def _folded_context(interrupt: Interrupt, rule: eligibility.Rule, user, viewers: dict | None = None) -> dict:
+    """What a folded card shows (its title, the bulk box, who is on it) and its triage row reads."""
     claim = claims.shown(interrupt)
     return {
+        "folded": True,
+        # Read-only for anyone the policy does not admit: no bulk box to tick.
+        "refused": policies.refusal(user, rule, interrupt),
         # Who is reviewing it, and whether deciding must first confirm it is someone else.
         "claim": claim,
         "claimed_by_other": claim is not None and claim.by != user.get_username(),
         # Who else has it open now, as names.
         "viewers": [name for by, name in (viewers or {}).get(interrupt.pk, []) if by != user.get_username()],
+    }
+
+
+def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals: list,
+                  viewers: dict | None = None) -> dict:
+    schema = interrupt.response_schema
+    return {
+        **_folded_context(interrupt, rule, user, viewers),
+        "folded": False,
         "approval": approval_payload(schema, True) is not None,
         "edits": supports_edits(schema),
         # The form Edit & approve draws, a field per argument (None: the JSON textarea).
         "edit_schema": args_form(schema, interrupt.proposed_args) if supports_edits(schema) else None,
         "rule": rule,
-        # Read-only for anyone the policy does not admit: the card says who may decide.
-        "refused": refused,
         "approvals": approvals,
         "mine": next((d for d in approvals if d.user_id == user.pk), None),
         "remaining": max(rule.required_approvals - len(approvals), 0),
@@ -67,13 +76,16 @@ def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals:
 
 
 def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | None = None,
-                   rules: dict | None = None, viewers: dict | None = None, suggested: dict | None = None) -> dict:
+                   rules: dict | None = None, viewers: dict | None = None, suggested: dict | None = None,
+                   folded: Container[int] = ()) -> dict:
+    """One batch's section; the cards of ``folded`` (pks) as their titles only, read whole when opened (``cards``)."""
     rules = rules if rules is not None else eligibility.rules_for(batch.pending)
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
     viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
     suggested = suggested if suggested is not None else selectors.grant_suggestions(batch.pending)
-    cards = {i.pk: {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
-                    "suggested": suggested.get(i.pk), "errors": (errors or {}).get(i.pk)} for i in batch.pending}
+    cards = {i.pk: {"interrupt": i, **_folded_context(i, rules[i.pk], user, viewers)} if i.pk in folded
+             else {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
+                   "suggested": suggested.get(i.pk), "errors": (errors or {}).get(i.pk)} for i in batch.pending}
     sending = _sending(batch, resumed.get(batch.run.pk), timezone.now())
     # In the batch's own order: a decided interrupt's line stands where its card stood.
     # An expired member is a line too, with nothing to act on: the resume cancels it (C19, C20).
@@ -82,7 +94,7 @@ def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | N
             else {"interrupt": m, "decided": _decided(m, user, sending)}
             for m in batch.members
             if m.pk in cards or m.status == Interrupt.Status.EXPIRED or (m.status in _DECIDED and m.live_decisions)]
-    return {"batch": batch, "cards": rows, "resume": sending}
+    return {"batch": batch, "cards": rows, "resume": sending, "folded": any(pk in folded for pk in cards)}
 
 
 _DECIDED = (Interrupt.Status.RESOLVED, Interrupt.Status.CANCELLED)
@@ -135,8 +147,13 @@ def _decided(member: Interrupt, user, sending: _Sending) -> dict:
     }
 
 
-def cards(request, filters: selectors.InboxFilters) -> dict:
-    """The cards ``filters`` match, a page of them in batches: what the inbox lists and the thread page decides."""
+def cards(request, filters: selectors.InboxFilters, fold: bool = False) -> dict:
+    """The cards ``filters`` match, a page of them in batches: what the inbox lists and the thread page decides.
+
+    ``fold``: one request shows at a time (the inbox's default view), so only the first card is rendered
+    whole; the others are folded to their titles, and the page reads a batch whole when one of its cards
+    is opened. Rendering 25 whole cards was most of the page's time.
+    """
     in_force = selectors.policies_in_force(request)
     paginator = Paginator(selectors.inbox(filters, user=request.user, in_force=in_force), INBOX_PAGE_SIZE)
     if filters.unfiltered and filters.scope == "mine":
@@ -149,11 +166,13 @@ def cards(request, filters: selectors.InboxFilters) -> dict:
     resumed = selectors.resumed_by(b.run.pk for b in groups)
     rules = eligibility.rules_for(page.object_list, in_force)
     viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
-    suggested = selectors.grant_suggestions(page.object_list)  # likewise
+    folded = {i.pk for i in page.object_list[1:]} if fold else set()
+    suggested = selectors.grant_suggestions([i for i in page.object_list if i.pk not in folded])  # likewise
     return {
         "filters": filters,
         "page": page,
-        "batches": [_batch_context(b, resumed, request.user, rules=rules, viewers=viewers, suggested=suggested)
+        "batches": [_batch_context(b, resumed, request.user, rules=rules, viewers=viewers, suggested=suggested,
+                                   folded=folded)
                     for b in groups],
         "now": timezone.now(),
         # The thread filter picks from the threads this page lists (and the one chosen): no query of its own.
@@ -166,7 +185,8 @@ def inbox(request):
     if request.GET.get("embedded") == "1":
         # The thread page's cards, read again live: no tools, no triage list.
         return render(request, "interrupts/_inbox_list.html", {**cards(request, filters), "embedded": True})
-    context = cards(request, filters)
+    # The view this reader chose (triage.js keeps it in a cookie): every card stacked is rendered whole.
+    context = cards(request, filters, fold=request.COOKIES.get(INBOX_VIEW_COOKIE) != "all")
     context |= {
         "agents": selectors.agent_names(),
         "reasons": selectors.pending_reasons(),
@@ -177,6 +197,7 @@ def inbox(request):
         "settle_actions": SETTLE_ACTIONS,
         "chips": _chips(request.GET, filters),
         "clear_query": without(request.GET, "page", "format", *_CHIPPED),
+        "view_cookie": INBOX_VIEW_COOKIE,
     }
     if request.htmx and request.htmx.target == "inbox-list":
         return render(request, "interrupts/_inbox_list.html", context)

@@ -202,6 +202,20 @@
     }
     // "open": some of it waits again (an undo): it stays until the reader decides it.
   }
+  // A folded batch (its cards as titles: inbox.cards, one request shown at a time) is read whole, in its
+  // place, when one of its cards is shown (triage.js). Once; a failed read is tried again when next shown.
+  const unfolding = new WeakSet();
+  async function unfold(section) {
+    if (!section || !section.hasAttribute("data-folded") || unfolding.has(section)) return;
+    unfolding.add(section);
+    const fresh = await readBatch(section);
+    if (!fresh) { unfolding.delete(section); return; }
+    // Replaced meanwhile (a live read, a decision): that rendering is what is shown, and asked for if folded.
+    if (document.getElementById(section.id) === section) install(section, fresh);
+  }
+  window.countersign.unfold = unfold;
+  const sameBatch = (a, b) => a.dataset.versions === b.dataset.versions && a.dataset.state === b.dataset.state;
+
   // Whether the live list still holds this batch (it then refreshes it like any other).
   const inList = (section) => section.dataset.listed === "1";
 
@@ -297,6 +311,11 @@
           leaving.push([section, before]);
         } else if (rendered.get(section) === said.get(next)) {
           // Unchanged: the one in the page stays (its fields, its focus, a click under way), as read.
+          section.dataset.listed = "1";
+          attend(section, next, askedAt, false);
+          next.replaceWith(section);
+        } else if (next.hasAttribute("data-folded") && !section.hasAttribute("data-folded") && sameBatch(section, next)) {
+          // Read whole here, folded in the list, and unchanged since: the whole one stays.
           section.dataset.listed = "1";
           attend(section, next, askedAt, false);
           next.replaceWith(section);

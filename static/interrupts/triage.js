@@ -1,7 +1,7 @@
 // The inbox's triage list (_triage.html): a row per request beside the cards. The row of the card the
 // reader is on is marked current; a row opens its card (click or Enter); rows that arrived since the
 // reader last looked are marked new, counted at the top of the list. One at a time (the default, kept in
-// this browser): beside the list, only the open request shows, its card or the line of its decision.
+// a cookie): beside the list, only the open request shows, its card or the line of its decision.
 // Narrower than both fit, the list is a screen of its own: "All requests" opens it, a row its request.
 "use strict";
 
@@ -11,8 +11,17 @@
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
   const seen = new Set();
   let current = null;
-  const VIEW = "countersign:inbox-view";
-  const single = () => (localStorage.getItem(VIEW) || "one") === "one";
+  // The view is a cookie: the server renders the other cards folded when one shows at a time (inbox.cards).
+  const cookie = () => ($("#inbox-list") || { dataset: {} }).dataset.viewCookie || "countersign_inbox_view";
+  function chosen() {
+    const found = document.cookie.split("; ").find((pair) => pair.startsWith(`${cookie()}=`));
+    return found ? found.slice(cookie().length + 1) : "one";
+  }
+  function choose(view) {
+    const secure = location.protocol === "https:" ? "; secure" : "";
+    document.cookie = `${cookie()}=${view}; path=/; max-age=31536000; samesite=lax${secure}`;
+  }
+  const single = () => chosen() !== "all";
 
   // The open request: its card, or once decided the line that says so (the view moves on only with j).
   function show(id) {
@@ -21,6 +30,15 @@
     const shown = (id && (document.getElementById(id) || document.getElementById(id.replace("interrupt-", "decided-"))))
       || $(".stack [data-card]:not(.expired)");
     if (shown && single()) shown.dataset.open = "";  // every card stacked: none is singled out
+    // A folded card is read whole as it shows: the open one and the one j goes to next, or every one
+    // when all are stacked.
+    let folded = $$(".stack section.batch[data-folded]");
+    if (single() && shown) {
+      const cards = $$(".stack [data-card]:not(.expired)");
+      const next = cards.find((card) => shown.compareDocumentPosition(card) & Node.DOCUMENT_POSITION_FOLLOWING);
+      folded = [shown, next].map((card) => card && card.closest("section.batch[data-folded]"));
+    }
+    for (const section of folded) if (section) window.countersign.unfold(section);
     return shown;
   }
 
@@ -124,6 +142,10 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     if (!$("[data-testid=triage]")) return;
+    try {  // kept in this browser's storage before the server needed it
+      const before = localStorage.getItem("countersign:inbox-view");
+      if (before) { choose(before); localStorage.removeItem("countersign:inbox-view"); }
+    } catch (opaque) { /* no storage: the cookie alone */ }
     known(false);
     // countersign.js, before it moves the focus to a card: shown first, or the focus would not land.
     document.addEventListener("countersign:reveal", (event) => mark(event.detail.id));
@@ -135,7 +157,7 @@
     });
     document.addEventListener("click", (event) => {
       if (event.target.closest && event.target.closest("[data-view-toggle]")) {
-        localStorage.setItem(VIEW, single() ? "all" : "one");
+        choose(single() ? "all" : "one");
         view();
         mark(current);
         return;

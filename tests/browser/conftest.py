@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from interrupts.conf import INBOX_VIEW_COOKIE
+
 from ..servers import ROOT, ServedApp
 from . import chromium
 
@@ -70,12 +72,10 @@ class Reviewer:
         # ``device``: more of Playwright's context options (a phone's has_touch, is_mobile).
         self.context = browser.new_context(**{"viewport": {"width": 1280, "height": 1000}, **device},
                                            storage_state={"cookies": signed_in or [], "origins": []})
-        # The inbox's view, as this browser would keep it: "all" cards stacked (what most tests click through),
-        # or "one" at a time beside the triage list (the app's default; tests/browser/test_triage.py).
-        self.context.add_init_script(f"""try {{
-            const key = "countersign:inbox-view";
-            if (!localStorage.getItem(key)) localStorage.setItem(key, "{view}");
-        }} catch (opaque) {{ /* about:blank has no storage */ }}""")
+        # The inbox's view, as this browser keeps it (a cookie, read by the server too): "all" cards stacked
+        # (what most tests click through), or "one" at a time beside the triage list, the others folded
+        # (the app's default; tests/browser/test_triage.py).
+        self.context.add_cookies([{"name": INBOX_VIEW_COOKIE, "value": view, "url": site.url}])
         # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``).
         self.context.add_init_script("""
             document.addEventListener("countersign:inbox-open", () => { window.__inboxOpened = true; });

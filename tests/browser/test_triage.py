@@ -219,6 +219,32 @@ def test_a_request_arriving_is_marked_new_at_the_top_of_the_list(browser, site, 
         me.close()
 
 
+def test_a_folded_request_opens_whole_and_a_live_read_leaves_it_whole(browser, site, threads):
+    me = person(browser, site, WIDE)
+    try:
+        page = me.open("/inbox/")
+        rows = page.get_by_test_id("row")
+        expect(rows.first).to_be_visible(timeout=TIMEOUT)
+        # One request shows at a time: the server renders the others folded to their titles.
+        expect(page.locator("[data-card][data-folded]").first).to_be_attached()
+        last = rows.last.get_attribute("data-row-for")
+        assert page.locator(f"#{last}[data-folded]").count() == 1
+        rows.last.click()
+        card = page.locator(f"#{last}")
+        expect(card).to_be_focused(timeout=TIMEOUT)
+        expect(card).not_to_have_attribute("data-folded", "")
+        expect(card.locator("[data-key=a], [data-key=r]").first).to_be_visible()
+        card.evaluate("card => { card.dataset.sameElement = 'yes'; }")
+        # The list read again (a request arrives) renders that batch folded: the whole one stays, as it was.
+        threads.append(start(site, "janitor", "Clear the staging cache"))
+        expect(page.get_by_test_id("new-marker")).to_be_visible(timeout=TIMEOUT)
+        expect(card).to_have_attribute("data-same-element", "yes")
+        expect(card).not_to_have_attribute("data-folded", "")
+        expect(card).to_be_visible()
+    finally:
+        me.close()
+
+
 def test_the_thread_page_decides_its_requests_with_the_inbox_s_cards(browser, site, threads):
     thread = start(site, "mailer", "Email cy@example.com about the offsite")
     me = person(browser, site, WIDE)
@@ -308,7 +334,8 @@ def test_a_whole_triage_by_keyboard_only(browser, site, threads):
         keys = ["a", "r", "d"]
         while cards.count():
             page.keyboard.press("j")
-            expect(page.locator("[data-card]:focus")).to_have_count(1)
+            # As a reader would: the card shown whole (a folded one is read as it opens) before a key decides it.
+            expect(page.locator("[data-card]:focus:not([data-folded])")).to_have_count(1)
             card_id = focused(page)
             card = page.locator(f"#{card_id}")
             if not edited and card.locator("details[data-edit]").count():

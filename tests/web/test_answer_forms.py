@@ -149,6 +149,7 @@ def reviewer(client, db):
 
 
 def card_of(client, interrupt):
+    make.every_card_whole(client)
     page = client.get(reverse("inbox"), {"scope": "all"}).content.decode()
     start = page.index(f'id="interrupt-{interrupt.pk}"')
     return page[start:page.index("</article>", start)]

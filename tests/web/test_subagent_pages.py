@@ -84,6 +84,7 @@ async def test_c35_c36_p14_an_interrupt_asked_by_a_subagent_is_named_on_card_thr
     assert run.status == "interrupted"
     reviewer = await sync_to_async(make.user)(is_staff=True)
     await sync_to_async(client.force_login)(reviewer)
+    make.every_card_whole(client)
 
     inbox = cards((await sync_to_async(client.get)(reverse("inbox"), {"scope": "all"})).content.decode())
     assert 'asked by the subagent <strong title="subagent run sub-r1">researcher</strong>' in inbox["ask-1"]

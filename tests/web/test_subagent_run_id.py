@@ -58,6 +58,7 @@ def no_link_to(page: str, text: str) -> None:
 
 def test_the_inbox_card_names_the_subagent_escaped_and_cut(client, reviewer):
     _run, (plain, long, root) = raised([PLAIN, LONG, None])
+    make.every_card_whole(client)
     page = client.get(reverse("inbox"), {"scope": "all"}).content.decode()
     cards = {m.group(1): m.group(0) for m in re.finditer(
         r'<article[^>]*data-interrupt-id="([^"]+)".*?</article>', page, re.S)}
