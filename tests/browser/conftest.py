@@ -76,12 +76,14 @@ class Reviewer:
         # (what most tests click through), or "one" at a time beside the triage list, the others folded
         # (the app's default; tests/browser/test_triage.py).
         self.context.add_cookies([{"name": INBOX_VIEW_COOKIE, "value": view, "url": site.url}])
-        # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``).
+        # Marks the page once the inbox has read its list again since its socket opened (``inbox_live``): the
+        # list, not a batch (a folded one read whole as it opens) put in place meanwhile.
         self.context.add_init_script("""
             document.addEventListener("countersign:inbox-open", () => { window.__inboxOpened = true; });
-            document.addEventListener("countersign:refreshed", () => {
+            document.addEventListener("countersign:refreshed", (event) => {
                 const root = document.documentElement;
-                if (window.__inboxOpened) root.dataset.inboxRead = "yes";
+                const list = event.detail && event.detail.list;
+                if (window.__inboxOpened && list && list.id === "inbox-list") root.dataset.inboxRead = "yes";
                 root.dataset.inboxReads = String(Number(root.dataset.inboxReads || 0) + 1);
             });""")
         self.page = self.context.new_page()
