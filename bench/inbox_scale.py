@@ -83,16 +83,17 @@ def populate(total: int, threads: int) -> None:
         made = Thread.objects.order_by("pk").values_list("pk", "agent_id", "thread_id")
         insert_rows(Run, ["thread_id", "agent_id", "run_id"],
                     [(pk, agent, f"r-{thread}") for pk, agent, thread in made], input={}, status="interrupted")
-        runs = list(Run.objects.order_by("pk").values_list("pk", "run_id"))
+        runs = list(Run.objects.order_by("pk").values_list("pk", "run_id", "agent_id"))
         # Raised in order, a microsecond apart: the inbox sorts by age.
         now = timezone.now()
         rows = []
-        for pk, run_id in runs:
+        for pk, run_id, agent in runs:
             for n in range(per_thread):
-                rows.append((pk, f"i-{n}", ("tool_call", "input_required", "confirmation")[n % 3],
+                rows.append((pk, agent, f"i-{n}", ("tool_call", "input_required", "confirmation")[n % 3],
                              f"Approve step {n} of {run_id}?", {"id": f"i-{n}", "reason": "x"},
                              now + timedelta(microseconds=len(rows))))
-        insert_rows(Interrupt, ["run_id", "interrupt_id", "reason", "message", "raw", "created_at"], rows)
+        insert_rows(Interrupt, ["run_id", "run_agent_id", "interrupt_id", "reason", "message", "raw", "created_at"],
+                    rows)
     if connection.vendor == "postgresql":
         # What autovacuum does within a minute of a bulk load: without it the
         # planner guesses row counts and the figures are of a state that never lasts.

@@ -50,7 +50,7 @@ def interrupt(run_obj=None, **fields) -> Interrupt:
     fields.setdefault("interrupt_id", f"int-{next(_counter)}")
     fields.setdefault("reason", "confirmation")
     fields.setdefault("raw", {"id": fields["interrupt_id"], "reason": fields["reason"]})
-    made = Interrupt(run=run_obj, **fields)
+    made = Interrupt(run=run_obj, run_agent_id=run_obj.agent_id, **fields)
     policies.assign([made], run_obj.agent_id)  # as recording does when an agent raises it
     made.save()
     return made

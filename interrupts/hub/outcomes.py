@@ -69,6 +69,7 @@ def _interrupt_rows(run: Run, terminal: dict, proposal: ProposalLookup, now) -> 
         tool_name = _fitted("tool_name", tool_name or "", problems, wire.id)
         rows.append(Interrupt(
             run=run,
+            run_agent_id=run.agent_id,
             interrupt_id=wire.id,
             reason=reason,
             message=wire.message or "",

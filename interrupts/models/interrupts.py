@@ -7,6 +7,7 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
+from .agents import Agent
 from .threads import Run
 from .transitions import DecisionQuerySet, InterruptQuerySet
 
@@ -24,6 +25,8 @@ class Interrupt(models.Model):
     Status = InterruptStatus
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interrupts")
+    # The run's agent, kept beside it: the inbox's agent filter then reads one index, not every run's row.
+    run_agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     interrupt_id = models.CharField(max_length=200)
     reason = models.CharField(max_length=200)
     message = models.TextField(blank=True)
@@ -88,6 +91,10 @@ class Interrupt(models.Model):
             models.Index(fields=["status", "created_at", "id", "policy", "run"], name="interrupt_inbox"),
             # The inbox's reason filter and its list of reasons (DISTINCT) read this index alone.
             models.Index(fields=["status", "reason"], name="interrupt_status_reason"),
+            # The agent filter, counted and paged in the inbox's order (with the reason filter, or
+            # "waiting for me"), from this index alone: 20,000 of 100,000 walked through runs took ~20 ms.
+            models.Index(fields=["status", "run_agent", "reason", "created_at", "id", "policy", "run"],
+                         name="interrupt_inbox_agent"),
         ]
 
     def __str__(self) -> str:

@@ -144,7 +144,7 @@ def inbox(filters: InboxFilters, now: datetime | None = None, user=None, in_forc
     if filters.scope == "mine" and user is not None:
         queryset = queryset.filter(eligibility.decidable_by(user, in_force))
     if filters.agent:
-        queryset = queryset.filter(run__agent__name=filters.agent)
+        queryset = queryset.filter(run_agent__name=filters.agent)
     if filters.reason:
         queryset = queryset.filter(reason=filters.reason)
     if filters.thread:
@@ -706,7 +706,7 @@ def audit(filters: AuditFilters):
         "run__agent", "run__thread"
     )
     if filters.agent:
-        queryset = queryset.filter(run__agent__name=filters.agent)
+        queryset = queryset.filter(run_agent__name=filters.agent)
     if filters.thread:
         queryset = queryset.filter(run__thread__thread_id=filters.thread)
     if filters.outcome:

@@ -144,8 +144,8 @@ def test_an_agent_with_endless_reasons_cannot_grow_the_page_past_its_bound(clien
     from interrupts.conf import INSIGHT_CHART_ROWS
 
     run = make.run(make.thread(agent=make.agent(name="chatty-x")), status="interrupted")
-    Interrupt.objects.bulk_create([Interrupt(run=run, interrupt_id=f"many-{n}", reason=f"many-{n}", raw={})
-                                   for n in range(INSIGHT_CHART_ROWS + 5)])
+    Interrupt.objects.bulk_create([Interrupt(run=run, run_agent=run.agent, interrupt_id=f"many-{n}", reason=f"many-{n}",
+                                             raw={}) for n in range(INSIGHT_CHART_ROWS + 5)])
     body = client.get("/insight/").content.decode()
     shown = set(re.findall(r"many-\d+", body))
     assert len(shown) == INSIGHT_CHART_ROWS - 1  # the hostile reason, waiting too, sorts first
