@@ -154,6 +154,11 @@
   function install(section, fresh) {
     carry(section, fresh);
     if (section.classList.contains("gone")) fresh.classList.add("gone");
+    // The card shown one at a time (triage.js) shows in the new rendering at once: hidden, it could not take the focus.
+    for (const open of $$("[data-open]", section)) {
+      const same = open.id && fresh.querySelector(`#${CSS.escape(open.id)}`);
+      if (same) same.dataset.open = "";
+    }
     const active = document.activeElement;
     const holder = section.contains(active) ? active.closest("[id]") : null;
     section.replaceWith(fresh);

@@ -229,10 +229,20 @@ def test_a_folded_request_opens_whole_and_a_live_read_leaves_it_whole(browser, s
         expect(page.locator("[data-card][data-folded]").first).to_be_attached()
         last = rows.last.get_attribute("data-row-for")
         assert page.locator(f"#{last}[data-folded]").count() == 1
-        rows.last.click()
+        # Its batch's read held until the folded card has the focus: the whole one takes it over when it comes.
+        held = []
+        batch_read = re.compile(r"/interrupts/\d+/undo/$")
+        page.route(batch_read, lambda route: held.append(route))
+        with page.expect_request(batch_read):
+            rows.last.click()
         card = page.locator(f"#{last}")
         expect(card).to_be_focused(timeout=TIMEOUT)
-        expect(card).not_to_have_attribute("data-folded", "")
+        expect(card).to_have_attribute("data-folded", "")
+        for route in held:
+            route.continue_()
+        page.unroute(batch_read)
+        expect(card).not_to_have_attribute("data-folded", "", timeout=TIMEOUT)
+        expect(card).to_be_focused()
         expect(card.locator("[data-key=a], [data-key=r]").first).to_be_visible()
         card.evaluate("card => { card.dataset.sameElement = 'yes'; }")
         # The list read again (a request arrives) renders that batch folded: the whole one stays, as it was.
