@@ -1,5 +1,6 @@
 """Template filters for agent-supplied data: always escaped, readable, bounded."""
 
+import functools
 import json
 import re
 
@@ -121,7 +122,12 @@ def reason_words(reason) -> str:
     The agent's own word, only re-spaced and capitalised (escaped by the template
     like any string); the exact reason stays in the card's title and the filters.
     """
-    text = str(reason or "").strip()
+    return _reason_words(str(reason or ""))
+
+
+@functools.lru_cache(maxsize=256)  # a page says a few reasons fifty times (rows and cards); each at most 200 chars
+def _reason_words(reason: str) -> str:
+    text = reason.strip()
     if not text:
         return "Request"
     last = [part for part in _REASON_SEPARATORS.split(text) if part.strip()]
