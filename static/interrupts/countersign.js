@@ -346,6 +346,10 @@
         else if (!section.classList.contains("gone")) departed(section);
       }
       if (focused && focused !== document.activeElement && list.contains(focused)) focused.focus({ preventScroll: true });
+      // A triage row is new markup each read: the reader moving along the list stays on the same request's row.
+      const row = focused && focused.dataset && focused.dataset.rowFor
+        && !list.contains(focused) && $(`[data-row-for="${CSS.escape(focused.dataset.rowFor)}"]`, list);
+      if (row) row.focus({ preventScroll: true });
       htmx.process(list);
       enhance(list);
       // For the page's other modules (selection, presence): the cards were replaced.

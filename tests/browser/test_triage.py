@@ -255,6 +255,24 @@ def test_a_folded_request_opens_whole_and_a_live_read_leaves_it_whole(browser, s
         me.close()
 
 
+def test_a_live_read_leaves_the_reader_on_the_row_they_were_on(browser, site, threads):
+    me = person(browser, site, WIDE)
+    try:
+        page = me.open("/inbox/")
+        rows = page.get_by_test_id("row")
+        expect(rows.nth(1)).to_be_visible(timeout=TIMEOUT)
+        rows.nth(1).focus()
+        on = rows.nth(1).get_attribute("data-row-for")
+        # A request arrives: the list is read again (its row is marked new) and every row is new markup.
+        threads.append(start(site, "mailer", "Email di@example.com about the review"))
+        expect(page.get_by_test_id("new-marker")).to_be_visible(timeout=TIMEOUT)
+        expect(page.locator(f"[data-row-for='{on}']")).to_be_focused()
+        page.keyboard.press("ArrowDown")
+        expect(page.locator("[data-row-for]:focus")).not_to_have_attribute("data-row-for", on)
+    finally:
+        me.close()
+
+
 def test_the_thread_page_decides_its_requests_with_the_inbox_s_cards(browser, site, threads):
     thread = start(site, "mailer", "Email cy@example.com about the offsite")
     me = person(browser, site, WIDE)
