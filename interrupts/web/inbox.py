@@ -36,11 +36,10 @@ def home(request):
     return redirect("inbox")
 
 
-def _folded_context(interrupt: Interrupt, rule: eligibility.Rule, user, viewers: dict | None = None) -> dict:
-    """What a folded card shows (its title, the bulk box, who is on it) and its triage row reads."""
+def _title_context(interrupt: Interrupt, rule: eligibility.Rule, user, viewers: dict | None = None) -> dict:
+    """What every card shows, folded or whole (its title, the bulk box, who is on it), and its triage row reads."""
     claim = claims.shown(interrupt)
     return {
-        "folded": True,
         # Read-only for anyone the policy does not admit: no bulk box to tick.
         "refused": policies.refusal(user, rule, interrupt),
         # Who is reviewing it, and whether deciding must first confirm it is someone else.
@@ -55,7 +54,7 @@ def _card_context(interrupt: Interrupt, rule: eligibility.Rule, user, approvals:
                   viewers: dict | None = None) -> dict:
     schema = interrupt.response_schema
     return {
-        **_folded_context(interrupt, rule, user, viewers),
+        **_title_context(interrupt, rule, user, viewers),
         "folded": False,
         "approval": approval_payload(schema, True) is not None,
         "edits": supports_edits(schema),
@@ -83,7 +82,7 @@ def _batch_context(batch: selectors.Batch, resumed: dict, user, errors: dict | N
     live = {m.pk: m.live_decisions for m in batch.members}  # the members carry their live decisions
     viewers = viewers if viewers is not None else claims.viewers([i.pk for i in batch.pending])
     suggested = suggested if suggested is not None else selectors.grant_suggestions(batch.pending)
-    cards = {i.pk: {"interrupt": i, **_folded_context(i, rules[i.pk], user, viewers)} if i.pk in folded
+    cards = {i.pk: {"interrupt": i, "folded": True, **_title_context(i, rules[i.pk], user, viewers)} if i.pk in folded
              else {"interrupt": i, **_card_context(i, rules[i.pk], user, live.get(i.pk, []), viewers),
                    "suggested": suggested.get(i.pk), "errors": (errors or {}).get(i.pk)} for i in batch.pending}
     sending = _sending(batch, resumed.get(batch.run.pk), timezone.now())

@@ -219,7 +219,11 @@
     if (document.getElementById(section.id) === section) install(section, fresh);
   }
   window.countersign.unfold = unfold;
-  const sameBatch = (a, b) => a.dataset.versions === b.dataset.versions && a.dataset.state === b.dataset.state;
+  // Whether a live read says nothing new of a batch in the page: rendered the same, or rendered folded
+  // where the page read it whole, at the same versions and state.
+  const unchanged = (section, next, html) => rendered.get(section) === html
+    || (next.hasAttribute("data-folded") && !section.hasAttribute("data-folded")
+        && next.dataset.versions === section.dataset.versions && next.dataset.state === section.dataset.state);
 
   // Whether the live list still holds this batch (it then refreshes it like any other).
   const inList = (section) => section.dataset.listed === "1";
@@ -314,13 +318,8 @@
         if (!next) {
           section.dataset.listed = "0";
           leaving.push([section, before]);
-        } else if (rendered.get(section) === said.get(next)) {
+        } else if (unchanged(section, next, said.get(next))) {
           // Unchanged: the one in the page stays (its fields, its focus, a click under way), as read.
-          section.dataset.listed = "1";
-          attend(section, next, askedAt, false);
-          next.replaceWith(section);
-        } else if (next.hasAttribute("data-folded") && !section.hasAttribute("data-folded") && sameBatch(section, next)) {
-          // Read whole here, folded in the list, and unchanged since: the whole one stays.
           section.dataset.listed = "1";
           attend(section, next, askedAt, false);
           next.replaceWith(section);

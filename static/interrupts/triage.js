@@ -22,6 +22,7 @@
     document.cookie = `${cookie()}=${view}; path=/; max-age=31536000; samesite=lax${secure}`;
   }
   const single = () => chosen() !== "all";
+  const STORED_VIEW = "countersign:inbox-view"; // where the choice was kept before it was a cookie
 
   // The open request: its card, or once decided the line that says so (the view moves on only with j).
   function show(id) {
@@ -32,12 +33,11 @@
     if (shown && single()) shown.dataset.open = "";  // every card stacked: none is singled out
     // A folded card is read whole as it shows: the open one and the one j goes to next, or every one
     // when all are stacked.
-    let folded = $$(".stack section.batch[data-folded]");
-    if (single() && shown) {
-      const cards = $$(".stack [data-card]:not(.expired)");
-      const next = cards.find((card) => shown.compareDocumentPosition(card) & Node.DOCUMENT_POSITION_FOLLOWING);
-      folded = [shown, next].map((card) => card && card.closest("section.batch[data-folded]"));
-    }
+    const following = (card) => card && $$(".stack [data-card]:not(.expired)")
+      .find((other) => card.compareDocumentPosition(other) & Node.DOCUMENT_POSITION_FOLLOWING);
+    const folded = single()
+      ? [shown, following(shown)].map((card) => card && card.closest("section.batch[data-folded]"))
+      : $$(".stack section.batch[data-folded]");
     for (const section of folded) if (section) window.countersign.unfold(section);
     return shown;
   }
@@ -143,8 +143,8 @@
   document.addEventListener("DOMContentLoaded", () => {
     if (!$("[data-testid=triage]")) return;
     try {  // kept in this browser's storage before the server needed it
-      const before = localStorage.getItem("countersign:inbox-view");
-      if (before) { choose(before); localStorage.removeItem("countersign:inbox-view"); }
+      const before = localStorage.getItem(STORED_VIEW);
+      if (before) { choose(before); localStorage.removeItem(STORED_VIEW); }
     } catch (opaque) { /* no storage: the cookie alone */ }
     known(false);
     // countersign.js, before it moves the focus to a card: shown first, or the focus would not land.
