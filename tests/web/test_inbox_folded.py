@@ -66,3 +66,20 @@ def test_the_thread_page_never_folds(client, three):
     listed = client.get(reverse("inbox"), {"thread": thread.thread_id, "embedded": "1"}).content.decode()
     [card] = cards(listed).values()
     assert "data-folded" not in card
+
+
+def test_a_folded_card_shows_the_agent_s_words_as_text(client, reviewer):
+    make.interrupt(message="First: go ahead?")
+    hostile = make.interrupt(message="<script>alert('m')</script>", reason="acme:<img src=x onerror=alert(1)>")
+    folded = cards(client.get(reverse("inbox")).content.decode())[str(hostile.pk)]
+    assert "data-folded" in folded
+    assert "<script>" not in folded and "<img" not in folded
+    assert "&lt;script&gt;alert(&#x27;m&#x27;)&lt;/script&gt;" in folded
+
+
+def test_someone_who_may_not_decide_sees_folded_titles_without_a_bulk_box(client, db):
+    client.force_login(make.user(reviewer=False))
+    pending = [make.interrupt(message=f"Step {n}: go ahead?") for n in range(2)]
+    shown = cards(client.get(reverse("inbox"), {"scope": "all"}).content.decode())
+    folded = shown[str(pending[1].pk)]
+    assert "data-folded" in folded and "data-bulk-pick" not in folded
