@@ -110,7 +110,8 @@ def test_at_390_the_first_request_s_buttons_show_without_scrolling(browser, site
         no_sideways_scroll(page)
         axe_check(page, f"the request list on a phone, {scheme}")
         second = rows.nth(1)
-        second_card = page.locator(f"#{second.get_attribute('data-row-for')}")
+        second_id = second.get_attribute("data-row-for")
+        second_card = page.locator(f"#{second_id}")
         second.click()
         expect(triage).to_be_hidden()
         expect(second_card).to_be_visible()
@@ -118,8 +119,9 @@ def test_at_390_the_first_request_s_buttons_show_without_scrolling(browser, site
         expect(page.locator("[data-position]")).to_have_text(re.compile(r"^Request 2 of \d+$"))
         expect(second_card.locator(".buttons")).to_be_in_viewport()
         # Decided: the line where the card was, and the receipt with Undo, clear of everything else.
+        # Named before the click: once decided, the card is gone (read after it, a fast answer left nothing to read).
+        line = page.locator(f"#{second_id.replace('interrupt-', 'decided-')}")
         second_card.get_by_role("button", name="Reject").click()
-        line = page.locator(f"#{second_card.get_attribute('id').replace('interrupt-', 'decided-')}")
         expect(line.get_by_test_id("outcome")).to_have_text("Rejected", timeout=TIMEOUT)
         toast = page.get_by_test_id("toast")
         expect(toast).to_be_in_viewport()
