@@ -282,12 +282,25 @@ class Reach:
 
 
 def reach(user, policies: list[Policy] | None = None) -> Reach | None:
-    """Which policies admit ``user`` (None: they may decide nothing)."""
+    """Which policies admit ``user`` (None: they may decide nothing).
+
+    Kept on the user object for the same list of policies, as Django keeps its permissions there:
+    a page's count, list and filters each ask (a request's user, read again by the next one).
+    """
+    policies = in_force() if policies is None else policies
+    kept = getattr(user, "_countersign_reach", None)
+    if kept is not None and kept[0] is policies:
+        return kept[1]
+    found = _reach(user, policies)
+    user._countersign_reach = (policies, found)
+    return found
+
+
+def _reach(user, policies: list[Policy]) -> Reach | None:
     if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION)):
         return None
     own_too, others_only, backed_up = [], [], []
     groups = _group_ids(user)
-    policies = in_force() if policies is None else policies
     rules = _rules(policies)
     for policy in policies:
         rule = rules[policy.pk]
