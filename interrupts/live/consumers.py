@@ -283,7 +283,7 @@ class InboxConsumer(_Standing, AsyncJsonWebsocketConsumer):
 
     @sockets_db
     def _counts(self) -> dict:
-        return {"pending": selectors.pending_count(), "mine": selectors.waiting_count(self.scope["user"])}
+        return {"pending": selectors.pending_count(), **_mine(selectors.waiting(self.scope["user"]))}
 
 
 class Inboxes:
@@ -451,6 +451,14 @@ class Inboxes:
                 return
 
 
+NOTHING = selectors.Counted(0)
+
+
+def _mine(waiting: selectors.Counted) -> dict:
+    """What waits for the reader, as the socket says it: how many, and ``more`` past ``INBOX_COUNTED``."""
+    return {"mine": waiting.n, "more": waiting.more}
+
+
 def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
     """The "mine" message for each of ``users`` (by pk), encoded, which ``sessions`` are live, which users active.
 
@@ -461,7 +469,7 @@ def _count_for(users: dict, sessions: set) -> tuple[dict[int, str], set, set]:
     in_force = eligibility.in_force() if users else []
     fresh = get_user_model().objects.filter(pk__in=list(users), is_active=True).in_bulk()
     counted = {pk: json.dumps({"type": "mine", "pending": pending,
-                               "mine": selectors.waiting_count(fresh[pk], in_force) if pk in fresh else 0})
+                               **_mine(selectors.waiting(fresh[pk], in_force) if pk in fresh else NOTHING)})
                for pk in users}
     live = set(Session.objects.filter(session_key__in=[k for k in sessions if k], expire_date__gt=timezone.now())
                .values_list("session_key", flat=True))

@@ -22,6 +22,6 @@ def header(request):
         return {"pending_count": known, "presence_seconds": conf.settings.COUNTERSIGN_PRESENCE_SECONDS}
     # Lazy: counted once, and only by a page that shows it.
     return {"pending_count": SimpleLazyObject(
-        lambda: selectors.waiting_count(request.user, selectors.policies_in_force(request))),
+        lambda: selectors.waiting(request.user, selectors.policies_in_force(request))),
         # How often presence.js renews "I have this card open" (a third of it).
         "presence_seconds": conf.settings.COUNTERSIGN_PRESENCE_SECONDS}

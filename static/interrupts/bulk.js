@@ -31,9 +31,10 @@
       if (list) list.focus({ preventScroll: true });
     });
     const boxes = () => $$("input[data-bulk-pick]");
+    // As the list says it: "12", or "1000+" past what the inbox counts.
     const total = () => {
       const shown = $("[data-testid=inbox-count]");
-      return shown ? Number(shown.textContent) || 0 : 0;
+      return shown ? shown.textContent.trim() : "0";
     };
 
     function apply() {

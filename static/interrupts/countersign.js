@@ -72,13 +72,15 @@
   }
 
   // --- the header badge and the tab title ---------------------------------------
-  function showPending(count) {
+  // "1000+" when there are more than the server counts (INBOX_COUNTED), as the page renders it.
+  function showPending(mine, more) {
+    const count = more ? `${mine}+` : String(mine);
     const badge = $("#pending-badge");
     if (badge) {
       badge.textContent = count;
       badge.setAttribute("aria-label", `${count} waiting for you`);
     }
-    document.title = (count ? `(${count}) ` : "") + document.title.replace(/^\(\d+\) /, "");
+    document.title = (mine ? `(${count}) ` : "") + document.title.replace(/^\(\d+\+?\) /, "");
   }
 
   // --- the inbox: refresh the list, keeping any card someone is working on --------
@@ -613,7 +615,7 @@
           // For the page's other modules: every message the inbox socket hears.
           document.dispatchEvent(new CustomEvent("countersign:inbox", { detail: message }));
           // The badge counts what waits for this reader; "changed" carries only the total, "mine" follows it.
-          if (message.mine !== undefined) showPending(message.mine);
+          if (message.mine !== undefined) showPending(message.mine, message.more);
           if (message.type !== "changed") return;
           refreshInbox();
           // Interrupts raised, decided or expired on the thread shown: recheck it.

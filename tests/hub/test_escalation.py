@@ -59,7 +59,7 @@ def test_a_request_past_its_target_escalates_once_to_the_backup_group(team):
     assert verify.verify().ok
 
     # The backup group now finds it waiting for them, and may decide it.
-    assert selectors.waiting_count(team["carol"]) == 1
+    assert selectors.waiting(team["carol"]).n == 1
     assert list(selectors.inbox(selectors.InboxFilters(), user=team["carol"])) == [late]
     decisions.decide(late, team["carol"], "resolved", {"approved": True})
     assert Interrupt.objects.get(pk=late.pk).status == "resolved"
@@ -71,7 +71,7 @@ def test_a_backup_member_may_not_decide_their_own_request(team):
     with pytest.raises(Refusal) as refused:
         decisions.decide(mine, team["carol"], "resolved", {"approved": True})
     assert refused.value.code == "SELF_APPROVAL"
-    assert selectors.waiting_count(team["carol"]) == 0
+    assert selectors.waiting(team["carol"]).n == 0
 
 
 def test_nothing_escalates_without_a_backup_group_or_once_decided(team):
@@ -161,7 +161,7 @@ def test_a_backup_group_decides_only_while_the_governing_policy_still_names_it(t
     # find the old policy's on-call group still approving the ones that had escalated.
     late = raised(team["agent"], minutes_ago=31)
     escalation.escalate_due()
-    assert selectors.waiting_count(team["carol"]) == 1
+    assert selectors.waiting(team["carol"]).n == 1
     stricter = make.policy(agent=team["agent"], reason="confirmation", groups=list(team["policy"].groups.all()),
                            restricted=True)
     assert Interrupt.objects.get(pk=late.pk).policy_id == stricter.pk
@@ -169,5 +169,5 @@ def test_a_backup_group_decides_only_while_the_governing_policy_still_names_it(t
     with pytest.raises(Refusal) as refused:
         decisions.decide(late, team["carol"], "resolved", {"approved": True})
     assert refused.value.code == "NOT_ELIGIBLE"
-    assert selectors.waiting_count(team["carol"]) == 0
+    assert selectors.waiting(team["carol"]).n == 0
     assert list(selectors.inbox(selectors.InboxFilters(), user=team["carol"])) == []

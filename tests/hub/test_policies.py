@@ -229,7 +229,7 @@ def test_a_policy_whose_named_groups_were_deleted_admits_nobody():
     rule = eligibility.rule_for(interrupt)
     assert rule.restricted and not rule.admits(reviewer) and "nobody" in rule.waiting_for
     assert refused_code(lambda: decisions.decide(interrupt, reviewer, "resolved", APPROVE)) == "NOT_ELIGIBLE"
-    assert selectors.waiting_count(reviewer) == 0
+    assert selectors.waiting(reviewer).n == 0
     # Naming people again, on purpose, by staff, opens it to them.
     policy = policies.Policy.objects.get(name="finance only")
     policies.save(policy, users=[reviewer])
@@ -337,7 +337,7 @@ def test_waiting_for_me_counts_what_the_reader_may_decide_and_has_not():
     assert mine(alice) == {"guarded", "open", "own"}
     assert mine(bob) == {"open"}  # not Finance; and "own" is his own request
     assert mine(reader) == set()
-    assert selectors.waiting_count(alice) == 3
+    assert selectors.waiting(alice).n == 3
     decisions.decide(guarded, alice, "resolved", APPROVE)
     assert mine(alice) == {"open", "own"}  # she approved; it waits for someone else now
     assert status(guarded) == "pending"
@@ -479,14 +479,14 @@ def test_waiting_for_me_follows_policy_changes_and_stays_one_plain_filter(django
     agent, finance = make.agent(), Group.objects.create(name="Finance")
     reviewer = make.user()
     interrupt = raised(agent)
-    assert selectors.waiting_count(reviewer) == 1
+    assert selectors.waiting(reviewer).n == 1
     with django_capture_on_commit_callbacks(execute=True):  # resolved again once the policy is committed
         policy = make.policy(agent=agent, groups=[finance])
     assert Interrupt.objects.get(pk=interrupt.pk).policy_id == policy.pk
-    assert selectors.waiting_count(reviewer) == 0
+    assert selectors.waiting(reviewer).n == 0
     with django_capture_on_commit_callbacks(execute=True):
         policies.delete(policy)
-    assert selectors.waiting_count(reviewer) == 1
+    assert selectors.waiting(reviewer).n == 1
     # A hundred policies make a filter a hundred terms long, not ten thousand.
     for n in range(100):
         make.policy(agent=make.agent(), reason=f"r-{n}")

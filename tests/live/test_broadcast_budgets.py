@@ -50,7 +50,7 @@ async def test_a_broadcast_is_encoded_once_and_each_reader_recounted_once(monkey
     await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
     for communicator in sockets:
         assert (await communicator.receive_json_from())["type"] == "changed"
-        assert await communicator.receive_json_from() == {"type": "mine", "pending": 1, "mine": 1}
+        assert await communicator.receive_json_from() == {"type": "mine", "pending": 1, "mine": 1, "more": False}
     monkeypatch.setattr(json, "dumps", dumps)
     for communicator in sockets:
         assert await communicator.receive_nothing(timeout=0.2)  # once each: no second count

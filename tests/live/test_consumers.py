@@ -62,7 +62,7 @@ async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
     await database_sync_to_async(make.interrupt)()
     communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
     assert connected
-    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 1}
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 1, "more": False}
     # The broadcaster counts once for every watcher.
     await database_sync_to_async(make.interrupt)()
     await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
@@ -70,7 +70,7 @@ async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
     # What waits for this reader follows once the burst has settled: one count per socket, not per change.
     await database_sync_to_async(relay.inbox_changed)(7, 4, "raised")
     assert (await communicator.receive_json_from())["type"] == "changed"
-    assert await communicator.receive_json_from() == {"type": "mine", "pending": 2, "mine": 2}
+    assert await communicator.receive_json_from() == {"type": "mine", "pending": 2, "mine": 2, "more": False}
     # One count for that burst: what the socket hears next is the next change, not a second count.
     await database_sync_to_async(relay.inbox_changed)(7, 5, "raised")
     assert await communicator.receive_json_from() == {
@@ -84,7 +84,7 @@ async def test_the_badge_counts_only_what_waits_for_this_reader():
     await database_sync_to_async(make.interrupt)()
     communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
     assert connected
-    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 0}
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 0, "more": False}
     await communicator.disconnect()
 
 
@@ -114,7 +114,7 @@ async def test_each_user_hears_their_own_badge_once_the_burst_settles():
     for cookie in (reviewer, reviewer, outsider):
         communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
         assert connected
-        assert await communicator.receive_json_from() == {"type": "pending", "pending": 0, "mine": 0}
+        assert await communicator.receive_json_from() == {"type": "pending", "pending": 0, "mine": 0, "more": False}
         sockets.append(communicator)
     await database_sync_to_async(make.interrupt)()
     await database_sync_to_async(relay.inbox_changed)(7, 3, "raised")
@@ -122,7 +122,7 @@ async def test_each_user_hears_their_own_badge_once_the_burst_settles():
         assert (await communicator.receive_json_from())["type"] == "changed"
     # Both of the reviewer's sockets hear their count; the one who may not decide counts nothing as theirs.
     mine = [await communicator.receive_json_from() for communicator in sockets]
-    assert mine == [{"type": "mine", "pending": 1, "mine": 1}] * 2 + [{"type": "mine", "pending": 1, "mine": 0}]
+    assert mine == [{"type": "mine", "pending": 1, "mine": 1, "more": False}] * 2 + [{"type": "mine", "pending": 1, "mine": 0, "more": False}]
     for communicator in sockets:
         await communicator.disconnect()
 

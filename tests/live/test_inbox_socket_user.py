@@ -53,7 +53,7 @@ async def test_the_badge_follows_a_reviewer_who_lost_the_right_to_decide(change)
     user, _key, cookie = await login()
     await database_sync_to_async(make.interrupt)()
     communicator = await inbox(cookie)
-    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 1}
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 1, "mine": 1, "more": False}
 
     @database_sync_to_async
     def lose_it():
@@ -68,7 +68,7 @@ async def test_the_badge_follows_a_reviewer_who_lost_the_right_to_decide(change)
     assert (await communicator.receive_json_from())["type"] == "changed"
     mine = await communicator.receive_json_from()
     await communicator.disconnect()
-    assert mine == {"type": "mine", "pending": 2, "mine": 0}  # nothing waits for them any more
+    assert mine == {"type": "mine", "pending": 2, "mine": 0, "more": False}  # nothing waits for them any more
 
 
 async def test_a_socket_whose_session_ended_hears_no_more_changes():

@@ -9,7 +9,6 @@ import pytest
 from django.contrib.auth.models import Group
 
 from interrupts.models import Interrupt
-from interrupts.reads import selectors
 from interrupts.rules import eligibility
 
 from .. import factories as make
@@ -110,36 +109,3 @@ def test_each_api_read_costs_a_fixed_number_of_queries(seen, django_assert_num_q
     url, queries = API[name]
     with django_assert_num_queries(queries):
         assert client.get(url(made)).status_code == 200
-
-
-def test_the_badge_counts_what_the_inbox_lists(seen):
-    # The badge subtracts (own requests, decided) from what policies admit; the
-    # inbox filters row by row: the two must agree for every reader.
-    _, made = seen
-    for user in [made["reader"], *made["reader"].groups.get(name="Finance").user_set.all(), make.user(),
-                 make.user(reviewer=False)]:
-        listed = selectors.inbox(selectors.InboxFilters(), user=user).count()
-        assert selectors.waiting_count(user) == listed, user.username
-
-
-def test_the_page_and_its_badge_read_the_policies_once(seen):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    client, made = seen
-
-    def statements() -> tuple[list[str], list[str]]:
-        with CaptureQueriesContext(connection) as queries:
-            page = client.get("/inbox/?scope=all")
-        assert page.status_code == 200 and 'id="pending-badge"' in page.content.decode()
-        sql = [q["sql"] for q in queries.captured_queries]
-        return ([q for q in sql if q.startswith('SELECT "interrupts_policy"."id"')],
-                [q for q in sql if "interrupts_policy_version" in q])
-
-    # Unchanged since the process read them: one look at their version, for the page and its badge.
-    reads, checks = statements()
-    assert (len(reads), len(checks)) == (0, 1), (reads, checks)
-    # Changed: read again, once.
-    make.policy(agent=made["agent"], reason="escalation", users=[made["reader"]])
-    reads, checks = statements()
-    assert (len(reads), len(checks)) == (1, 1), (reads, checks)
