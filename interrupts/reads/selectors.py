@@ -21,6 +21,7 @@ from django.db.models import (
     OuterRef,
     Prefetch,
     Q,
+    QuerySet,
     Subquery,
     Window,
 )
@@ -300,16 +301,30 @@ def refused_answers(limit: int = 50, thread=None, user=None) -> list[Run]:
     found = Run.objects.filter(status=Run.Status.FAILED, resume_key__isnull=False, settlement="")
     if thread is not None:
         found = found.filter(thread=thread)
+    found = _found(found.order_by("-finished_at", "-pk")[:limit])
+    if not found:
+        return []
     rows = list(found.select_related("thread", "agent", "parent").annotate(
         acted=ExpressionWrapper(may_have_acted(), output_field=BooleanField()),
-    ).order_by("-finished_at", "-pk")[:limit])
-    return rows if user is None or not rows else settleable_by(user, rows)
+    ).order_by("-finished_at", "-pk"))
+    return rows if user is None else settleable_by(user, rows)
 
 
 def awaiting_agent(limit: int = 50) -> list[Run]:
     """Runs queued again because their agent could not be reached, next try first."""
-    return list(Run.objects.filter(status=Run.Status.QUEUED, attempts__gt=0).select_related("thread", "agent")
-                .order_by("retry_at", "pk")[:limit])
+    found = _found(Run.objects.filter(status=Run.Status.QUEUED, attempts__gt=0).order_by("retry_at", "pk")[:limit])
+    return list(found.select_related("thread", "agent").order_by("retry_at", "pk")) if found else []
+
+
+def _found(runs) -> QuerySet | None:
+    """The runs ``runs`` (a sliced, ordered queryset) finds, as a queryset of their pks, or None when none.
+
+    For the lists a page shows that are nearly always empty (refused answers, runs awaiting their agent):
+    their pks first, then their rows only when there are any. Building the query for
+    whole Run rows with their relations is 1–3 ms of the ORM's Python even when it finds nothing.
+    """
+    pks = list(runs.values_list("pk", flat=True))
+    return Run.objects.filter(pk__in=pks) if pks else None
 
 
 def thread_rows():
