@@ -187,10 +187,14 @@ def cards(request, filters: selectors.InboxFilters, fold: bool = False) -> dict:
     }
 
 
+#: Past any list's end (25 million rows), and within what a database's LIMIT takes.
+_LAST_PAGE = 1_000_000
+
+
 def _page_number(asked: str | None) -> int:
-    """The page asked for, as a number (1 for anything else: the paginator says the same)."""
+    """The page asked for, as a number (1 for anything else, as the paginator would; past the end, the last)."""
     try:
-        return max(int(asked), 1)
+        return min(max(int(asked), 1), _LAST_PAGE)
     except (TypeError, ValueError):
         return 1
 

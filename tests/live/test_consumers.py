@@ -15,6 +15,7 @@ from django.db import transaction
 
 from interrupts.hub import supervisor, wakeup
 from interrupts.live import relay
+from interrupts.reads import selectors
 from project.asgi import application
 
 from .. import factories as make
@@ -78,6 +79,17 @@ async def test_the_inbox_socket_sends_the_pending_count_and_every_change():
     await communicator.disconnect()
 
 
+async def test_past_the_inbox_bound_the_socket_says_there_are_more(monkeypatch):
+    monkeypatch.setattr(selectors, "INBOX_COUNTED", 2)
+    cookie = await session_cookie()
+    for _ in range(3):
+        await database_sync_to_async(make.interrupt)()
+    communicator, connected, _ = await connect("/ws/inbox/", ORIGIN, cookie)
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "pending", "pending": 3, "mine": 2, "more": True}
+    await communicator.disconnect()
+
+
 async def test_the_badge_counts_only_what_waits_for_this_reader():
     # A reader without the decide permission: everything is pending, nothing waits for them.
     cookie = await session_cookie(reviewer=False)
@@ -122,7 +134,8 @@ async def test_each_user_hears_their_own_badge_once_the_burst_settles():
         assert (await communicator.receive_json_from())["type"] == "changed"
     # Both of the reviewer's sockets hear their count; the one who may not decide counts nothing as theirs.
     mine = [await communicator.receive_json_from() for communicator in sockets]
-    assert mine == [{"type": "mine", "pending": 1, "mine": 1, "more": False}] * 2 + [{"type": "mine", "pending": 1, "mine": 0, "more": False}]
+    said = {"type": "mine", "pending": 1, "more": False}
+    assert mine == [{**said, "mine": 1}] * 2 + [{**said, "mine": 0}]
     for communicator in sockets:
         await communicator.disconnect()
 

@@ -80,3 +80,13 @@ def test_a_filtered_list_is_counted_the_same_way(client, reviewer, small_bounds)
     waiting(1)
     page = client.get(reverse("inbox"), {"agent": agent.name}).content.decode()
     assert shown_count(page) == "4+"
+
+
+@pytest.mark.parametrize("asked", ["0", "-3", "two", "9" * 40, "1" * 5000])
+def test_any_page_number_is_answered_with_a_page(client, reviewer, small_bounds, asked):
+    made = waiting(3)
+    page = client.get(reverse("inbox"), {"page": asked})
+    assert page.status_code == 200
+    # Past the end (or not a number) is the paginator's: the first page, or the last.
+    shown = page.content.decode()
+    assert f'id="interrupt-{made[0].pk}"' in shown or f'id="interrupt-{made[2].pk}"' in shown
