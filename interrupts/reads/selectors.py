@@ -244,14 +244,19 @@ class Batch:
         return len(self.members)
 
 
-def inbox_batches(page_of_interrupts) -> list[Batch]:
-    """A page of ``inbox`` grouped by the run that raised it, with members' live decisions and subagents (4 queries).
+def page_keys(queryset, start: int, size: int) -> list[tuple[int, int]]:
+    """The (pk, run_id) of ``size`` rows of ``queryset`` (``inbox``) from ``start``: a page, read along the index.
 
-    The page's pks first, then the rows of its runs: page 500 skips 12,475
-    entries of the inbox index instead of 12,475 rows joined to their runs,
-    threads and agents.
+    The page's keys first, then the rows of its runs (``inbox_batches``): page
+    500 skips 12,475 entries of the inbox index instead of 12,475 rows joined
+    to their runs, threads and agents.
     """
-    page = list(page_of_interrupts.values_list("pk", "run_id"))
+    return list(queryset.values_list("pk", "run_id")[start:start + size])
+
+
+def inbox_batches(page: list[tuple[int, int]]) -> list[Batch]:
+    """A page of ``inbox`` (``page_keys``) grouped by the run that raised it, with members' live decisions and
+    subagents (3 queries)."""
     runs_in_order = list(dict.fromkeys(run_id for _, run_id in page))
     live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
     members = (Interrupt.objects.filter(run_id__in=runs_in_order)

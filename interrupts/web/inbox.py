@@ -161,13 +161,21 @@ def cards(request, filters: selectors.InboxFilters, fold: bool = False) -> dict:
     # Counted as far as the page asked for, and the header's count with it when it is the same list: a
     # reader does not page through 100,000, and an exact count read every row on every page.
     wanted = _page_number(request.GET.get("page"))
-    found = selectors.counted(matching, max(INBOX_COUNTED, wanted * INBOX_PAGE_SIZE))
+    start, keys = (wanted - 1) * INBOX_PAGE_SIZE, None
+    if start >= INBOX_COUNTED:
+        # Deep in the list: this page's rows and one more say whether a next page follows, in one walk of
+        # the list (a count up to here and then the page walked it twice).
+        keys = selectors.page_keys(matching, start, INBOX_PAGE_SIZE + 1)
+    found = (selectors.Counted(start + min(len(keys), INBOX_PAGE_SIZE), more=len(keys) > INBOX_PAGE_SIZE) if keys
+             else selectors.counted(matching, max(INBOX_COUNTED, start)))  # past the end: the last page
     if filters.unfiltered and filters.scope == "mine":
         request.pending_count = found.at_most(INBOX_COUNTED)
     paginator = Paginator(matching, INBOX_PAGE_SIZE)
     paginator.count = found.n + found.more  # one past the count when there are more: the page has a next
     page = paginator.get_page(wanted)
-    groups = selectors.inbox_batches(page.object_list)
+    if not keys or page.number != wanted:
+        keys = selectors.page_keys(matching, (page.number - 1) * INBOX_PAGE_SIZE, INBOX_PAGE_SIZE)
+    groups = selectors.inbox_batches(keys[:INBOX_PAGE_SIZE])
     page.object_list = [i for b in groups for i in b.pending]
     resumed = selectors.resumed_by(b.run.pk for b in groups)
     rules = eligibility.rules_for(page.object_list, in_force)
