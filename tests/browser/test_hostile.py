@@ -21,6 +21,11 @@ from .hostile_agent import MARK, TEXT, HostileAgent
 
 TIMEOUT = 15_000
 
+# Whether agent text stays inert is the pages' escaping, their scripts and the CSP: the same code on either
+# back end. `make test` checks it on SQLite, and `make test-scale` leaves it out (``backend_free``), as it
+# does what a page looks like (test_screens); the PostgreSQL pass keeps the API's own fuzzing (schemathesis).
+pytestmark = pytest.mark.backend_free
+
 # Collects every CSP violation of a page, from its first script on.
 WATCH_CSP = """
 window.__violations = [];
