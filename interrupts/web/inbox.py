@@ -173,7 +173,7 @@ def cards(request, filters: selectors.InboxFilters, fold: bool = False) -> dict:
     paginator = Paginator(matching, INBOX_PAGE_SIZE)
     paginator.count = found.n + found.more  # one past the count when there are more: the page has a next
     page = paginator.get_page(wanted)
-    if not keys or page.number != wanted:
+    if not keys:  # a page within the count, or past the end (the paginator then gives the last)
         keys = selectors.page_keys(matching, (page.number - 1) * INBOX_PAGE_SIZE, INBOX_PAGE_SIZE)
     groups = selectors.inbox_batches(keys[:INBOX_PAGE_SIZE])
     page.object_list = [i for b in groups for i in b.pending]
