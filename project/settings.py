@@ -132,13 +132,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections (CONN_MAX_AGE) are no answer under ASGI: each
     # request's thread keeps its own, and 50 concurrent requests used up the
     # server's connection slots.
-    from psycopg_pool import ConnectionPool
+    from .dbpool import check_connection
 
     DATABASES["default"]["OPTIONS"] = {
         # check: a connection is tried before it is handed out, so the dead ones a
         # restart (or pg_terminate_backend) left in the pool are replaced, not used.
         "pool": {"min_size": 1, "max_size": _countersign["COUNTERSIGN_DB_POOL_SIZE"],
-                 "timeout": _countersign["COUNTERSIGN_DB_POOL_TIMEOUT"], "check": ConnectionPool.check_connection},
+                 "timeout": _countersign["COUNTERSIGN_DB_POOL_TIMEOUT"], "check": check_connection},
         # PostgreSQL waits for a lock without end by default.
         "options": f"-c lock_timeout={int(DB_LOCK_TIMEOUT * 1000)}",
     }
