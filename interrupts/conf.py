@@ -311,6 +311,9 @@ INSIGHT_MAX_ROWS = 50_000
 # shows at most, the most first: agents choose their reasons, and the page is
 # re-read by everyone watching it on each change. The exports keep every row.
 INSIGHT_CHART_ROWS = 25
+# Idle request threads a serving process keeps for the next requests (web/handler.py); a burst
+# past it starts threads of its own, which end after it.
+REQUEST_THREADS_KEPT = 32
 # Seconds between two refreshes of SQLite's query planner statistics by a
 # process's supervisor (hub/statistics.py); the first is at its first round.
 PLANNER_STATISTICS_EVERY = 600

@@ -7,12 +7,12 @@ cookies.
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 # Django must be set up before anything imports models (the consumers do).
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -21,6 +21,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from interrupts.hub.replies import AfterReply  # noqa: E402
 from interrupts.live.routing import websocket_urlpatterns  # noqa: E402
 from interrupts.web import csp  # noqa: E402
+from interrupts.web.handler import KeptThreadsHandler  # noqa: E402
+
+# Django's handler (what get_asgi_application returns), keeping its request threads.
+django_asgi_app = KeptThreadsHandler()
 
 application = ProtocolTypeRouter(
     {
