@@ -147,7 +147,11 @@ class Run(models.Model):
                 condition=Q(status__in=RunStatus.values), name="run_status_valid"
             ),
         ]
-        indexes = [models.Index(fields=["status", "created_at"], name="run_status_created")]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="run_status_created"),
+            # The API names a run by its runId alone (/api/runs/<runId>/): without this, a table scan.
+            models.Index(fields=["run_id"], name="run_run_id"),
+        ]
 
     def __str__(self) -> str:
         return self.run_id

@@ -408,9 +408,15 @@ def _resumed_by(run_pk):
 
 
 def runs():
-    """Runs with their thread, agent and parent, and ``resumed_by_run_id`` (``Run.resumed_by``'s runId)."""
-    return Run.objects.select_related("thread", "agent", "parent", "settled_by").annotate(
-        resumed_by_run_id=_resumed_by(OuterRef("pk")))
+    """Runs with their thread, agent and parent, and ``resumed_by_run_id`` (``Run.resumed_by``'s runId).
+
+    Without the thread's conversation and the parent's input and outcome: a run
+    is shown with their names only, and a long conversation was read and decoded
+    whole on every read of every run of its thread.
+    """
+    return (Run.objects.select_related("thread", "agent", "parent", "settled_by")
+            .defer("thread__messages", "thread__state", "parent__input", "parent__outcome")
+            .annotate(resumed_by_run_id=_resumed_by(OuterRef("pk"))))
 
 
 def interrupts():
