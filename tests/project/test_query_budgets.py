@@ -172,3 +172,19 @@ def test_a_bulk_decision_costs_a_fixed_amount_per_card(client, reviewer):
     per_card = (six - two) // 4
     assert (two - 2 * per_card, per_card) == BULK_DECISION[connection.vendor], (two, six)
     assert six - two == 4 * per_card
+
+
+def test_a_run_is_read_by_its_run_id_index_without_its_thread_s_conversation(client, reviewer):
+    thread = make.thread(messages=[{"id": "m1", "role": "user", "content": "a long conversation"}])
+    run = make.run(thread, status="interrupted", requested_by=reviewer)
+    make.run(thread, parent=run, status="succeeded")
+    [read] = [sql for sql in cost(client, f"/api/runs/{run.run_id}/") if 'FROM "interrupts_run"' in sql]
+    # Names only: the conversation is the thread page's to read, and a long one was decoded on every run read.
+    selected = read.split('FROM "interrupts_run" INNER JOIN')[0]  # not the subquery's FROM
+    assert '"messages"' not in selected and '"state"' not in selected
+    assert selected.count('"input"') == 1  # the run's own, not its parent's
+    if connection.vendor == "sqlite":  # the captured statement has its values in place, as EXPLAIN needs
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN QUERY PLAN " + read)
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+        assert "run_run_id" in plan and "SCAN interrupts_run" not in plan, plan
