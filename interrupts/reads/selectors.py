@@ -254,13 +254,24 @@ def page_keys(queryset, start: int, size: int) -> list[tuple[int, int]]:
     return list(queryset.values_list("pk", "run_id")[start:start + size])
 
 
+# What a batch's card never shows of its run: the conversation so far (the thread's messages and state,
+# the input sent), and the terminal event as received. Read with every card, a long conversation was
+# decoded whole for each batch on every inbox page.
+CONVERSATION = ("run__input", "run__outcome", "run__thread__messages", "run__thread__state")
+
+
+def card_interrupts():
+    """Interrupts as a card shows them: with their run, thread and agent, without the conversation."""
+    return Interrupt.objects.select_related("run__thread", "run__agent").defer(*CONVERSATION)
+
+
 def inbox_batches(page: list[tuple[int, int]]) -> list[Batch]:
     """A page of ``inbox`` (``page_keys``) grouped by the run that raised it, with members' live decisions and
     subagents (3 queries)."""
     runs_in_order = list(dict.fromkeys(run_id for _, run_id in page))
     live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
     members = (Interrupt.objects.filter(run_id__in=runs_in_order)
-               .select_related("run__agent", "run__thread", "claimed_by", "escalated_to")
+               .select_related("run__agent", "run__thread", "claimed_by", "escalated_to").defer(*CONVERSATION)
                .prefetch_related(_live_decisions(live)).order_by("pk"))
     grouped: dict[int, Batch] = {}
     found: dict[int, Interrupt] = {}
@@ -277,7 +288,7 @@ def batch(run: Run) -> Batch:
     """One run's whole batch: its pending interrupts and every member's live decision."""
     live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
     members = with_subagents(list(Interrupt.objects.filter(run=run)
-                   .select_related("run__agent", "run__thread", "claimed_by", "escalated_to")
+                   .select_related("run__agent", "run__thread", "claimed_by", "escalated_to").defer(*CONVERSATION)
                    .prefetch_related(_live_decisions(live)).order_by("pk")))
     return Batch(run=run, pending=[m for m in members if m.status == Interrupt.Status.PENDING], members=members)
 
@@ -286,12 +297,13 @@ def _live_decisions(queryset):
     return Prefetch("decisions", queryset=queryset, to_attr="live_decisions")
 
 
-def resumed_by(run_pks) -> dict[int, Run]:
-    """The resume run of each interrupted run that has one."""
+def resumed_by(run_pks, *, whole: bool = True) -> dict[int, Run]:
+    """The resume run of each interrupted run that has one; ``whole=False`` leaves out what it sent and got
+    (its input carries the conversation), which a card does not show."""
     # Oldest first, so the latest resume wins (a refused answer sent again);
     # once the latest was reopened, none stands for the batch (Run.resumed_by).
-    latest = {r.parent_id: r for r in Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False)
-              .select_related("settled_by").order_by("pk")}
+    resumes = Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False).select_related("settled_by")
+    latest = {r.parent_id: r for r in (resumes if whole else resumes.defer("input", "outcome")).order_by("pk")}
     return {parent: run for parent, run in latest.items() if run.settlement != Run.Settlement.REOPENED}
 
 

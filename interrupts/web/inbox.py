@@ -177,7 +177,7 @@ def cards(request, filters: selectors.InboxFilters, fold: bool = False) -> dict:
         keys = selectors.page_keys(matching, (page.number - 1) * INBOX_PAGE_SIZE, INBOX_PAGE_SIZE)
     groups = selectors.inbox_batches(keys[:INBOX_PAGE_SIZE])
     page.object_list = [i for b in groups for i in b.pending]
-    resumed = selectors.resumed_by(b.run.pk for b in groups)
+    resumed = selectors.resumed_by((b.run.pk for b in groups), whole=False)
     rules = eligibility.rules_for(page.object_list, in_force)
     viewers = claims.viewers([i.pk for i in page.object_list])  # the page's, in one query
     folded = {i.pk for i in page.object_list[1:]} if fold else set()
@@ -250,8 +250,8 @@ _CHIPPED = ("agent", "reason", "thread", "q", "age", "expiring")
 def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False):
     whole = selectors.batch(interrupt.run)
     rules = eligibility.rules_for(whole.pending, selectors.policies_in_force(request))
-    context = {**_batch_context(whole, selectors.resumed_by([whole.run.pk]), request.user, errors, rules=rules),
-               "now": timezone.now()}
+    resumed = selectors.resumed_by([whole.run.pk], whole=False)
+    context = {**_batch_context(whole, resumed, request.user, errors, rules=rules), "now": timezone.now()}
     if errors and interrupt not in whole.pending:
         # Its card is gone (decided by someone else, or expired): say why at the batch.
         context["batch_error"] = errors[interrupt.pk]
@@ -331,7 +331,7 @@ def undo(request, pk: int):
     The page reads the GET to follow a decision it made until its resume is
     sent, and to say who decided a batch that left the list.
     """
-    interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
+    interrupt = get_object_or_404(selectors.card_interrupts(), pk=pk)
     problem, notes = None, []
     if request.method == "POST":
         try:
@@ -360,7 +360,7 @@ CLAIM_ACTIONS = {
 @require_POST
 def claim(request, pk: int, how: str):
     """Claim, take over or release a card; the batch comes back re-rendered, with any refusal on the card."""
-    interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
+    interrupt = get_object_or_404(selectors.card_interrupts(), pk=pk)
     change, said = CLAIM_ACTIONS[how]
     problem = None
     try:

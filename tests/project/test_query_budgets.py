@@ -188,3 +188,27 @@ def test_a_run_is_read_by_its_run_id_index_without_its_thread_s_conversation(cli
             cursor.execute("EXPLAIN QUERY PLAN " + read)
             plan = " ".join(str(row[-1]) for row in cursor.fetchall())
         assert "run_run_id" in plan and "SCAN interrupts_run" not in plan, plan
+
+
+@pytest.mark.parametrize("path", ["/inbox/", "/inbox/?scope=all", "/interrupts/{interrupt}/undo/"])
+def test_the_inbox_reads_no_batch_s_conversation(client, reviewer, path):
+    # Cards name their thread and agent; the conversation is the thread page's. Read with every card, a long
+    # one was decoded whole for each batch on every page, each time a card was opened, and for its resume.
+    thread = make.thread(messages=[{"id": "m1", "role": "user", "content": "a long conversation"}], state={"k": 1})
+    run = make.run(thread, status="interrupted", requested_by=reviewer,
+                   input={"threadId": thread.thread_id, "runId": "r", "messages": [], "state": {}})
+    interrupt = make.interrupt(run)
+    make.policy(agent=thread.agent, allow_self_approval=True)
+    url = path.format(interrupt=interrupt.pk)
+    statements = cost(client, url) if "undo" not in url else _opened(client, url)
+    read = " ".join(sql.split(" FROM ")[0] for sql in statements)
+    assert '"interrupts_thread"."messages"' not in read and '"interrupts_thread"."state"' not in read
+    assert '"interrupts_run"."input"' not in read and '"interrupts_run"."outcome"' not in read
+
+
+def _opened(client, url: str) -> list[str]:
+    """One card opened as the page opens it (htmx)."""
+    assert client.get(url, HTTP_HX_REQUEST="true").status_code == 200
+    with CaptureQueriesContext(connection) as statements:
+        assert client.get(url, HTTP_HX_REQUEST="true").status_code == 200
+    return [statement["sql"] for statement in statements]
