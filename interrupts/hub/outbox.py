@@ -256,11 +256,12 @@ def renew(run_pk: int, worker: str) -> bool:
 
 def lapsed(now: datetime) -> list[Run]:
     """Streaming runs whose process stopped renewing its claim (it died mid-stream)."""
-    return list(
-        Run.objects.filter(status=Run.Status.STREAMING)
-        .filter(Q(lease_until__lt=now) | Q(lease_until__isnull=True))
-        .select_related("thread")
-    )
+    found = Run.objects.filter(status=Run.Status.STREAMING).filter(Q(lease_until__lt=now) | Q(lease_until__isnull=True))
+    # Asked on every supervisor round and nearly always none: their pks first, the rows only when
+    # there are any (the query for whole rows and their thread cost 0.65 ms to build, against 0.28).
+    # The rows are read under the same condition: one taken over meanwhile is someone else's.
+    pks = list(found.values_list("pk", flat=True))
+    return list(found.filter(pk__in=pks).select_related("thread")) if pks else []
 
 
 def take_over(run: Run, worker: str) -> bool:
