@@ -183,7 +183,18 @@ def test_of_two_people_deciding_at_once_the_loser_is_told_who_won_and_it_stays(p
         thread = start(site, "solo")
         pages = {"me": inbox_for(me, thread), "alice": inbox_for(alice, thread)}
         pk = pages["me"].locator("[data-card]").first.get_attribute("id")
-        press = f"() => document.querySelector('#{pk} button[data-key=a]').click()"
+        # Clicked as soon as the page has the button: a live update (the other reviewer opening the same card)
+        # may be swapping the card in at that moment, and a click on nothing is no decision.
+        press = f"""() => new Promise((done, fail) => {{
+            const until = performance.now() + 5000;
+            const attempt = () => {{
+                const button = document.querySelector('#{pk} button[data-key=a]');
+                if (button) {{ button.click(); done(); }}
+                else if (performance.now() > until) fail(new Error('no Approve button on the card'));
+                else requestAnimationFrame(attempt);
+            }};
+            attempt();
+        }})"""
         order = ["me", "alice"] if trial % 2 == 0 else ["alice", "me"]
         for who in order:  # as near to simultaneous as two pages go: neither waits for the other's answer
             pages[who].evaluate(press)
