@@ -254,28 +254,37 @@ def page_keys(queryset, start: int, size: int) -> list[tuple[int, int]]:
     return list(queryset.values_list("pk", "run_id")[start:start + size])
 
 
-# What a batch's card never shows of its run: the conversation so far (the thread's messages and state,
-# the input sent), and the terminal event as received. Read with every card, a long conversation was
-# decoded whole for each batch on every inbox page.
-CONVERSATION = ("run__input", "run__outcome", "run__thread__messages", "run__thread__state")
+# What a run and its thread hold of the conversation: the input sent and the terminal event as received;
+# the messages and state folded from its events. Read only where they are shown: with every card (and
+# every run read) a long conversation was decoded whole, for each batch on every inbox page.
+_RUN_CONVERSATION = ("input", "outcome")
+_THREAD_CONVERSATION = ("messages", "state")
+
+
+def _under(path: str, names: tuple[str, ...]) -> list[str]:
+    return [f"{path}__{name}" for name in names]
 
 
 def card_interrupts():
     """Interrupts as a card shows them: with their run, thread and agent, without the conversation."""
-    return Interrupt.objects.select_related("run__thread", "run__agent").defer(*CONVERSATION)
+    return Interrupt.objects.select_related("run__thread", "run__agent").defer(
+        *_under("run", _RUN_CONVERSATION), *_under("run__thread", _THREAD_CONVERSATION))
+
+
+def _members(**filters) -> list[Interrupt]:
+    """The interrupts ``filters`` select, as cards show them, with who holds them, live decisions and subagents."""
+    live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
+    return with_subagents(list(card_interrupts().filter(**filters).select_related("claimed_by", "escalated_to")
+                               .prefetch_related(_live_decisions(live)).order_by("pk")))
 
 
 def inbox_batches(page: list[tuple[int, int]]) -> list[Batch]:
     """A page of ``inbox`` (``page_keys``) grouped by the run that raised it, with members' live decisions and
     subagents (3 queries)."""
     runs_in_order = list(dict.fromkeys(run_id for _, run_id in page))
-    live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
-    members = (Interrupt.objects.filter(run_id__in=runs_in_order)
-               .select_related("run__agent", "run__thread", "claimed_by", "escalated_to").defer(*CONVERSATION)
-               .prefetch_related(_live_decisions(live)).order_by("pk"))
     grouped: dict[int, Batch] = {}
     found: dict[int, Interrupt] = {}
-    for member in with_subagents(list(members)):
+    for member in _members(run_id__in=runs_in_order):
         grouped.setdefault(member.run_id, Batch(run=member.run)).members.append(member)
         found[member.pk] = member
     for pk, run_id in page:
@@ -286,10 +295,7 @@ def inbox_batches(page: list[tuple[int, int]]) -> list[Batch]:
 
 def batch(run: Run) -> Batch:
     """One run's whole batch: its pending interrupts and every member's live decision."""
-    live = Decision.objects.filter(superseded_at__isnull=True).select_related("user")
-    members = with_subagents(list(Interrupt.objects.filter(run=run)
-                   .select_related("run__agent", "run__thread", "claimed_by", "escalated_to").defer(*CONVERSATION)
-                   .prefetch_related(_live_decisions(live)).order_by("pk")))
+    members = _members(run=run)
     return Batch(run=run, pending=[m for m in members if m.status == Interrupt.Status.PENDING], members=members)
 
 
@@ -303,7 +309,7 @@ def resumed_by(run_pks, *, whole: bool = True) -> dict[int, Run]:
     # Oldest first, so the latest resume wins (a refused answer sent again);
     # once the latest was reopened, none stands for the batch (Run.resumed_by).
     resumes = Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False).select_related("settled_by")
-    latest = {r.parent_id: r for r in (resumes if whole else resumes.defer("input", "outcome")).order_by("pk")}
+    latest = {r.parent_id: r for r in (resumes if whole else resumes.defer(*_RUN_CONVERSATION)).order_by("pk")}
     return {parent: run for parent, run in latest.items() if run.settlement != Run.Settlement.REOPENED}
 
 
@@ -427,7 +433,7 @@ def runs():
     whole on every read of every run of its thread.
     """
     return (Run.objects.select_related("thread", "agent", "parent", "settled_by")
-            .defer("thread__messages", "thread__state", "parent__input", "parent__outcome")
+            .defer(*_under("thread", _THREAD_CONVERSATION), *_under("parent", _RUN_CONVERSATION))
             .annotate(resumed_by_run_id=_resumed_by(OuterRef("pk"))))
 
 
