@@ -132,13 +132,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections (CONN_MAX_AGE) are no answer under ASGI: each
     # request's thread keeps its own, and 50 concurrent requests used up the
     # server's connection slots.
-    from .dbpool import check_connection
+    from .dbpool import ReplaceAllOnOneDead
 
     DATABASES["default"]["OPTIONS"] = {
         # check: a connection is tried before it is handed out, so the dead ones a
-        # restart (or pg_terminate_backend) left in the pool are replaced, not used.
+        # restart (or pg_terminate_backend) left in the pool are replaced, not used,
+        # all of them at the first one found.
         "pool": {"min_size": 1, "max_size": _countersign["COUNTERSIGN_DB_POOL_SIZE"],
-                 "timeout": _countersign["COUNTERSIGN_DB_POOL_TIMEOUT"], "check": check_connection},
+                 "timeout": _countersign["COUNTERSIGN_DB_POOL_TIMEOUT"], "check": ReplaceAllOnOneDead("default")},
         # PostgreSQL waits for a lock without end by default.
         "options": f"-c lock_timeout={int(DB_LOCK_TIMEOUT * 1000)}",
     }

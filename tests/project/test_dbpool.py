@@ -1,4 +1,5 @@
-"""The PostgreSQL pool's check (project/dbpool.py): a dead connection refused, a live one passed without a query.
+"""The PostgreSQL pool's check (project/dbpool.py): a dead connection refused, a live one passed without a query,
+and one dead connection found replaces every idle one.
 
 PostgreSQL only: runs in CI's PostgreSQL pass, with its own connections (not the pool's) to the test database.
 """
@@ -69,3 +70,26 @@ def test_a_connection_with_something_to_read_is_asked_and_passes():
         until_readable(conn)
         check_connection(conn)
         assert last_query(conn.info.backend_pid) == ""
+
+
+def test_one_dead_connection_found_replaces_every_idle_one_in_the_pool():
+    # As after a restart: the pool's idle connections all ended. Met one by one, each cost the
+    # next request the pool's backoff (1 s, 2 s, 4 s...) until its timeout: one is met, then none.
+    pool = connection.pool
+    held = [pool.getconn() for _ in range(4)]
+    killed = {conn.info.backend_pid for conn in held}
+    for conn in held:
+        pool.putconn(conn)
+    lost = pool.get_stats().get("connections_lost", 0)
+    with fresh() as other:
+        other.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(killed),))
+    for conn in held:
+        until_readable(conn)
+    served = [pool.getconn() for _ in range(4)]
+    try:
+        assert {conn.info.backend_pid for conn in served}.isdisjoint(killed)
+        assert [conn.execute("SELECT 1").fetchone() for conn in served] == [(1,)] * 4
+        assert pool.get_stats().get("connections_lost", 0) - lost == 1
+    finally:
+        for conn in served:
+            pool.putconn(conn)

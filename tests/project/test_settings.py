@@ -56,7 +56,7 @@ def test_database_and_redis_urls_switch_backends():
     assert found["engine"] == "django.db.backends.postgresql"
     assert found["layer"] == "channels_redis.core.RedisChannelLayer"
     # The pool tries a connection before handing it out: a restart's dead ones are replaced, not used.
-    assert "check_connection" in found["options"]["pool"]["check"]
+    assert found["options"]["pool"]["check"] == "ReplaceAllOnOneDead('default')"
 
 
 def test_production_refuses_to_start_without_a_secret_key():
