@@ -41,6 +41,13 @@ class Socket:
         self.heard.append(text)
 
 
+def blocked_reads(redis) -> int:
+    """Blocking reads Redis holds open now. A layer takes its receive lock a round trip before
+    its read is out (channels_redis cleans the in-flight queue first), and reads again every 5 s."""
+    with Redis.from_url(redis.url) as client:
+        return client.info("clients")["blocked_clients"]
+
+
 def broadcast_from_another_process(redis) -> None:
     """A broadcast sent, and taken off Redis by the process's pending read, while this loop is busy."""
     def send():
@@ -68,6 +75,7 @@ async def test_a_socket_closing_mid_read_costs_the_inbox_subscription_no_broadca
     try:
         # The subscription's own read is out too (on the shared instance, it waits its turn).
         await until(lambda: inboxes.layer.receive_lock is not None and inboxes.layer.receive_lock.locked())
+        await until(lambda: blocked_reads(private_redis) == 2)  # both reads out at Redis, not just their locks
         broadcast_from_another_process(private_redis)
         # ...closes just then: its receive is cancelled with what its read took still unread.
         waiting.cancel()
