@@ -17,7 +17,7 @@ from ..conf import API_EVENTS_PAGE
 from ..conf import API_MAX_EVENTS_PAGE as MAX_EVENTS_PAGE
 from ..hub import agents, claims, decisions, grants, outbox, policies, refused, replies, runs
 from ..hub.refusals import Refusal
-from ..models import Grant, Interrupt
+from ..models import Grant, Interrupt, Run, under
 from ..reads import selectors, simulation
 from ..rules import eligibility
 from . import serializers as s
@@ -370,7 +370,8 @@ class InterruptViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         The author may send another answer to change it until the batch is
         sent; anyone else gets 409 ALREADY_DECIDED naming who decided.
         """
-        interrupt = get_object_or_404(Interrupt.objects.select_related("run"), pk=pk)
+        interrupt = get_object_or_404(
+            Interrupt.objects.select_related("run").defer(*under("run", Run.CONVERSATION)), pk=pk)
         body = s.DecideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data

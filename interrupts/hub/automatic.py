@@ -75,8 +75,8 @@ def standing(run: Run, raised: list[Interrupt], now) -> Callable[[], set[int]]:
         approved = {c.interrupt.pk for c in covered if _approve(c, people, now)}
         if len(approved) == len(raised):  # the whole batch: its resume goes at once (no undo: nobody clicked)
             # Read again: the caller's thread predates this run's events (the messages the resume carries).
-            runs.queue_resume(Run.objects.select_related("thread", "agent").get(pk=run.pk), hold=0,
-                              size=len(raised))
+            interrupted = Run.objects.select_related("thread", "agent").defer(*Run.CONVERSATION).get(pk=run.pk)
+            runs.queue_resume(interrupted, hold=0, size=len(raised))
         return approved
 
     return spend if covered else set

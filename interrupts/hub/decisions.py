@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from ..conf import ACTIONS, BULK_ACTIONS, MAX_COMMENT_CHARS, settings
 from ..live import relay
-from ..models import Decision, Interrupt, Run
+from ..models import Decision, Interrupt, Run, under
 from ..protocol import dialects, signing
 from ..protocol.contract import check_entry
 from ..protocol.errors import ContractViolation, ProtocolError
@@ -338,7 +338,9 @@ def decide(interrupt: Interrupt, user, status: str, payload=None, metadata=None,
                       interrupt_id=current.interrupt_id, policy=rule.name)
     with transaction.atomic(durable=True):
         lock_batch(current.run_id)
-        interrupt = Interrupt.objects.select_related("run__thread", "run__agent").get(pk=interrupt.pk)
+        # The thread's conversation goes into the resume; the run's own input and outcome do not.
+        interrupt = Interrupt.objects.select_related("run__thread", "run__agent").defer(
+            *under("run", Run.CONVERSATION)).get(pk=interrupt.pk)
         if interrupt.status != Interrupt.Status.PENDING:
             if (live := _revisable(interrupt, user, rule)) is not None:
                 return _revise(interrupt, live, user, checked, now)

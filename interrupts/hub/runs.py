@@ -179,11 +179,12 @@ def batch_resume_key(interrupted: Run, contract_key: str) -> tuple[str, Run | No
     (``decisions.lock_batch``), as every caller holds it.
     """
     key = resume_key(interrupted.run_id, contract_key)
-    existing = Run.objects.filter(resume_key=key).first()
+    resumes = Run.objects.defer(*Run.CONVERSATION)  # callers name the run; its input is not read again
+    existing = resumes.filter(resume_key=key).first()
     if existing is not None and existing.settlement:
         rounds = Run.objects.filter(parent=interrupted, resume_key__isnull=False).exclude(settlement="").count()
         key = resume_key(interrupted.run_id, contract_key, rounds)
-        existing = Run.objects.filter(resume_key=key).first()
+        existing = resumes.filter(resume_key=key).first()
     return key, existing
 
 
@@ -400,14 +401,17 @@ def _answers(interrupted: Run, *, expired: bool | None = None) -> tuple[list[dic
     (then they are not looked for when it has none).
     """
     live: dict[int, list[Decision]] = {}
+    # Each interrupt's run is ``interrupted``, in hand: not joined and decoded again per row.
     decisions = Decision.objects.filter(interrupt__run=interrupted, superseded_at__isnull=True).select_related(
-        "interrupt__run", "user"
+        "interrupt", "user"
     ).order_by("pk")
     for decision in decisions:
+        decision.interrupt.run = interrupted
         live.setdefault(decision.interrupt_id, []).append(decision)
     expired = {} if expired is False else {
-        i.pk: i
-        for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED).select_related("run")}
+        i.pk: i for i in Interrupt.objects.filter(run=interrupted, status=Interrupt.Status.EXPIRED)}
+    for interrupt in expired.values():
+        interrupt.run = interrupted
     thread_id = interrupted.thread.thread_id
     entries = []
     for interrupt_pk in sorted(live.keys() | expired.keys()):

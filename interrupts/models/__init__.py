@@ -29,7 +29,7 @@ from .notifications import (
 )
 from .passkeys import Passkey
 from .policies import Policy
-from .threads import Event, Run, RunStatus, Settlement, Thread
+from .threads import Event, Run, RunStatus, Settlement, Thread, under
 from .tokens import APIToken
 
 __all__ = [
@@ -39,5 +39,5 @@ __all__ = [
     "ExactJSONField", "Grant", "Interrupt", "InterruptStatus", "NotificationPreference", "NotifyEvent", "Passkey",
     "Policy",
     "Presence", "Run", "RunStatus", "Settlement", "Thread", "Webhook", "every_notify_event", "masked",
-    "new_signing_secret",
+    "new_signing_secret", "under",
 ]

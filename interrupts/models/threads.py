@@ -12,6 +12,11 @@ from .fields import ExactJSONField
 from .transitions import RunQuerySet
 
 
+def under(path: str, names: tuple[str, ...]) -> list[str]:
+    """``names`` as fields of the model ``path`` leads to (``run``, ``run__thread``): what ``defer()`` takes."""
+    return [f"{path}__{name}" for name in names]
+
+
 class Thread(models.Model):
     """One AG-UI threadId: the conversation an agent and its reviewers share."""
 
@@ -26,6 +31,9 @@ class Thread(models.Model):
     last_seq = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    # What of it is the conversation (often the largest part): deferred wherever it is not shown or sent.
+    CONVERSATION = ("messages", "state")
 
     class Meta:
         ordering = ["-updated_at"]
@@ -58,6 +66,8 @@ class Run(models.Model):
     Settlement = Settlement
 
     FINAL_STATUSES = (RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+    # The input sent and the terminal event received: as Thread.CONVERSATION, deferred where not needed.
+    CONVERSATION = ("input", "outcome")
 
     thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="runs")
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")

@@ -37,7 +37,7 @@ from ..conf import (
     SIMULATION_DAYS,
     settings,
 )
-from ..models import Agent, AuditEntry, Decision, Event, Grant, Interrupt, Policy, Run, Thread
+from ..models import Agent, AuditEntry, Decision, Event, Grant, Interrupt, Policy, Run, Thread, under
 from ..protocol import capabilities, dialects, signing
 
 # raw_subagent_run_id and read_subagent_event are history's too: one attribution for every page.
@@ -254,21 +254,14 @@ def page_keys(queryset, start: int, size: int) -> list[tuple[int, int]]:
     return list(queryset.values_list("pk", "run_id")[start:start + size])
 
 
-# What a run and its thread hold of the conversation: the input sent and the terminal event as received;
-# the messages and state folded from its events. Read only where they are shown: with every card (and
-# every run read) a long conversation was decoded whole, for each batch on every inbox page.
-_RUN_CONVERSATION = ("input", "outcome")
-_THREAD_CONVERSATION = ("messages", "state")
-
-
-def _under(path: str, names: tuple[str, ...]) -> list[str]:
-    return [f"{path}__{name}" for name in names]
-
-
 def card_interrupts():
-    """Interrupts as a card shows them: with their run, thread and agent, without the conversation."""
+    """Interrupts as a card shows them: with their run, thread and agent, without the conversation.
+
+    With every card (and every run read) a long conversation was decoded whole, for each batch on every
+    inbox page.
+    """
     return Interrupt.objects.select_related("run__thread", "run__agent").defer(
-        *_under("run", _RUN_CONVERSATION), *_under("run__thread", _THREAD_CONVERSATION))
+        *under("run", Run.CONVERSATION), *under("run__thread", Thread.CONVERSATION))
 
 
 def _members(**filters) -> list[Interrupt]:
@@ -309,7 +302,7 @@ def resumed_by(run_pks, *, whole: bool = True) -> dict[int, Run]:
     # Oldest first, so the latest resume wins (a refused answer sent again);
     # once the latest was reopened, none stands for the batch (Run.resumed_by).
     resumes = Run.objects.filter(parent_id__in=list(run_pks), resume_key__isnull=False).select_related("settled_by")
-    latest = {r.parent_id: r for r in (resumes if whole else resumes.defer(*_RUN_CONVERSATION)).order_by("pk")}
+    latest = {r.parent_id: r for r in (resumes if whole else resumes.defer(*Run.CONVERSATION)).order_by("pk")}
     return {parent: run for parent, run in latest.items() if run.settlement != Run.Settlement.REOPENED}
 
 
@@ -433,7 +426,7 @@ def runs():
     whole on every read of every run of its thread.
     """
     return (Run.objects.select_related("thread", "agent", "parent", "settled_by")
-            .defer(*_under("thread", _THREAD_CONVERSATION), *_under("parent", _RUN_CONVERSATION))
+            .defer(*under("thread", Thread.CONVERSATION), *under("parent", Run.CONVERSATION))
             .annotate(resumed_by_run_id=_resumed_by(OuterRef("pk"))))
 
 

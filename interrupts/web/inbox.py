@@ -263,7 +263,7 @@ def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, 
 
 @require_POST
 def decide(request, pk: int):
-    interrupt = get_object_or_404(Interrupt.objects.select_related("run__thread", "run__agent"), pk=pk)
+    interrupt = get_object_or_404(selectors.card_interrupts(), pk=pk)
     form = DecideForm(request.POST)
     problem = None
     if form.is_valid():

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from interrupts.hub import decisions, grants
-from interrupts.models import Event, Grant, Interrupt, Policy, Thread
+from interrupts.models import Event, Grant, Interrupt, Policy, Run, Thread
 
 from .. import factories as make
 
@@ -204,6 +204,29 @@ def test_the_inbox_reads_no_batch_s_conversation(client, reviewer, path):
     read = " ".join(sql.split(" FROM ")[0] for sql in statements)
     assert '"interrupts_thread"."messages"' not in read and '"interrupts_thread"."state"' not in read
     assert '"interrupts_run"."input"' not in read and '"interrupts_run"."outcome"' not in read
+
+
+@pytest.mark.parametrize("door", ["api", "inbox"])
+def test_a_decision_reads_the_thread_s_conversation_once_and_no_run_s(client, reviewer, door):
+    # The resume carries the thread's messages and state: read once, under the batch's lock. The interrupted
+    # run's own input and outcome go nowhere; each read of them decoded a long conversation again.
+    thread = make.thread(messages=[{"id": "m1", "role": "user", "content": "a long conversation"}], state={"k": 1})
+    run = make.run(thread, status="interrupted", requested_by=reviewer,
+                   input={"threadId": thread.thread_id, "runId": "r", "messages": [], "state": {}})
+    interrupt = make.interrupt(run)
+    make.policy(agent=thread.agent, allow_self_approval=True)
+    with CaptureQueriesContext(connection) as statements:
+        if door == "api":
+            response = client.post(f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve"},
+                                   content_type="application/json")
+        else:
+            response = client.post(reverse("decide", args=[interrupt.pk]), {"action": "approve"},
+                                   HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"batch-{run.pk}")
+    assert response.status_code in (200, 201), response.content[:300]
+    assert Run.objects.filter(parent=run, resume_key__isnull=False).exists()  # the resume was queued
+    selected = [sql.split(" FROM ")[0] for sql in (q["sql"] for q in statements) if sql.startswith("SELECT")]
+    assert sum('"interrupts_thread"."messages"' in sql for sql in selected) == 1
+    assert not any('"interrupts_run"."input"' in sql or '"interrupts_run"."outcome"' in sql for sql in selected)
 
 
 def _opened(client, url: str) -> list[str]:
