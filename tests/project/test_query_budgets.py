@@ -190,15 +190,21 @@ def test_a_run_is_read_by_its_run_id_index_without_its_thread_s_conversation(cli
         assert "run_run_id" in plan and "SCAN interrupts_run" not in plan, plan
 
 
-@pytest.mark.parametrize("path", ["/inbox/", "/inbox/?scope=all", "/interrupts/{interrupt}/undo/"])
-def test_the_inbox_reads_no_batch_s_conversation(client, reviewer, path):
-    # Cards name their thread and agent; the conversation is the thread page's. Read with every card, a long
-    # one was decoded whole for each batch on every page, each time a card was opened, and for its resume.
+def _waiting_in_a_conversation(reviewer) -> Interrupt:
+    """A pending interrupt the reviewer may approve, its thread and run holding some of a conversation."""
     thread = make.thread(messages=[{"id": "m1", "role": "user", "content": "a long conversation"}], state={"k": 1})
     run = make.run(thread, status="interrupted", requested_by=reviewer,
                    input={"threadId": thread.thread_id, "runId": "r", "messages": [], "state": {}})
     interrupt = make.interrupt(run)
     make.policy(agent=thread.agent, allow_self_approval=True)
+    return interrupt
+
+
+@pytest.mark.parametrize("path", ["/inbox/", "/inbox/?scope=all", "/interrupts/{interrupt}/undo/"])
+def test_the_inbox_reads_no_batch_s_conversation(client, reviewer, path):
+    # Cards name their thread and agent; the conversation is the thread page's. Read with every card, a long
+    # one was decoded whole for each batch on every page, each time a card was opened, and for its resume.
+    interrupt = _waiting_in_a_conversation(reviewer)
     url = path.format(interrupt=interrupt.pk)
     statements = cost(client, url) if "undo" not in url else _opened(client, url)
     read = " ".join(sql.split(" FROM ")[0] for sql in statements)
@@ -210,20 +216,16 @@ def test_the_inbox_reads_no_batch_s_conversation(client, reviewer, path):
 def test_a_decision_reads_the_thread_s_conversation_once_and_no_run_s(client, reviewer, door):
     # The resume carries the thread's messages and state: read once, under the batch's lock. The interrupted
     # run's own input and outcome go nowhere; each read of them decoded a long conversation again.
-    thread = make.thread(messages=[{"id": "m1", "role": "user", "content": "a long conversation"}], state={"k": 1})
-    run = make.run(thread, status="interrupted", requested_by=reviewer,
-                   input={"threadId": thread.thread_id, "runId": "r", "messages": [], "state": {}})
-    interrupt = make.interrupt(run)
-    make.policy(agent=thread.agent, allow_self_approval=True)
+    interrupt = _waiting_in_a_conversation(reviewer)
     with CaptureQueriesContext(connection) as statements:
         if door == "api":
             response = client.post(f"/api/interrupts/{interrupt.pk}/decide/", {"action": "approve"},
                                    content_type="application/json")
         else:
             response = client.post(reverse("decide", args=[interrupt.pk]), {"action": "approve"},
-                                   HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"batch-{run.pk}")
+                                   HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"batch-{interrupt.run_id}")
     assert response.status_code in (200, 201), response.content[:300]
-    assert Run.objects.filter(parent=run, resume_key__isnull=False).exists()  # the resume was queued
+    assert Run.objects.filter(parent=interrupt.run_id, resume_key__isnull=False).exists()  # the resume was queued
     selected = [sql.split(" FROM ")[0] for sql in (q["sql"] for q in statements) if sql.startswith("SELECT")]
     assert sum('"interrupts_thread"."messages"' in sql for sql in selected) == 1
     assert not any('"interrupts_run"."input"' in sql or '"interrupts_run"."outcome"' in sql for sql in selected)
