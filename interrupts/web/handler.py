@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
+from django.db import close_old_connections
 from django.http import FileResponse
 
 from ..conf import REQUEST_THREADS_KEPT
@@ -59,8 +60,23 @@ class KeptThreadsHandler(ASGIHandler):
         BaseHandler.__init__(self)
         self.load_middleware(is_async=False)  # not ASGIHandler's async chain (above)
 
+    def answer(self, request):
+        """``get_response``; an answer that streams gives back its request's pooled connections first.
+
+        Django gives them back when the request ends (``request_finished``),
+        which for a stream is when it ends: an AG-UI run's through the gateway,
+        minutes later. As many runs streaming as the pool has connections
+        (COUNTERSIGN_DB_POOL_SIZE) held them all, and every other request
+        waited for one until refused. What the stream reads later takes a
+        connection then.
+        """
+        response = self.get_response(request)
+        if response.streaming:
+            close_old_connections()  # as at request_finished: pooled ones go back, SQLite's stay
+        return response
+
     async def run_get_response(self, request):
-        response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        response = await sync_to_async(self.answer, thread_sensitive=True)(request)
         # As ASGIHandler.run_get_response does after its async chain.
         response._handler_class = self.__class__
         if isinstance(response, FileResponse):

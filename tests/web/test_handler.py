@@ -1,5 +1,6 @@
 """The ASGI handler (web/handler.py): a request's middleware and view in one trip, on a thread kept for the next."""
 
+import json
 import threading
 
 import pytest
@@ -7,7 +8,9 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from channels.testing import HttpCommunicator
 from django.conf import settings
 from django.core.signals import request_finished, request_started
+from django.db import connection
 from django.db.backends.signals import connection_created
+from django.test import RequestFactory
 from django.utils.deprecation import MiddlewareMixin
 
 from interrupts.web.handler import KeptThreadsHandler, RequestThreads
@@ -111,3 +114,19 @@ def test_threads_are_lent_one_request_at_a_time_and_kept_up_to_the_bound():
     assert threads.take() is second and threads.take() is first
     with pytest.raises(RuntimeError):
         third.submit(print)
+
+
+@pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+                    reason="SQLite's connections stay with their thread: no pool to give back to")
+def test_an_answer_that_streams_gives_back_its_pooled_connection_before_it_streams(handler):
+    # A stream (an AG-UI run through the gateway) lasts minutes: held until its end, the connections its
+    # requests had taken left none in the pool for anyone else.
+    key = factories.token(factories.user())
+    auth = {"HTTP_AUTHORIZATION": f"Token {key}"}
+    listed = handler.answer(RequestFactory().get("/api/agents/", **auth))
+    assert listed.status_code == 200 and not listed.streaming
+    assert connection.connection is not None  # a plain answer's goes back when its request ends, as Django does
+    exported = handler.answer(RequestFactory().get("/api/audit/export/", **auth))
+    assert exported.status_code == 200 and exported.streaming
+    assert connection.connection is None  # back in the pool before the first byte streams
+    assert json.loads(b"".join(exported.streaming_content))["head"]  # what streams takes a connection then
