@@ -76,7 +76,8 @@ def test_one_dead_connection_found_replaces_every_idle_one_in_the_pool():
     # As after a restart: the pool's idle connections all ended. Met one by one, each cost the
     # next request the pool's backoff (1 s, 2 s, 4 s...) until its timeout: one is met, then none.
     pool = connection.pool
-    held = [pool.getconn() for _ in range(4)]
+    # Every idle connection, and four at least: what the pool hands out next is one of these.
+    held = [pool.getconn() for _ in range(max(pool.get_stats()["pool_available"], 4))]
     killed = {conn.info.backend_pid for conn in held}
     for conn in held:
         pool.putconn(conn)
