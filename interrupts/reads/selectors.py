@@ -257,8 +257,7 @@ def page_keys(queryset, start: int, size: int) -> list[tuple[int, int]]:
 def card_interrupts():
     """Interrupts as a card shows them: with their run, thread and agent, without the conversation.
 
-    With every card (and every run read) a long conversation was decoded whole, for each batch on every
-    inbox page.
+    Read with every card, a long conversation was decoded whole for each batch on every inbox page.
     """
     return Interrupt.objects.select_related("run__thread", "run__agent").defer(
         *under("run", Run.CONVERSATION), *under("run__thread", Thread.CONVERSATION))
