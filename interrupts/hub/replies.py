@@ -19,9 +19,8 @@ import threading
 import time
 
 from asgiref.sync import sync_to_async
-from django.db import connection
 
-from . import decisions
+from . import dbthreads, decisions
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +124,6 @@ def _run(work: list) -> None:
                     break  # left to the sweep (decisions.drop_unacknowledged)
                 time.sleep(delay)
             finally:
-                # A pool thread, not a request's: nothing else closes its connection (PostgreSQL: back
-                # to the pool), and one a fault broke must not be used again.
-                connection.close()
+                # A pool thread, not a request's: nothing else gives its connection back, and
+                # one a fault broke must not be used again.
+                dbthreads.give_back()
