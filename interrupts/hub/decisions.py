@@ -736,13 +736,15 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
     """
     for decision in decisions:
         with transaction.atomic(durable=True):
-            run_pk = Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id)
+            # An interrupt's run never changes: the one the decision was taken with will do.
+            run_pk = (decision.interrupt.run_id if Decision.interrupt.is_cached(decision)
+                      else Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id))
             lock_batch(run_pk)
             if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
                     unacknowledged=None):
                 continue
             if not runs.unacknowledged(run_pk):
-                runs.release_resume(Run.objects.get(pk=run_pk))
+                runs.release_resume(run_pk)
 
 
 def drop_unacknowledged(now=None) -> int:

@@ -513,17 +513,19 @@ def unacknowledged(interrupted_pk: int) -> bool:
                                     unacknowledged__superseded_at__isnull=True).exists()
 
 
-def release_resume(interrupted: Run) -> None:
-    """Let the held resume of ``interrupted`` go, now that every answer it carries was acknowledged.
+def release_resume(interrupted_pk: int) -> None:
+    """Let the held resume of the run ``interrupted_pk`` go, now that every answer it carries was acknowledged.
 
     It keeps what is left of its undo hold (COUNTERSIGN_UNDO_SECONDS from when
     it was queued). Call under the batch's lock (``decisions.lock_batch``).
     """
     now = timezone.now()
-    for resume in Run.objects.filter(parent=interrupted, resume_key__isnull=False, status=Run.Status.QUEUED,
-                                     claimed_by="", attempts=0):
-        due = resume.created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS)
-        Run.objects.filter(pk=resume.pk).update(retry_at=due if due > now else None)
+    # Its key and when it was queued: not the conversation it carries.
+    for pk, created_at in Run.objects.filter(parent_id=interrupted_pk, resume_key__isnull=False,
+                                             status=Run.Status.QUEUED, claimed_by="", attempts=0
+                                             ).values_list("pk", "created_at"):
+        due = created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS)
+        Run.objects.filter(pk=pk).update(retry_at=due if due > now else None)
         left = (due - now).total_seconds()
         transaction.on_commit(functools.partial(_wake_after, left) if left > 0 else wakeup.wake)
 

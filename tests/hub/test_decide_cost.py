@@ -9,6 +9,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from interrupts.hub import decisions
 from interrupts.models import Interrupt, Run
 
 from .. import factories as make
@@ -47,3 +48,19 @@ def test_an_approval_that_sends_the_resume_costs_a_fixed_number_of_statements():
     assert len(statements) <= STATEMENTS[connection.vendor], "\n".join(q["sql"][:120] for q in statements)
     assert Interrupt.objects.get(pk=interrupt.pk).status == "resolved"
     assert Run.objects.filter(parent=interrupt.run, resume_key__isnull=False, status="queued").count() == 1
+
+
+# The acknowledgement, once the decision's answer has left (``replies``): BEGIN, the interrupt's
+# UPDATE, whether any answer of the batch is still unacknowledged, the held resume's read and UPDATE;
+# COMMIT. PostgreSQL adds the batch's row lock.
+ACKNOWLEDGEMENT = {"sqlite": 6, "postgresql": 7}
+
+
+def test_the_acknowledgement_that_lets_the_resume_go_costs_a_fixed_number_of_statements(settings):
+    settings.COUNTERSIGN_UNDO_SECONDS = 0
+    interrupt = raised(make.agent(), None)
+    decision = decisions.decide(interrupt, make.user(), "resolved", {"approved": True}, unsent=True)
+    with CaptureQueriesContext(connection) as statements:
+        decisions.acknowledge([decision])
+    assert len(statements) <= ACKNOWLEDGEMENT[connection.vendor], "\n".join(q["sql"][:120] for q in statements)
+    assert Run.objects.get(parent=interrupt.run, resume_key__isnull=False).retry_at is None  # due: it may go
