@@ -28,7 +28,7 @@ from ..protocol.errors import ContractViolation, ProtocolError
 from ..protocol.schema.edits import EDITED_ARGS, apply_edits, approval_payload, supports_edits
 from ..rules import eligibility
 from ..rules.words import outcome_words
-from . import claims, outcomes, passkeys, policies, runs
+from . import claims, outcomes, passkeys, policies, runs, wakeup
 from .notify import enqueue
 from .refusals import Refusal
 from .trail import chain, content
@@ -733,18 +733,33 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
     Called once the reply that says so has been sent (``replies.after_reply``).
     A decision taken back meanwhile (undone, superseded) is simply no longer
     unacknowledged. Under the batch's lock, as every change to a batch.
+
+    A resume this lets go at once (no undo hold) is claimed here for this
+    process's supervisor and handed to it, when it has a slot free: one
+    transaction on the resume's way to the agent, not two.
     """
-    for decision in decisions:
-        with transaction.atomic(durable=True):
-            # An interrupt's run never changes: the one the decision was taken with will do.
-            run_pk = (decision.interrupt.run_id if Decision.interrupt.is_cached(decision)
-                      else Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id))
-            lock_batch(run_pk)
-            if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
-                    unacknowledged=None):
-                continue
-            if not runs.unacknowledged(run_pk):
-                runs.release_resume(run_pk)
+    handoff = None
+    try:
+        for decision in decisions:
+            if handoff is None and settings.COUNTERSIGN_UNDO_SECONDS <= 0:
+                handoff = wakeup.hold_slot()  # before any lock: the supervisor's loop answers
+            taken = None
+            with transaction.atomic(durable=True):
+                # An interrupt's run never changes: the one the decision was taken with will do.
+                run_pk = (decision.interrupt.run_id if Decision.interrupt.is_cached(decision)
+                          else Interrupt.objects.values_list("run_id", flat=True).get(pk=decision.interrupt_id))
+                lock_batch(run_pk)
+                if not Interrupt.objects.filter(pk=decision.interrupt_id, unacknowledged=decision).update(
+                        unacknowledged=None):
+                    continue
+                if not runs.unacknowledged(run_pk):
+                    taken = runs.release_resume(run_pk, handoff)
+            if taken is not None:  # committed: the claim is the supervisor's to stream
+                handoff.stream(taken)
+                handoff = None
+    finally:
+        if handoff is not None:
+            handoff.give_back()
 
 
 def drop_unacknowledged(now=None) -> int:

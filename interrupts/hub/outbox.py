@@ -136,6 +136,26 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
         return [(pk, is_resume) for pk, is_resume in taken if pk in claimed]
 
 
+def claim_now(run_pk: int, agent_pk: int, worker: str) -> Run | None:
+    """Take the queued run ``run_pk`` (of agent ``agent_pk``) for ``worker`` in the caller's transaction, read for
+    its stream with its thread and agent; None when its agent is at its limit, locked elsewhere, or the run was taken.
+
+    For a service that has just made the run due and holds a slot of this process's supervisor for it
+    (``wakeup.hold_slot``): the claim ``claim_due`` would make next, under the same agent lock, without
+    the round trip through the supervisor. The caller's lock on the run's batch keeps others' hands off it.
+    """
+    room: dict[int, int] = {}
+    skipped: set[int] = set()
+    _lock_agents({agent_pk}, room, skipped)
+    if agent_pk in skipped:
+        return None
+    now = timezone.now()
+    lease_until = now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
+    if not Run.objects.filter(pk=run_pk).claim(worker, now, lease_until):
+        return None
+    return Run.objects.select_related("thread", "agent").get(pk=run_pk)
+
+
 def _lock_agents(agents: set[int], room: dict[int, int], skipped: set[int]) -> None:
     """Lock these agents' rows (skipping those locked elsewhere) and note how many more runs each may stream."""
     if not agents:

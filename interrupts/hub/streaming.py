@@ -828,11 +828,15 @@ class RunStreamer:
                 self.listener.put_nowait(None)
 
 
-async def stream_run(run_pk: int, worker: str, listener: asyncio.Queue | None = None,
+async def stream_run(run: Run | int, worker: str, listener: asyncio.Queue | None = None,
                      stop: asyncio.Event | None = None) -> None:
-    """Stream the run ``run_pk``, which ``worker`` has claimed, to its end (or until ``stop`` is set)."""
+    """Stream ``run``, which ``worker`` has claimed, to its end (or until ``stop`` is set).
+
+    ``run``: its pk, or the run read since the claim with its thread and agent.
+    """
     try:
-        run = await database(Run.objects.select_related("thread", "agent").get)(pk=run_pk)
+        if isinstance(run, int):
+            run = await database(Run.objects.select_related("thread", "agent").get)(pk=run)
     except BaseException:
         if listener is not None:
             listener.put_nowait(None)  # a waiting client is told the stream is over

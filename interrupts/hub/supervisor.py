@@ -7,7 +7,9 @@ settles runs whose streaming process died (their claim lapsed: ``streaming.recov
 ends, re-sends or fails each, as the outbox's contract says). Requests never
 do this work: they commit a row and call ``wakeup.wake()``, which this
 supervisor registered with when it started; other processes find the row on
-their next poll.
+their next poll. A decision's acknowledgement that lets a resume go at once
+claims it for this process in its own transaction and hands it over, read,
+in a slot held for it (``wakeup.hold_slot``): the stream is still this loop's.
 
 Slots: a process streams at most COUNTERSIGN_MAX_STREAMS runs at once, hub and
 gateway runs alike. ``resume_slots()`` of them are kept for resumes (runs
@@ -18,6 +20,7 @@ never starved by endless new runs; it may still use any free slot.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import logging
@@ -30,6 +33,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ..conf import PLANNER_STATISTICS_EVERY, settings
+from ..models import Run
 from . import claims, dbthreads, decisions, escalation, outbox, statistics, streaming, wakeup
 from .notify import rounds
 
@@ -37,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 # Identifies this process in run claims; unique even across restarts.
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+# How long a thread handing a run over waits for the loop to say whether a slot is free: past it, the
+# run goes the usual way (due, and the supervisor woken) rather than delaying that thread.
+HANDOFF_WAIT = 0.05
+
 
 def resume_slots() -> int:
     """How many of a process's stream slots only resumes may use: a fifth, at least one."""
@@ -190,6 +199,18 @@ class Supervisor:
                 return None
             await self.claimed.wait()
 
+    def hold_now(self) -> Slot | None:
+        """A slot for a resume a service claims for this process (``wakeup.hold_slot``), if one is free now.
+
+        On the loop, like ``reserve``, but never waits: a claim in flight counts as taken.
+        """
+        total, _new = self.room()
+        if total <= 0:
+            return None
+        slot = Slot(resume=True)
+        self.slots.add(slot)
+        return slot
+
     def release(self, slot: Slot) -> None:
         """Give back a slot whose stream did not start (a refused or replayed gateway request)."""
         self.slots.discard(slot)
@@ -199,16 +220,18 @@ class Supervisor:
         """Stream slots held now (streams, and gateway requests about to start one)."""
         return len(self.slots)
 
-    def stream(self, run_pk: int, listener: asyncio.Queue | None = None, slot: Slot | None = None) -> asyncio.Task:
-        """Stream a run this process has claimed, in the background (it survives the caller).
+    def stream(self, run: Run | int, listener: asyncio.Queue | None = None, slot: Slot | None = None) -> asyncio.Task:
+        """Stream a run this process has claimed (its pk, or the run read since), in the background.
 
-        ``slot`` (from ``reserve`` or a claim) is released when the stream ends.
+        The task survives the caller. ``slot`` (from ``reserve``, ``hold_now`` or a claim) is
+        released when the stream ends.
         """
+        run_pk = run if isinstance(run, int) else run.pk
         if slot is None:  # a caller that reserved nothing still holds a slot while it streams
             slot = Slot(resume=True)
             self.slots.add(slot)
         stop = self.stops[run_pk] = asyncio.Event()
-        task = self._spawn(streaming.stream_run(run_pk, self.worker, listener, stop), f"stream-{run_pk}")
+        task = self._spawn(streaming.stream_run(run, self.worker, listener, stop), f"stream-{run_pk}")
         task.add_done_callback(functools.partial(self._done, run_pk, slot))
         return task
 
@@ -256,6 +279,29 @@ class _Listener:
     def stop_stream(self, run_pk: int) -> None:
         self.supervisor.loop.call_soon_threadsafe(self.supervisor.stop_stream, run_pk)
 
+    def hold_slot(self) -> _Handoff | None:
+        loop = self.supervisor.loop
+        try:
+            if asyncio.get_running_loop() is loop:
+                return None  # the loop would wait for itself
+        except RuntimeError:
+            pass  # a thread without a loop: the usual caller
+        answer = concurrent.futures.Future()
+
+        def hold() -> None:
+            if answer.set_running_or_notify_cancel():  # not given up on meanwhile
+                answer.set_result(self.supervisor.hold_now())
+
+        if not self.call_soon(hold):
+            return None
+        try:
+            slot = answer.result(timeout=HANDOFF_WAIT)
+        except concurrent.futures.TimeoutError:
+            if answer.cancel():
+                return None  # it will not hold one now
+            slot = answer.result()  # it was holding one just then
+        return _Handoff(self.supervisor, slot) if slot is not None else None
+
     def call_soon(self, callback, *args) -> bool:
         loop = self.supervisor.loop
         if not loop.is_running():  # a loop that stopped would hold the callback for ever
@@ -266,3 +312,28 @@ class _Listener:
         except RuntimeError:  # closed meanwhile
             return False
         return True
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    """A slot ``hold_now`` held for a run a service claims for this process: streamed or given back, once."""
+
+    supervisor: Supervisor
+    slot: Slot
+
+    @property
+    def worker(self) -> str:
+        return self.supervisor.worker
+
+    def stream(self, run: Run) -> None:
+        self._on_loop(functools.partial(self.supervisor.stream, run, slot=self.slot))
+
+    def give_back(self) -> None:
+        self._on_loop(functools.partial(self.supervisor.release, self.slot))
+
+    def _on_loop(self, call) -> None:
+        try:
+            self.supervisor.loop.call_soon_threadsafe(call, context=contextvars.Context())
+        except RuntimeError:
+            # The loop closed meanwhile (shutting down): a claimed run's lease lapses and recovery sends it.
+            logger.warning("the supervisor's loop closed before a handed-over run reached it")

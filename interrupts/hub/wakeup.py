@@ -25,6 +25,20 @@ class Listener(Protocol):
 
     def call_soon(self, callback: Callable[..., object], *args) -> bool: ...
 
+    def hold_slot(self) -> Handoff | None: ...
+
+
+class Handoff(Protocol):
+    """A stream slot of this process's supervisor, held for one run a service is about to claim for it."""
+
+    worker: str
+
+    def stream(self, run) -> None:
+        """Stream ``run``, claimed for ``worker`` and read (with its thread and agent) since; the slot goes with it."""
+
+    def give_back(self) -> None:
+        """Nothing was claimed: the slot is free again, and the supervisor looks for work."""
+
 
 _listener: Listener | None = None
 
@@ -64,3 +78,14 @@ def call_soon(callback: Callable[..., object], *args) -> bool:
     """
     call = getattr(_listener, "call_soon", None)
     return call is not None and call(callback, *args)
+
+
+def hold_slot() -> Handoff | None:
+    """Hold a stream slot of this process's supervisor, to claim a run for it and hand it over (any thread but
+    the serving loop's); None when no supervisor runs here, it has no slot free, or its loop did not answer at once.
+
+    The caller claims the run in its own transaction, then calls ``stream`` or ``give_back``, once: a slot
+    neither streamed nor given back stays taken.
+    """
+    hold = getattr(_listener, "hold_slot", None)
+    return hold() if hold is not None else None

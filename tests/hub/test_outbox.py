@@ -108,6 +108,28 @@ def test_resumes_count_against_the_agent_s_share_too(settings):
     assert outbox.claim_due(10, "w") == [(resume.pk, True)]
 
 
+def test_a_run_claimed_at_once_is_read_for_its_stream_within_its_agent_s_share(settings, django_assert_max_num_queries):
+    settings.COUNTERSIGN_MAX_AGENT_STREAMS = 1
+    agent = make.agent()
+    resume = queued(agent, resume=True, retry_at=timezone.now() + timedelta(days=1))  # held: no round claims it
+    with transaction.atomic():
+        taken = outbox.claim_now(resume.pk, agent.pk, "w")
+    assert (taken.pk, taken.status, taken.claimed_by, taken.retry_at) == (resume.pk, "streaming", "w", None)
+    with django_assert_max_num_queries(0):
+        assert (taken.thread.thread_id, taken.agent.name) == (resume.thread.thread_id, agent.name)
+    # The agent streams its one run now: another is left for a round once that one ends.
+    other = queued(agent, resume=True)
+    with transaction.atomic():
+        assert outbox.claim_now(other.pk, agent.pk, "w") is None
+    assert Run.objects.get(pk=other.pk).status == "queued"
+    # Taken by someone else meanwhile: not taken again.
+    settings.COUNTERSIGN_MAX_AGENT_STREAMS = 5
+    assert outbox.claim_due(10, "w-2") == [(other.pk, True)]
+    with transaction.atomic():
+        assert outbox.claim_now(other.pk, agent.pk, "w") is None
+    assert Run.objects.get(pk=other.pk).claimed_by == "w-2"
+
+
 def test_a_run_waiting_for_its_retry_time_is_not_due():
     later = queued(attempts=1, retry_at=timezone.now() + timedelta(minutes=5))
     due = queued(attempts=1, retry_at=timezone.now() - timedelta(seconds=1))

@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from interrupts.hub import runs, supervisor, wakeup
+from interrupts.hub import decisions, runs, supervisor, wakeup
 from interrupts.models import Event, Interrupt, Run
 
 from .. import factories as make
@@ -212,3 +212,91 @@ async def test_a_stopped_supervisor_is_no_longer_woken(boss):
     assert wakeup.registered() is not None and wakeup.registered().supervisor is boss
     await boss.stop()
     assert wakeup.registered() is None
+
+
+# --- a resume handed over by its acknowledgement ---------------------------------------------------------
+
+
+async def interrupted_on(agent, boss, path: str) -> Interrupt:
+    """A run of a new agent at ``path`` streamed by ``boss`` to its interrupt; that interrupt, pending."""
+    run = await queued_on(f"{agent.url}/{path}/")
+    await boss.tick()
+    await settled(boss)
+    return await Interrupt.objects.select_related("run__thread").aget(run_id=run.pk, status="pending")
+
+
+@sync_to_async(thread_sensitive=False)
+def decided_and_acknowledged(interrupt: Interrupt) -> None:
+    """Approved, its reply sent (``unsent``, then ``acknowledge``), on a thread of its own as after a reply."""
+    decision = decisions.decide(interrupt, make.user(), "resolved", {"approved": True}, unsent=True)
+    decisions.acknowledge([decision])
+
+
+async def test_an_acknowledged_resume_goes_to_this_process_s_supervisor_without_a_round(agent, boss, settings):
+    """No hold for undo: the acknowledgement claims the resume and hands it over, read, in its one transaction."""
+    settings.COUNTERSIGN_UNDO_SECONDS = 0
+    interrupt = await interrupted_on(agent, boss, "gated")
+    agent.gate = gate = Gate()  # the resume's stream holds after RUN_STARTED: it cannot end unseen
+    boss.wakeup.clear()  # set when the run's stream ended
+    ticks = Ticks(boss)
+    boss.start()
+    await ticks.reach(1)  # its first tick found nothing; the next poll is a minute away
+    try:
+        await decided_and_acknowledged(interrupt)
+        await until(lambda: gate.waiting == 1)  # the agent is reading the resume
+        assert ticks.started == 1, "a round was woken to claim the resume"
+        resume = await Run.objects.aget(parent_id=interrupt.run_id, resume_key__isnull=False)
+        assert (resume.status, resume.claimed_by) == ("streaming", WORKER)
+        assert boss.streaming() == 1  # in the slot the acknowledgement held
+    finally:
+        gate.open()
+        agent.gate = None
+    await settled(boss)
+    assert await status_of(resume.pk) == "succeeded"
+    assert boss.streaming() == 0
+    assert agent.calls[("gated", interrupt.run.thread.thread_id)] == 2  # the run, then its resume, once
+
+
+async def test_with_no_slot_free_an_acknowledged_resume_waits_for_a_round(agent, boss, settings):
+    settings.COUNTERSIGN_UNDO_SECONDS = 0
+    interrupt = await interrupted_on(agent, boss, "approve")
+    settings.COUNTERSIGN_MAX_STREAMS = 1
+    boss.wakeup.clear()
+    ticks = Ticks(boss)
+    boss.start()
+    await ticks.reach(1)
+    taken = boss.hold_now()  # the process's one slot, busy
+    assert taken is not None and boss.hold_now() is None
+    await decided_and_acknowledged(interrupt)
+    await ticks.reach(2)  # woken instead, and found no room either
+    resume = await Run.objects.aget(parent_id=interrupt.run_id, resume_key__isnull=False)
+    assert (resume.status, resume.retry_at) == ("queued", None)  # due: the next round with room takes it
+    boss.release(taken)
+    await ticks.reach(3)
+    await settled(boss)
+    assert await status_of(resume.pk) == "succeeded"
+
+
+async def test_a_slot_is_held_for_a_thread_only_while_it_waits_and_never_for_the_loop_itself(boss):
+    ticks = Ticks(boss)
+    boss.start()
+    await ticks.reach(1)  # while a round claims, its room counts as taken: none to hold
+    assert wakeup.hold_slot() is None  # asked on the loop, which would wait for itself
+    answered, held = threading.Event(), []
+
+    def ask() -> None:
+        held.append(wakeup.hold_slot())
+        answered.set()
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    answered.wait(10)  # the loop, blocked here, cannot answer: the asker gives up (HANDOFF_WAIT)
+    asker.join()
+    assert held == [None]
+    # Answered: the slot is held until it is given back. The loop answers in order, so the request
+    # given up on came first: it held none (one slot, not two).
+    handoff = await sync_to_async(wakeup.hold_slot, thread_sensitive=False)()
+    assert handoff is not None and handoff.worker == WORKER
+    assert boss.streaming() == 1, "a slot nobody waits for was held"
+    handoff.give_back()
+    await until(lambda: boss.streaming() == 0)
