@@ -287,7 +287,18 @@ def inbox_batches(page: list[tuple[int, int]]) -> list[Batch]:
 
 def batch(run: Run) -> Batch:
     """One run's whole batch: its pending interrupts and every member's live decision."""
-    members = _members(run=run)
+    return _batch(run, _members(run=run))
+
+
+def batch_of(interrupt_pk: int) -> tuple[Interrupt, Batch] | None:
+    """The interrupt ``interrupt_pk`` and its whole batch, read together (its run found by a subquery);
+    None if there is no such interrupt."""
+    members = _members(run_id=Subquery(Interrupt.objects.filter(pk=interrupt_pk).values("run_id")[:1]))
+    found = next((member for member in members if member.pk == interrupt_pk), None)
+    return None if found is None else (found, _batch(found.run, members))
+
+
+def _batch(run: Run, members: list[Interrupt]) -> Batch:
     return Batch(run=run, pending=[m for m in members if m.status == Interrupt.Status.PENDING], members=members)
 
 

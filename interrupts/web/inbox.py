@@ -10,6 +10,7 @@ from datetime import datetime
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -247,8 +248,10 @@ def _chips(params, filters: selectors.InboxFilters) -> list[dict]:
 _CHIPPED = ("agent", "reason", "thread", "q", "age", "expiring")
 
 
-def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False):
-    whole = selectors.batch(interrupt.run)
+def _render_batch(request, interrupt: Interrupt, errors: dict | None = None, *, decided: bool = False,
+                  whole: selectors.Batch | None = None):
+    """The card of ``interrupt``'s batch, as it stands now (``whole``: read already, nothing changed since)."""
+    whole = whole or selectors.batch(interrupt.run)
     rules = eligibility.rules_for(whole.pending, selectors.policies_in_force(request))
     resumed = selectors.resumed_by([whole.run.pk], whole=False)
     context = {**_batch_context(whole, resumed, request.user, errors, rules=rules), "now": timezone.now()}
@@ -331,6 +334,12 @@ def undo(request, pk: int):
     The page reads the GET to follow a decision it made until its resume is
     sent, and to say who decided a batch that left the list.
     """
+    if request.method == "GET" and request.htmx:  # the card and its batch, read together
+        found = selectors.batch_of(pk)
+        if found is None:
+            raise Http404("No Interrupt matches the given query.")  # as get_object_or_404 says it
+        interrupt, whole = found
+        return _render_batch(request, interrupt, whole=whole)
     interrupt = get_object_or_404(selectors.card_interrupts(), pk=pk)
     problem, notes = None, []
     if request.method == "POST":

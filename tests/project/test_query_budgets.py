@@ -237,3 +237,20 @@ def _opened(client, url: str) -> list[str]:
     with CaptureQueriesContext(connection) as statements:
         assert client.get(url, HTTP_HX_REQUEST="true").status_code == 200
     return [statement["sql"] for statement in statements]
+
+
+#: One card opened as the page opens it (htmx), by a superuser (no permission queries): session and user,
+#: the card's whole batch with it (one read), the members' live decisions and subagents, the policies'
+#: version, the batch's resume, who else is looking at it.
+OPENED = 8
+
+
+def test_a_card_opened_costs_its_budget_whatever_its_batch(client, reviewer):
+    interrupt = _waiting_in_a_conversation(reviewer)
+    url = f"/interrupts/{interrupt.pk}/undo/"
+    alone = _opened(client, url)
+    for n in range(3):
+        make.interrupt(interrupt.run, interrupt_id=f"more-{n}")
+    assert len(alone) <= OPENED, "\n".join(sql[:150] for sql in alone)
+    assert len(_opened(client, url)) == len(alone)
+    assert client.get("/interrupts/999999/undo/", HTTP_HX_REQUEST="true").status_code == 404
