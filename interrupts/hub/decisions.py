@@ -738,11 +738,12 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
     process's supervisor and handed to it, when it has a slot free: one
     transaction on the resume's way to the agent, not two.
     """
-    handoff = None
+    handoff, asking = None, settings.COUNTERSIGN_UNDO_SECONDS <= 0
     try:
         for decision in decisions:
-            if handoff is None and settings.COUNTERSIGN_UNDO_SECONDS <= 0:
+            if handoff is None and asking:
                 handoff = wakeup.hold_slot()  # before any lock: the supervisor's loop answers
+                asking = handoff is not None  # none free now: the rest go the usual way
             taken = None
             with transaction.atomic(durable=True):
                 # An interrupt's run never changes: the one the decision was taken with will do.
@@ -755,8 +756,11 @@ def acknowledge(decisions: Iterable[Decision]) -> None:
                 if not runs.unacknowledged(run_pk):
                     taken = runs.release_resume(run_pk, handoff)
             if taken is not None:  # committed: the claim is the supervisor's to stream
-                handoff.stream(taken)
-                handoff = None
+                held, handoff, run = handoff, None, taken
+                try:
+                    run = Run.objects.select_related("thread", "agent").get(pk=taken)  # outside the locks
+                finally:
+                    held.stream(run)  # its pk if that read failed: the stream reads it
     finally:
         if handoff is not None:
             handoff.give_back()

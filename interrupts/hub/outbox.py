@@ -136,11 +136,12 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
         return [(pk, is_resume) for pk, is_resume in taken if pk in claimed]
 
 
-def claim_now(run_pk: int, agent_pk: int, worker: str) -> Run | None:
-    """Take the queued run ``run_pk`` (of agent ``agent_pk``) for ``worker`` in the caller's transaction, read for
-    its stream with its thread and agent; None when its agent is at its limit, locked elsewhere, or the run was taken.
+def claim_now(run_pk: int, agent_pk: int, queued_at: datetime, worker: str) -> bool:
+    """Take the resume ``run_pk`` (of agent ``agent_pk``, queued at ``queued_at``) for ``worker`` in the
+    caller's transaction; False when its agent is at its limit or locked elsewhere, an older resume of
+    that agent is due (``claim_due`` takes it first), or the run is no longer queued.
 
-    For a service that has just made the run due and holds a slot of this process's supervisor for it
+    For a service that has just made the resume due and holds a slot of this process's supervisor for it
     (``wakeup.hold_slot``): the claim ``claim_due`` would make next, under the same agent lock, without
     the round trip through the supervisor. The caller's lock on the run's batch keeps others' hands off it.
     """
@@ -148,12 +149,13 @@ def claim_now(run_pk: int, agent_pk: int, worker: str) -> Run | None:
     skipped: set[int] = set()
     _lock_agents({agent_pk}, room, skipped)
     if agent_pk in skipped:
-        return None
+        return False
     now = timezone.now()
+    if Run.objects.filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now), agent_id=agent_pk,
+                          status=Run.Status.QUEUED, resume_key__isnull=False, created_at__lt=queued_at).exists():
+        return False
     lease_until = now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
-    if not Run.objects.filter(pk=run_pk).claim(worker, now, lease_until):
-        return None
-    return Run.objects.select_related("thread", "agent").get(pk=run_pk)
+    return bool(Run.objects.filter(pk=run_pk).claim(worker, now, lease_until))
 
 
 def _lock_agents(agents: set[int], room: dict[int, int], skipped: set[int]) -> None:

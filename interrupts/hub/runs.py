@@ -513,14 +513,14 @@ def unacknowledged(interrupted_pk: int) -> bool:
                                     unacknowledged__superseded_at__isnull=True).exists()
 
 
-def release_resume(interrupted_pk: int, handoff: wakeup.Handoff | None = None) -> Run | None:
+def release_resume(interrupted_pk: int, handoff: wakeup.Handoff | None = None) -> int | None:
     """Let the held resume of the run ``interrupted_pk`` go, now that every answer it carries was acknowledged.
 
     It keeps what is left of its undo hold (COUNTERSIGN_UNDO_SECONDS from when
     it was queued). Call under the batch's lock (``decisions.lock_batch``).
-    With ``handoff`` (a slot of this process's supervisor), a resume due at once is
-    claimed for it here and returned, read for its stream: the caller hands it over
-    after commit. Otherwise None, and the supervisor is woken to claim it.
+    With ``handoff`` (a slot of this process's supervisor), a resume due at once may be
+    claimed for it here (``outbox.claim_now``): its pk is returned, for the caller to hand
+    over after commit. Otherwise None, and the supervisor is woken to claim it.
     """
     now = timezone.now()
     taken = None
@@ -529,10 +529,10 @@ def release_resume(interrupted_pk: int, handoff: wakeup.Handoff | None = None) -
             parent_id=interrupted_pk, resume_key__isnull=False, status=Run.Status.QUEUED, claimed_by="", attempts=0
     ).values_list("pk", "created_at", "agent_id"):
         due = created_at + timedelta(seconds=settings.COUNTERSIGN_UNDO_SECONDS)
-        if due <= now and handoff is not None and taken is None:
-            taken = outbox.claim_now(pk, agent_pk, handoff.worker)
-            if taken is not None:
-                continue
+        if due <= now and handoff is not None and taken is None and outbox.claim_now(
+                pk, agent_pk, created_at, handoff.worker):
+            taken = pk
+            continue
         Run.objects.filter(pk=pk).update(retry_at=due if due > now else None)
         left = (due - now).total_seconds()
         transaction.on_commit(functools.partial(_wake_after, left) if left > 0 else wakeup.wake)

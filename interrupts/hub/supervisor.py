@@ -110,6 +110,10 @@ class Supervisor:
         self.swept_at = self.loop.time()
         # When SQLite's planner statistics were last refreshed (None: at the first round).
         self.analyzed_at: float | None = None
+        # Whether the last claim may have left due runs for want of room: a slot freed then is looked at.
+        self.backlog = False
+        # Set by ``stop``: a run handed over afterwards is not streamed (its claim lapses, recovery sends it).
+        self.stopped = False
 
     def start_and_return(self) -> Supervisor:
         self.start()
@@ -158,6 +162,7 @@ class Supervisor:
     async def _claim(self) -> None:
         room, new_room = self.room()
         if room <= 0:
+            self.backlog = True
             return
         self.claiming, self.claimed = (room, new_room), asyncio.Event()
         try:
@@ -165,6 +170,7 @@ class Supervisor:
         finally:
             self.claiming = (0, 0)
             self.claimed.set()
+        self.backlog = len(claimed) >= room or sum(1 for _, is_resume in claimed if not is_resume) >= new_room
         for run_pk, is_resume in claimed:
             slot = Slot(resume=is_resume)
             self.slots.add(slot)
@@ -205,11 +211,24 @@ class Supervisor:
         On the loop, like ``reserve``, but never waits: a claim in flight counts as taken.
         """
         total, _new = self.room()
-        if total <= 0:
+        if total <= 0 or self.stopped:
             return None
         slot = Slot(resume=True)
         self.slots.add(slot)
         return slot
+
+    def handed_over(self, run: Run | int, slot: Slot) -> None:
+        """Stream ``run``, claimed for this process in ``slot`` (``hold_now``) by whoever holds it."""
+        if self.stopped:  # nothing would stop this stream: its claim lapses instead, and recovery sends it
+            self.slots.discard(slot)
+            return
+        self.stream(run, slot=slot)
+
+    def give_back(self, slot: Slot) -> None:
+        """A slot ``hold_now`` held and nothing used: free again, and looked at only if runs may wait for it."""
+        self.slots.discard(slot)
+        if self.backlog:
+            self.wakeup.set()
 
     def release(self, slot: Slot) -> None:
         """Give back a slot whose stream did not start (a refused or replayed gateway request)."""
@@ -259,6 +278,7 @@ class Supervisor:
         self.wakeup.set()
 
     async def stop(self) -> None:
+        self.stopped = True
         current = wakeup.registered()
         if isinstance(current, _Listener) and current.supervisor is self:
             wakeup.register(None)
@@ -290,16 +310,24 @@ class _Listener:
 
         def hold() -> None:
             if answer.set_running_or_notify_cancel():  # not given up on meanwhile
-                answer.set_result(self.supervisor.hold_now())
+                try:
+                    answer.set_result(self.supervisor.hold_now())
+                except BaseException as problem:  # the asker must not wait for ever
+                    answer.set_exception(problem)
+                    raise
 
         if not self.call_soon(hold):
             return None
         try:
-            slot = answer.result(timeout=HANDOFF_WAIT)
-        except concurrent.futures.TimeoutError:
-            if answer.cancel():
-                return None  # it will not hold one now
-            slot = answer.result()  # it was holding one just then
+            try:
+                slot = answer.result(timeout=HANDOFF_WAIT)
+            except concurrent.futures.TimeoutError:
+                if answer.cancel():
+                    return None  # it will not hold one now
+                slot = answer.result()  # it was holding one just then
+        except Exception:  # a hand-off only saves time: the run goes the usual way
+            logger.exception("holding a stream slot for a hand-off failed")
+            return None
         return _Handoff(self.supervisor, slot) if slot is not None else None
 
     def call_soon(self, callback, *args) -> bool:
@@ -325,11 +353,11 @@ class _Handoff:
     def worker(self) -> str:
         return self.supervisor.worker
 
-    def stream(self, run: Run) -> None:
-        self._on_loop(functools.partial(self.supervisor.stream, run, slot=self.slot))
+    def stream(self, run: Run | int) -> None:
+        self._on_loop(functools.partial(self.supervisor.handed_over, run, self.slot))
 
     def give_back(self) -> None:
-        self._on_loop(functools.partial(self.supervisor.release, self.slot))
+        self._on_loop(functools.partial(self.supervisor.give_back, self.slot))
 
     def _on_loop(self, call) -> None:
         try:

@@ -34,7 +34,8 @@ class Handoff(Protocol):
     worker: str
 
     def stream(self, run) -> None:
-        """Stream ``run``, claimed for ``worker`` and read (with its thread and agent) since; the slot goes with it."""
+        """Stream ``run``, claimed for ``worker`` (read since, with its thread and agent, or its pk); the slot
+        goes with it."""
 
     def give_back(self) -> None:
         """Nothing was claimed: the slot is free again, and the supervisor looks for work."""

@@ -108,26 +108,30 @@ def test_resumes_count_against_the_agent_s_share_too(settings):
     assert outbox.claim_due(10, "w") == [(resume.pk, True)]
 
 
-def test_a_run_claimed_at_once_is_read_for_its_stream_within_its_agent_s_share(settings, django_assert_max_num_queries):
+def test_a_resume_claimed_at_once_keeps_to_its_agent_s_share_and_order(settings):
     settings.COUNTERSIGN_MAX_AGENT_STREAMS = 1
     agent = make.agent()
     resume = queued(agent, resume=True, retry_at=timezone.now() + timedelta(days=1))  # held: no round claims it
-    with transaction.atomic():
-        taken = outbox.claim_now(resume.pk, agent.pk, "w")
-    assert (taken.pk, taken.status, taken.claimed_by, taken.retry_at) == (resume.pk, "streaming", "w", None)
-    with django_assert_max_num_queries(0):
-        assert (taken.thread.thread_id, taken.agent.name) == (resume.thread.thread_id, agent.name)
+
+    def claim_now(run):
+        with transaction.atomic():
+            return outbox.claim_now(run.pk, agent.pk, run.created_at, "w")
+
+    assert claim_now(resume)
+    taken = Run.objects.get(pk=resume.pk)
+    assert (taken.status, taken.claimed_by, taken.retry_at) == ("streaming", "w", None)
     # The agent streams its one run now: another is left for a round once that one ends.
     other = queued(agent, resume=True)
-    with transaction.atomic():
-        assert outbox.claim_now(other.pk, agent.pk, "w") is None
+    assert not claim_now(other)
     assert Run.objects.get(pk=other.pk).status == "queued"
-    # Taken by someone else meanwhile: not taken again.
+    # An older resume of the agent is due: the round takes it first, as claim_due promises.
     settings.COUNTERSIGN_MAX_AGENT_STREAMS = 5
-    assert outbox.claim_due(10, "w-2") == [(other.pk, True)]
-    with transaction.atomic():
-        assert outbox.claim_now(other.pk, agent.pk, "w") is None
-    assert Run.objects.get(pk=other.pk).claimed_by == "w-2"
+    newer = queued(agent, resume=True, retry_at=timezone.now() + timedelta(days=1))
+    assert not claim_now(newer)
+    # Taken by someone else meanwhile: not taken again.
+    assert pks(outbox.claim_due(10, "w-2")) == [other.pk]
+    assert claim_now(newer)
+    assert not claim_now(other) and Run.objects.get(pk=other.pk).claimed_by == "w-2"
 
 
 def test_a_run_waiting_for_its_retry_time_is_not_due():

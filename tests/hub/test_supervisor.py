@@ -300,3 +300,28 @@ async def test_a_slot_is_held_for_a_thread_only_while_it_waits_and_never_for_the
     assert boss.streaming() == 1, "a slot nobody waits for was held"
     handoff.give_back()
     await until(lambda: boss.streaming() == 0)
+
+
+async def test_a_slot_given_back_wakes_the_supervisor_only_when_a_round_was_short_of_room(boss, settings):
+    ticks = Ticks(boss)
+    boss.start()
+    await ticks.reach(1)  # found nothing, with room to spare
+    held = boss.hold_now()
+    boss.give_back(held)
+    assert boss.streaming() == 0 and not boss.wakeup.is_set()  # nothing waits for it: no round for nothing
+    settings.COUNTERSIGN_MAX_STREAMS = 1
+    held = boss.hold_now()
+    boss.wakeup.set()
+    await ticks.reach(2)  # a round with no room: what is due waits
+    boss.give_back(held)
+    assert boss.wakeup.is_set()
+
+
+async def test_a_run_handed_to_a_stopped_supervisor_is_left_to_its_lease(boss):
+    boss.start()
+    held = boss.hold_now()
+    await boss.stop()
+    assert boss.hold_now() is None
+    boss.handed_over(12345, held)  # nothing would stop the stream: it never starts
+    assert boss.streaming() == 0
+    assert not [task for task in boss.tasks if task.get_name().startswith("stream-")]
