@@ -59,11 +59,11 @@ class Counting(LoopbackAgent):
 def users(app, count):
     code = (
         "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
-        "from rest_framework.authtoken.models import Token; U = get_user_model(); "
+        "from interrupts.hub import tokens; U = get_user_model(); "
         "g = Group.objects.get(name='Reviewers')\n"
         f"for i in range({count}):\n"
         "    u, _ = U.objects.get_or_create(username=f'r{i}'); u.groups.add(g); u.set_password('pw'); u.save()\n"
-        "    print('TOKEN', Token.objects.get_or_create(user=u)[0].key)"
+        "    print('TOKEN', tokens.issue(u)[1])"
     )
     done = manage("shell", "-c", code, env=app.env)
     assert done.returncode == 0, done.stderr
