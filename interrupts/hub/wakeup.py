@@ -38,7 +38,7 @@ class Handoff(Protocol):
         goes with it."""
 
     def give_back(self) -> None:
-        """Nothing was claimed: the slot is free again, and the supervisor looks for work."""
+        """Nothing was claimed: the slot is free again (looked at at once if the last round was short of room)."""
 
 
 _listener: Listener | None = None
