@@ -22,6 +22,7 @@ import asyncio
 import enum
 import functools
 import logging
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -156,14 +157,23 @@ def inbox_changed(thread_pk: int, seq: int, reason: Reason) -> None:
     transaction.on_commit(send)
 
 
+# Held from reading a card's attention to handing the message on: two threads telling of one card
+# (a claim, a page's presence) hand theirs on in the order they read, so the last message a page
+# hears says what the later change left, never what the earlier one read before it.
+_telling_attention = threading.Lock()
+
+
 def attention(interrupt_pk: int, describe: Callable[[int], dict]) -> None:
     """After commit, tell inbox watchers who holds or has open one card: ``describe(pk)`` says it, then.
 
     Read after the commit, not before: of two changes committing close
     together, each message says what the later one left.
     """
-    transaction.on_commit(lambda: _send(INBOX_GROUP, {
-        "type": "inbox.attention", "interrupt": interrupt_pk, **describe(interrupt_pk)}))
+    def tell() -> None:
+        with _telling_attention:
+            _send(INBOX_GROUP, {"type": "inbox.attention", "interrupt": interrupt_pk, **describe(interrupt_pk)})
+
+    transaction.on_commit(tell)
 
 
 def deliveries_changed() -> None:
