@@ -80,7 +80,7 @@ def claim_due(limit: int, worker: str, new_limit: int | None = None) -> list[tup
     """
     new_limit = limit if new_limit is None else min(new_limit, limit)
     now = timezone.now()
-    due = Q(retry_at__isnull=True) | Q(retry_at__lte=now)
+    due = _due(now)
     if not Run.objects.filter(due, status=Run.Status.QUEUED).exists():
         return []  # the usual poll: nothing queued, and no write lock taken to find out
     taken: list[tuple[int, bool]] = []
@@ -151,11 +151,16 @@ def claim_now(run_pk: int, agent_pk: int, queued_at: datetime, worker: str) -> b
     if agent_pk in skipped:
         return False
     now = timezone.now()
-    if Run.objects.filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now), agent_id=agent_pk,
-                          status=Run.Status.QUEUED, resume_key__isnull=False, created_at__lt=queued_at).exists():
+    if Run.objects.filter(_due(now), agent_id=agent_pk, status=Run.Status.QUEUED, resume_key__isnull=False,
+                          created_at__lt=queued_at).exists():
         return False
     lease_until = now + timedelta(seconds=settings.COUNTERSIGN_LEASE_SECONDS)
     return bool(Run.objects.filter(pk=run_pk).claim(worker, now, lease_until))
+
+
+def _due(now: datetime) -> Q:
+    """Queued runs that may go at ``now``: never tried, or their retry's (or undo hold's) time has come."""
+    return Q(retry_at__isnull=True) | Q(retry_at__lte=now)
 
 
 def _lock_agents(agents: set[int], room: dict[int, int], skipped: set[int]) -> None:

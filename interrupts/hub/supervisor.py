@@ -196,13 +196,9 @@ class Supervisor:
         claim is in flight: wait for it, then look again.
         """
         while True:
-            total, new = self.room()
-            if (total if resume else new) > 0:
-                slot = Slot(resume=resume)
-                self.slots.add(slot)
+            slot = self._take(resume)
+            if slot is not None or self.claimed.is_set():
                 return slot
-            if self.claimed.is_set():
-                return None
             await self.claimed.wait()
 
     def hold_now(self) -> Slot | None:
@@ -210,10 +206,14 @@ class Supervisor:
 
         On the loop, like ``reserve``, but never waits: a claim in flight counts as taken.
         """
-        total, _new = self.room()
-        if total <= 0 or self.stopped:
+        return None if self.stopped else self._take(resume=True)
+
+    def _take(self, resume: bool) -> Slot | None:
+        """A free slot (one of those kept for resumes only if ``resume``), taken; None when there is none."""
+        total, new = self.room()
+        if (total if resume else new) <= 0:
             return None
-        slot = Slot(resume=True)
+        slot = Slot(resume=resume)
         self.slots.add(slot)
         return slot
 

@@ -231,8 +231,8 @@ async def test_a_decision_whose_answer_left_goes_to_the_agent():
 # --- the thread that acknowledges ---------------------------------------------------------------------
 
 
-def _on_one_thread(work: list) -> tuple[list, object]:
-    """``replies._run(work)`` on a thread of its own, as after a reply: (each call's connection, the one left)."""
+def _on_one_thread(work: list) -> object:
+    """``replies._run(work)`` on a thread of its own, as after a reply; the connection the thread is left with."""
     with ThreadPoolExecutor(1) as thread:
         thread.submit(replies._run, work).result()
         return thread.submit(lambda: connection.connection).result()
