@@ -48,6 +48,9 @@ class Conversation:
     messages: list[dict]  # wire form (camelCase dicts), as @ag-ui/client holds agent.messages
     state: object  # any JSON value
     warnings: list[str] = field(default_factory=list)  # what was skipped and why, in plain words
+    # Where each message id and tool call id is in ``messages``: a fold continuing from these messages
+    # takes it (``fold``'s ``index``) rather than walking them all again.
+    index: tuple[dict, dict] | None = field(default=None, repr=False, compare=False)
 
 
 def outgoing(messages: Sequence[dict]) -> list[dict]:
@@ -65,14 +68,16 @@ def outgoing(messages: Sequence[dict]) -> list[dict]:
 
 
 def fold(events: Iterable[dict], messages: Sequence[dict] = (), state: object = None, *,
-         max_state_bytes: int = MAX_STATE_BYTES) -> Conversation:
+         max_state_bytes: int = MAX_STATE_BYTES, index: tuple[dict, dict] | None = None) -> Conversation:
     """``messages`` and ``state`` after ``events`` (wire-form dicts, as received), as @ag-ui/client applies them.
 
     ``state`` None means ``{}`` (C58). Neither argument is changed. A chunk
     stream open at the end of ``events`` is continued by the next call only
-    if that call's events start with ``chunk_openers`` of these.
+    if that call's events start with ``chunk_openers`` of these. ``index``:
+    the ``index`` of the Conversation whose ``messages`` these are (a long
+    conversation folded a few events at a time is not walked for each call).
     """
-    folder = _Folder(messages, {} if state is None else state, max_state_bytes)
+    folder = _Folder(messages, {} if state is None else state, max_state_bytes, index)
     for event in _expanded(events, folder):
         try:
             folder.apply(event)
@@ -270,7 +275,8 @@ def _expand_chunk(event: dict, lanes: dict, close):
 class _Folder:
     """The reducer's working copy: messages (copied before they change), state, warnings."""
 
-    def __init__(self, messages: Sequence[dict], state: object, max_state_bytes: int) -> None:
+    def __init__(self, messages: Sequence[dict], state: object, max_state_bytes: int,
+                 index: tuple[dict, dict] | None = None) -> None:
         self.messages: list[dict] = [m for m in messages if isinstance(m, dict)]
         self.state = state
         self.max_state_bytes = max_state_bytes
@@ -278,7 +284,10 @@ class _Folder:
         self.dropped_warnings = 0
         self.owned: set[int] = set()  # id() of the dicts this call made, free to change
         self.parts: dict[int, tuple[dict, str, list[str]]] = {}  # text appended, joined at the end
-        self._reindex()
+        if index is not None and len(self.messages) == len(messages):
+            self.by_id, self.by_call = dict(index[0]), dict(index[1])
+        else:
+            self._reindex()
 
     # --- bookkeeping -------------------------------------------------------------------
 
@@ -293,7 +302,7 @@ class _Folder:
         warnings = list(self.warnings)
         if self.dropped_warnings:
             warnings.append(f"…and {self.dropped_warnings} more problems like these.")
-        return Conversation(self.messages, self.state, warnings)
+        return Conversation(self.messages, self.state, warnings, (self.by_id, self.by_call))
 
     def _reindex(self) -> None:
         # First occurrence wins, as the client's messages.find does.

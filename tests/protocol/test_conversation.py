@@ -11,7 +11,9 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interrupts.protocol.conversation import FOLDED_TYPES, MAX_MESSAGES, chunk_openers, fold, outgoing
+from interrupts.protocol.conversation import FOLDED_TYPES, MAX_MESSAGES, _Folder, chunk_openers, fold, outgoing
+
+_unpatched_reindex = _Folder._reindex
 
 USER = {"id": "u1", "role": "user", "content": "Delete acme/web"}
 
@@ -324,6 +326,37 @@ _keys = st.sampled_from(
 )
 _events = st.builds(lambda kind, fields: {**fields, "type": kind}, st.sampled_from(sorted(FOLDED_TYPES)),
                     st.dictionaries(_keys, st.one_of(_json, st.sampled_from(["m1", "c1", "a1"])), max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_events, max_size=8), st.lists(_events, max_size=8), st.lists(st.dictionaries(_keys, _json, max_size=3),
+                                                                      max_size=2))
+def test_a_fold_continued_with_its_index_equals_one_walking_the_messages_again(first, then, messages):
+    """The index a fold returns is a cache of where its messages are: taking it never changes the result."""
+    before = fold(first, messages)
+    with_index = fold(then, before.messages, before.state, index=before.index)
+    walked = fold(then, copy.deepcopy(before.messages), copy.deepcopy(before.state))
+    assert (with_index.messages, with_index.state, with_index.warnings) == (walked.messages, walked.state,
+                                                                              walked.warnings)
+
+
+def test_a_long_conversation_continued_a_token_at_a_time_is_not_walked_again(monkeypatch):
+    history = [{"id": f"m{i}", "role": "user", "content": "x"} for i in range(2000)]
+    result = fold(text("new")[:1], history)
+    walks = []
+
+    def counted(folder):
+        walks.append(1)
+        _unpatched_reindex(folder)
+
+    monkeypatch.setattr(_Folder, "_reindex", counted)
+    for n in range(50):
+        result = fold([{"type": "TEXT_MESSAGE_CONTENT", "messageId": "new", "delta": f"t{n} "}],
+                      result.messages, result.state, index=result.index)
+    assert walks == [] and result.messages[-1]["content"].startswith("t0 t1 ")
+    # Without the index, each call walks the whole conversation.
+    fold([{"type": "TEXT_MESSAGE_CONTENT", "messageId": "new", "delta": "x"}], result.messages, result.state)
+    assert walks == [1]
 
 
 @settings(max_examples=300, deadline=None)
