@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 from knox.models import AuthToken
 
-from .hub import agents, policies, tokens
+from .hub import agents, events, policies, tokens
 from .models import (
     Agent,
     APIToken,
@@ -159,11 +159,11 @@ class ThreadAdmin(admin.ModelAdmin):
 
     @admin.display(description="State")
     def state_json(self, obj):
-        return pretty_json(obj.state)
+        return pretty_json(events.conversation_of(obj)[1])
 
     @admin.display(description="Messages")
     def messages_json(self, obj):
-        return pretty_json(obj.messages)
+        return pretty_json(events.conversation_of(obj)[0])
 
 
 class InterruptInline(admin.TabularInline):

@@ -264,6 +264,13 @@ MAX_INTERRUPTS = 100
 # and the characters of each id and name kept: the next input must answer those kept (C23).
 MAX_PENDING_TOOL_CALLS = 100
 MAX_PENDING_TOOL_CALL_CHARS = 200
+# How often a streaming run writes its thread's conversation (messages and state), each time whole:
+# a slow agent's every token rewrote it, 17 ms a token on a thread of 1 MB. Readers fold what is
+# newer (hub.events.conversation_of), which is at most this many events, of this many bytes, or
+# this long's worth.
+FOLD_WRITE_SECONDS = 0.5
+FOLD_WRITE_EVENTS = 256
+FOLD_WRITE_BYTES = 64 * 1024
 # Approvals a policy may require of one interrupt: a quorum larger than a
 # team plausibly has is a typo that would hold every request forever.
 MAX_REQUIRED_APPROVALS = 10

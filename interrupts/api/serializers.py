@@ -23,7 +23,7 @@ from ..conf import (
     MAX_TITLE_CHARS,
     SIMULATION_DAYS,
 )
-from ..hub import agents, claims, decisions, policies
+from ..hub import agents, claims, decisions, events, policies
 from ..models import Agent, Decision, Event, Grant, Interrupt, Policy, Run, Thread
 from ..protocol.schema.edits import supports_edits
 from ..reads import selectors
@@ -197,6 +197,13 @@ class ThreadSerializer(serializers.ModelSerializer):
 class ThreadDetailSerializer(ThreadSerializer):
     class Meta(ThreadSerializer.Meta):
         fields = ThreadSerializer.Meta.fields + ["state", "messages"]
+
+    def to_representation(self, instance):
+        shown = super().to_representation(instance)
+        # While a run streams, the stored conversation may lag its log by a moment: shown whole.
+        if instance.folded_seq < instance.last_seq:
+            shown["messages"], shown["state"] = events.conversation_of(instance)
+        return shown
 
 
 class StartThreadSerializer(serializers.Serializer):

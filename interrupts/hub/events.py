@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from contextlib import closing
 
 from ag_ui.core import CustomEvent
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..conf import settings
+from ..conf import FOLD_WRITE_BYTES, FOLD_WRITE_EVENTS, FOLD_WRITE_SECONDS, settings
 from ..live import relay
 from ..models import Event, Run, Thread
 from ..protocol import conversation
@@ -24,8 +25,16 @@ from ..protocol.wire import dump
 logger = logging.getLogger(__name__)
 
 
-def _next_seq(thread_pk: int, count: int = 1, **also) -> int:
-    """Reserve ``count`` sequence numbers of the thread, setting ``also`` (its fields) with them; the last one."""
+# What a write says of the thread's stored fold (``Thread.folded_seq``) once its events are in: it holds them
+# all (the fold is written with them), or it does if it held every event before (they change nothing).
+WHOLE, IF_WHOLE = "whole", "if whole"
+
+
+def _next_seq(thread_pk: int, count: int = 1, *, folded: str | None = IF_WHOLE, **also) -> int:
+    """Reserve ``count`` sequence numbers of the thread, setting ``also`` (its fields) with them; the last one.
+
+    ``folded``: ``WHOLE``, ``IF_WHOLE`` or None (the events are not in the stored fold: it lags).
+    """
     # The UPDATE takes the thread row's write lock (PostgreSQL) or the
     # database's (SQLite, IMMEDIATE): two writers can never get one number.
     # One statement (RETURNING) rather than an UPDATE and a SELECT, and the
@@ -36,6 +45,14 @@ def _next_seq(thread_pk: int, count: int = 1, **also) -> int:
     last_seq, updated_at = (quote(meta.get_field(name).column) for name in ("last_seq", "updated_at"))
     sets = [f"{last_seq} = {last_seq} + %s", f"{updated_at} = %s"]
     values = [count, connection.ops.adapt_datetimefield_value(timezone.now())]
+    # Right-hand sides read the row as it was, on both back ends.
+    folded_seq = quote(meta.get_field("folded_seq").column)
+    if folded == WHOLE:
+        sets.append(f"{folded_seq} = {last_seq} + %s")
+        values.append(count)
+    elif folded == IF_WHOLE:
+        sets.append(f"{folded_seq} = CASE WHEN {folded_seq} = {last_seq} THEN {last_seq} + %s ELSE {folded_seq} END")
+        values.append(count)
     for name, value in also.items():
         field = meta.get_field(name)
         sets.append(f"{quote(field.column)} = %s")
@@ -85,53 +102,129 @@ _MESSAGE_TYPES = FOLDED - {"STATE_SNAPSHOT", "STATE_DELTA", "RUN_FINISHED", "RUN
                            "SUBAGENT_ERROR"}
 _STATE_TYPES = frozenset({"STATE_SNAPSHOT", "STATE_DELTA"})
 
-# What a batch of events leaves unchanged in the thread (its state, its messages).
-_UNCHANGED = object()
-
 
 class _Carry:
     """What the streamer's run carries from one batch to the next: the conversation folded so far.
 
     Only the run streaming now writes its thread's messages and state (a thread
     streams one run at a time), so the thread is read once per run, not once
-    per batch; ``openers`` reopen a chunk stream a batch left open.
+    per batch; ``openers`` reopen a chunk stream a batch left open. What was
+    folded is written with a batch only now and then (``_folded``): ``unwritten``
+    names what changed since, ``deferred`` counts the events and their bytes
+    since, and ``written_at`` says when (``time.monotonic``).
     """
 
-    __slots__ = ("messages", "state", "openers")
+    __slots__ = ("messages", "state", "openers", "index", "unwritten", "deferred", "written_at")
 
-    def __init__(self, messages: list, state: object, openers: list) -> None:
-        self.messages, self.state, self.openers = messages, state, openers
+    def __init__(self, messages: list, state: object, openers: list, index: tuple | None = None,
+                 unwritten: frozenset = frozenset(), deferred: tuple[int, int] = (0, 0),
+                 written_at: float | None = None) -> None:
+        self.messages, self.state, self.openers, self.index = messages, state, openers, index
+        self.unwritten, self.deferred = unwritten, deferred
+        self.written_at = time.monotonic() if written_at is None else written_at
+
+    def later(self, events: list[Received], **changed) -> _Carry:
+        """This carry after ``events``, with what they ``changed`` (the fold's fields) and nothing written."""
+        fields = {name: getattr(self, name) for name in ("messages", "state", "openers", "index")} | changed
+        count, size = self.deferred
+        return _Carry(**fields, unwritten=self.unwritten, deferred=(count + len(events),
+                                                                     size + sum(len(e.text) for e in events)),
+                      written_at=self.written_at)
 
 
-def _folded(run: Run, events: list[Received]) -> tuple[object, object, _Carry | None]:
-    """The thread's state and messages after ``events`` (``_UNCHANGED`` where none of them says), and the carry.
+def conversation_of(thread: Thread) -> tuple[list, object]:
+    """The thread's messages and state with every event it recorded folded in.
+
+    As stored, unless a streaming run has not yet written its latest fold
+    (``Thread.folded_seq``): then the events after it are folded on top, as
+    the run would have. They are few and cheap to fold (fewer than
+    FOLD_WRITE_EVENTS, under FOLD_WRITE_BYTES and one batch, never a snapshot
+    or a patch: ``_WRITTEN_AT_ONCE``), so this may run under a lock.
+    """
+    if thread.folded_seq >= thread.last_seq:
+        return thread.messages or [], thread.state
+    payloads = [payload if isinstance(payload, dict) else json.loads(payload) for payload in Event.objects.filter(
+        thread_id=thread.pk, seq__gt=thread.folded_seq, seq__lte=thread.last_seq, from_agent=True,
+        type__in=FOLDED).order_by("seq").values_list("payload", flat=True)]
+    folded = _fold(payloads, thread.messages or [], thread.state)
+    return folded.messages, (folded.state if any(p.get("type") in _STATE_TYPES for p in payloads) else thread.state)
+
+
+def _fold(payloads: list[dict], messages: list, state: object, index: tuple | None = None) -> conversation.Conversation:
+    return conversation.fold(payloads, messages, state, max_state_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES,
+                             index=index)
+
+
+def settle(thread_pk: int) -> None:
+    """Write the thread's whole fold if a run left some of it unwritten: inside the transaction that ends it.
+
+    A run that ends by its own terminal event writes its fold with it; one that fails (``outcomes.fail``)
+    may have stopped between writes. So whenever no run streams, the stored fold is whole, and a new
+    run's input is built from it as stored.
+    """
+    thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=thread_pk)
+    if thread.folded_seq >= thread.last_seq:
+        return
+    messages, state = conversation_of(thread)
+    Thread.objects.filter(pk=thread_pk).update(messages=messages, state=state, folded_seq=thread.last_seq)
+
+
+# Written with the batch that brings them: the run's end (its fold is then whole), and what replaces or
+# patches (a JSON Patch is work the agent chooses, done before any lock; ``conversation_of`` and ``settle``
+# fold only cheap events, the latter under the lock that ends a run).
+_WRITTEN_AT_ONCE = frozenset({"RUN_FINISHED", "RUN_ERROR", "MESSAGES_SNAPSHOT", "ACTIVITY_SNAPSHOT",
+                              "ACTIVITY_DELTA"}) | _STATE_TYPES
+
+
+def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry | None]:
+    """What ``events`` make of the thread: the fields to write with them, what that says of the stored
+    fold (``_next_seq``'s ``folded``), and the carry.
 
     Every event that builds the conversation is folded (``protocol.conversation``),
     as an AG-UI client folds it. Worked out before ``append_many``'s
     transaction: a STATE_DELTA is the agent's JSON Patch, and applying it is
     work the agent chooses (see ``protocol.state``), never to be done holding
-    the database's write lock.
+    the database's write lock. Written with a run's last batch, and every FOLD_WRITE_SECONDS or
+    FOLD_WRITE_EVENTS before it (each write is the whole conversation); until then the
+    events are in the log, and ``conversation_of`` folds them for a reader.
     """
     kinds = {event.type for event in events}
     messages_change, state_changes = bool(kinds & _MESSAGE_TYPES), bool(kinds & _STATE_TYPES)
-    if not messages_change and not state_changes:
-        return _UNCHANGED, _UNCHANGED, None
     carry = getattr(run, "_conversation_carry", None)
-    if carry is None:
-        messages, state = Thread.objects.values_list("messages", "state").get(pk=run.thread_id)
-        carry = _Carry(messages or [], state, [])
-    payloads = [event.payload if event.payload is not None else json.loads(event.text)
-                for event in events if event.type in FOLDED]
-    folded = conversation.fold(carry.openers + payloads, carry.messages, carry.state,
-                               max_state_bytes=settings.COUNTERSIGN_MAX_EVENT_BYTES)
-    for warning in folded.warnings:
-        # The event stays in the log; the thread keeps what could be built (C59).
-        logger.warning("run %s: %s", run.run_id, warning)
-    openers = conversation.chunk_openers(payloads, carry.openers) if carry.openers or kinds & _CHUNKS else []
-    # A state no event touched keeps its stored spelling (None stays None rather than fold's {}).
-    state = folded.state if state_changes else carry.state
-    return (state if state_changes else _UNCHANGED, folded.messages if messages_change else _UNCHANGED,
-            _Carry(folded.messages, state, openers))
+    if not messages_change and not state_changes:
+        if carry is None:
+            return {}, IF_WHOLE, None
+        after = carry.later(events)
+        deferrable = not carry.openers
+    else:
+        if carry is None:
+            thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=run.thread_id)
+            messages, state = conversation_of(thread)
+            # Folded on from a fold that lagged (a run cut short before it wrote its own): both are written.
+            carry = _Carry(messages, state, [], unwritten=frozenset() if thread.folded_seq >= thread.last_seq
+                           else frozenset({"messages", "state"}))
+        payloads = [event.payload if event.payload is not None else json.loads(event.text)
+                    for event in events if event.type in FOLDED]
+        folded = _fold(carry.openers + payloads, carry.messages, carry.state, carry.index)
+        for warning in folded.warnings:
+            # The event stays in the log; the thread keeps what could be built (C59).
+            logger.warning("run %s: %s", run.run_id, warning)
+        openers = conversation.chunk_openers(payloads, carry.openers) if carry.openers or kinds & _CHUNKS else []
+        # A state no event touched keeps its stored spelling (None stays None rather than fold's {}).
+        state = folded.state if state_changes else carry.state
+        after = carry.later(events, messages=folded.messages, state=state, openers=openers, index=folded.index)
+        after.unwritten = carry.unwritten | {name for name, changed in (("messages", messages_change),
+                                                                        ("state", state_changes)) if changed}
+        # A chunk stream open where the fold was last written could not be folded on from there.
+        deferrable = not carry.openers and not openers
+    if not after.unwritten:
+        return {}, IF_WHOLE, after
+    count, size = after.deferred
+    if deferrable and not kinds & _WRITTEN_AT_ONCE and count < FOLD_WRITE_EVENTS and size < FOLD_WRITE_BYTES \
+            and time.monotonic() - after.written_at < FOLD_WRITE_SECONDS:
+        return {}, None, after
+    return ({name: getattr(after, name) for name in after.unwritten}, WHOLE,
+            _Carry(after.messages, after.state, after.openers, after.index))
 
 
 _CHUNKS = frozenset({"TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK", "REASONING_MESSAGE_CHUNK"})
@@ -147,7 +240,7 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
     if not events:
         return []
     events = [event if isinstance(event, Received) else Received.of(event) for event in events]
-    state, messages, carry = _folded(run, events)
+    fields, folded, carry = _folded(run, events)
     with transaction.atomic(durable=True):
         # Locked before the thread's sequence numbers, in the order ``fail``
         # takes them (run, then thread): a RUN_ERROR recorded by anyone else
@@ -160,9 +253,7 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
             holding = holding.filter(status=Run.Status.STREAMING, claimed_by=worker)
         if not holding.exists():
             return None
-        folded = {name: value for name, value in (("state", state), ("messages", messages))
-                  if value is not _UNCHANGED}
-        last = _next_seq(run.thread_id, len(events), **folded)
+        last = _next_seq(run.thread_id, len(events), folded=folded, **fields)
         seqs = list(range(last - len(events) + 1, last + 1))
         _insert_events(run, seqs, events)
         thread_pk, event_type = run.thread_id, events[-1].type

@@ -248,6 +248,7 @@ def fail(run: Run, code: str, message: str, raw: object = None) -> Event | None:
             # Already settled elsewhere: its log must not gain a second ending.
             return None
         event = events.append_own(run, error)
+        events.settle(run.thread_id)  # it may have stopped between two writes of its thread's conversation
         if run.resume_key is not None:
             enqueue.refused(run, error_code, error_message)
         closed = Interrupt.objects.filter(run=run).cancel_pending(f"The run failed after raising it ({code}).", now)

@@ -46,7 +46,7 @@ def test_each_recorded_event_is_broadcast_with_its_sequence_number(listening):
     messages = received()
     assert [(m["seq"], m["event_type"]) for m in messages] == [(1, "RUN_STARTED"), (2, "STATE_SNAPSHOT")]
     run.thread.refresh_from_db()
-    assert run.thread.state == {"n": 1} and run.thread.last_seq == 2
+    assert events.conversation_of(run.thread)[1] == {"n": 1} and run.thread.last_seq == 2
 
 
 def test_an_interrupt_outcome_raises_interrupts_and_tells_the_inbox(listening):
@@ -273,7 +273,7 @@ def test_c59_a_failed_delta_keeps_the_state_and_the_next_batch_builds_on_it():
                                                             {"op": "test", "path": "/n", "value": 5}]}])
     events.append_many(run, [{"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": 2}]}])
     run.thread.refresh_from_db()
-    assert run.thread.state == {"n": 2}
+    assert events.conversation_of(run.thread)[1] == {"n": 2}
 
 
 def test_start_run_sends_the_conversation_without_activity():
