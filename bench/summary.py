@@ -194,6 +194,24 @@ def inbox(results: Results) -> Figure:
     return figure
 
 
+def small_inbox(results: Results) -> Figure:
+    figure = Figure("inbox with 100 pending, first page, server ms", "≤ 20", "inbox_scale")
+    document = results.get(figure.source)
+    if document is None or "results" not in document:
+        return figure
+    large, small = str(document.get("interrupts", 100_000)), str(document.get("baseline", 100))
+    figure.name = f"inbox with {int(small):,} pending, first page, server ms"
+    figure.baseline_label = f"that page with {int(large):,} pending: "
+    for backend, _ in BACKENDS:
+        found = (document["results"].get(backend) or {})
+        page = found.get(small, {}).get("first page")
+        if page is not None:
+            at_large = found.get(large, {}).get("first page")
+            figure.cells[backend] = Cell(number(page["ms"]), at_most(page["ms"], 20),
+                                         f"{number(at_large['ms'])} ms" if at_large else "")
+    return figure
+
+
 def opened(results: Results) -> Figure:
     figure = Figure("inbox with 100,000 pending, one request opened (its batch), ms", "≤ 20", "inbox_scale")
     for backend, large, small in _inbox_scale(results, figure, "opened", "with {small} pending: "):
@@ -205,7 +223,7 @@ def opened(results: Results) -> Figure:
 
 def figures(results: Results) -> list[Figure]:
     return [interrupt_latency(results), *resume(results), *relay(results), connections(results), inbox(results),
-            opened(results)]
+            opened(results), small_inbox(results)]
 
 
 def verdict(figure: Figure) -> str:
