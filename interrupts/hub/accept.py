@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ag_ui.core import ResumeEntry, RunAgentInput
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ..models import Agent, Interrupt, Run, Thread
@@ -19,7 +20,7 @@ from ..protocol.contract import Verdict, check_input
 from ..protocol.contract.echoes import without_echoes
 from ..protocol.contract.history import Proposal, check_length, resume_messages
 from ..protocol.wire import dump
-from . import decisions, outbox, runs
+from . import decisions, events, outbox, runs
 from .refusals import Refusal
 
 
@@ -76,7 +77,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
             for entry in sent.resume:
                 # After eligibility: only someone who may answer learns how a copy differs.
                 without_echoes(by_id[entry.interrupt_id].raw, entry.status, entry.payload, entry.metadata)
-            messages = resume_messages(existing.messages or [], wire_input.get("messages") or [],
+            messages = resume_messages(events.conversation_of(existing)[0], wire_input.get("messages") or [],
                                        _concerned(by_id.values()))
         with transaction.atomic(durable=True):
             thread = runs.thread_for(agent, run_input.thread_id)
@@ -97,7 +98,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 # The client's additions (its turns, its own tools' results) are the
                 # thread's from now on, as new input's are: a resume the inbox sends
                 # later, when a quorum completes, carries them too.
-                Thread.objects.filter(pk=thread.pk).update(messages=messages.recorded)
+                Thread.objects.filter(pk=thread.pk).update(messages=messages.recorded, folded_seq=F("last_seq"))
                 if not complete:
                     return Accepted(verdict, None)
                 key, sent = runs.batch_resume_key(parent, verdict.idempotency_key)
@@ -124,7 +125,7 @@ def accept_input(agent: Agent, run_input: RunAgentInput, user, worker: str) -> A
                 runs.refuse_if_refused(thread)
                 # The client's conversation and state are the thread's record from now on
                 # (a resume sends the record, and only what the client adds to it).
-                recorded = {"messages": wire_input.get("messages") or []}
+                recorded = {"messages": wire_input.get("messages") or [], "folded_seq": F("last_seq")}
                 if wire_input.get("state") is not None:
                     recorded["state"] = wire_input["state"]
                 Thread.objects.filter(pk=thread.pk).update(**recorded)

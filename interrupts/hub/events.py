@@ -30,10 +30,11 @@ logger = logging.getLogger(__name__)
 WHOLE, IF_WHOLE = "whole", "if whole"
 
 
-def _next_seq(thread_pk: int, count: int = 1, *, folded: str | None = IF_WHOLE, **also) -> int:
-    """Reserve ``count`` sequence numbers of the thread, setting ``also`` (its fields) with them; the last one.
+def _next_seq(thread_pk: int, count: int = 1, *, folded: str | None = IF_WHOLE, **also) -> tuple[int, int]:
+    """Reserve ``count`` sequence numbers of the thread, setting ``also`` (its fields) with them.
 
     ``folded``: ``WHOLE``, ``IF_WHOLE`` or None (the events are not in the stored fold: it lags).
+    Returns the last number and the thread's ``folded_seq`` after it.
     """
     # The UPDATE takes the thread row's write lock (PostgreSQL) or the
     # database's (SQLite, IMMEDIATE): two writers can never get one number.
@@ -59,15 +60,16 @@ def _next_seq(thread_pk: int, count: int = 1, *, folded: str | None = IF_WHOLE, 
         values.append(field.get_db_prep_save(value, connection))
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} "
-                       f"WHERE {quote(meta.pk.column)} = %s RETURNING {last_seq}", [*values, thread_pk])
-        return cursor.fetchone()[0]
+                       f"WHERE {quote(meta.pk.column)} = %s RETURNING {last_seq}, {folded_seq}",
+                       [*values, thread_pk])
+        return cursor.fetchone()
 
 
 
 
 def append_own(run: Run, payload: dict) -> Event:
     """Record an event of Countersign's own (not the agent's): a RUN_ERROR, a note."""
-    seq = _next_seq(run.thread_id)
+    seq, _folded_to = _next_seq(run.thread_id)
     event = Event.objects.create(
         thread_id=run.thread_id, run=run, seq=seq, type=payload["type"], payload=payload, from_agent=False
     )
@@ -137,9 +139,10 @@ def conversation_of(thread: Thread) -> tuple[list, object]:
 
     As stored, unless a streaming run has not yet written its latest fold
     (``Thread.folded_seq``): then the events after it are folded on top, as
-    the run would have. They are few and cheap to fold (fewer than
-    FOLD_WRITE_EVENTS, under FOLD_WRITE_BYTES and one batch, never a snapshot
-    or a patch: ``_WRITTEN_AT_ONCE``), so this may run under a lock.
+    the run would have. They are few and cheap to fold (streamed tokens and
+    events that change nothing, ``_DEFERRED_CHANGES``: fewer than
+    FOLD_WRITE_EVENTS and under FOLD_WRITE_BYTES, past one batch), so this
+    may run under a lock.
     """
     if thread.folded_seq >= thread.last_seq:
         return thread.messages or [], thread.state
@@ -158,9 +161,9 @@ def _fold(payloads: list[dict], messages: list, state: object, index: tuple | No
 def settle(thread_pk: int) -> None:
     """Write the thread's whole fold if a run left some of it unwritten: inside the transaction that ends it.
 
-    A run that ends by its own terminal event writes its fold with it; one that fails (``outcomes.fail``)
-    may have stopped between writes. So whenever no run streams, the stored fold is whole, and a new
-    run's input is built from it as stored.
+    A run's end (``outcomes.finish``, ``outcomes.fail``) calls it: a run that fails may have stopped
+    between writes, and one whose stream lost its carry (sent again after a crash, its batch retried)
+    may end without having read its fold. So whenever no run streams, the stored fold is whole.
     """
     thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=thread_pk)
     if thread.folded_seq >= thread.last_seq:
@@ -169,11 +172,13 @@ def settle(thread_pk: int) -> None:
     Thread.objects.filter(pk=thread_pk).update(messages=messages, state=state, folded_seq=thread.last_seq)
 
 
-# Written with the batch that brings them: the run's end (its fold is then whole), and what replaces or
-# patches (a JSON Patch is work the agent chooses, done before any lock; ``conversation_of`` and ``settle``
-# fold only cheap events, the latter under the lock that ends a run).
-_WRITTEN_AT_ONCE = frozenset({"RUN_FINISHED", "RUN_ERROR", "MESSAGES_SNAPSHOT", "ACTIVITY_SNAPSHOT",
-                              "ACTIVITY_DELTA"}) | _STATE_TYPES
+# The changes a fold may leave unwritten for a while: a streamed token, which extends one message or call
+# and costs its fold no more than its own length. Any other change (a message or call opened or closed, a
+# result, a snapshot, a patch: work the agent chooses, some of it walking the whole conversation) is
+# written with its batch, and so is a run's end: ``conversation_of`` and ``settle`` (under the lock that
+# ends a run) only ever fold tokens, and events that change nothing.
+_DEFERRED_CHANGES = frozenset({"TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS"})
+_WRITTEN_AT_ONCE = (_MESSAGE_TYPES - _DEFERRED_CHANGES) | _STATE_TYPES | {"RUN_FINISHED", "RUN_ERROR"}
 
 
 def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry | None]:
@@ -184,25 +189,28 @@ def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry 
     as an AG-UI client folds it. Worked out before ``append_many``'s
     transaction: a STATE_DELTA is the agent's JSON Patch, and applying it is
     work the agent chooses (see ``protocol.state``), never to be done holding
-    the database's write lock. Written with a run's last batch, and every FOLD_WRITE_SECONDS or
-    FOLD_WRITE_EVENTS before it (each write is the whole conversation); until then the
-    events are in the log, and ``conversation_of`` folds them for a reader.
+    the database's write lock. Written with a run's last batch, with any change but a streamed
+    token (``_WRITTEN_AT_ONCE``), and otherwise every FOLD_WRITE_SECONDS, FOLD_WRITE_EVENTS or
+    FOLD_WRITE_BYTES (each write is the whole conversation); until then the events are in the
+    log, and ``conversation_of`` folds them for a reader.
     """
     kinds = {event.type for event in events}
     messages_change, state_changes = bool(kinds & _MESSAGE_TYPES), bool(kinds & _STATE_TYPES)
     carry = getattr(run, "_conversation_carry", None)
+    # Nothing to fold and no fold read: the stored one stays as whole as it was, unless it is known to
+    # lag (``append_many`` learns it from each write), when it is read, folded on and written when due.
+    if not messages_change and not state_changes and carry is None and not getattr(run, "_fold_lags", False):
+        return {}, IF_WHOLE, None
+    if carry is None:
+        thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=run.thread_id)
+        messages, state = conversation_of(thread)
+        # Folded on from a fold that lagged (a run cut short before it wrote its own): both are written.
+        carry = _Carry(messages, state, [], unwritten=frozenset() if thread.folded_seq >= thread.last_seq
+                       else frozenset({"messages", "state"}))
     if not messages_change and not state_changes:
-        if carry is None:
-            return {}, IF_WHOLE, None
         after = carry.later(events)
         deferrable = not carry.openers
     else:
-        if carry is None:
-            thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=run.thread_id)
-            messages, state = conversation_of(thread)
-            # Folded on from a fold that lagged (a run cut short before it wrote its own): both are written.
-            carry = _Carry(messages, state, [], unwritten=frozenset() if thread.folded_seq >= thread.last_seq
-                           else frozenset({"messages", "state"}))
         payloads = [event.payload if event.payload is not None else json.loads(event.text)
                     for event in events if event.type in FOLDED]
         folded = _fold(carry.openers + payloads, carry.messages, carry.state, carry.index)
@@ -253,13 +261,14 @@ def append_many(run: Run, events: list[Received | dict], worker: str | None = No
             holding = holding.filter(status=Run.Status.STREAMING, claimed_by=worker)
         if not holding.exists():
             return None
-        last = _next_seq(run.thread_id, len(events), folded=folded, **fields)
+        last, folded_to = _next_seq(run.thread_id, len(events), folded=folded, **fields)
         seqs = list(range(last - len(events) + 1, last + 1))
         _insert_events(run, seqs, events)
         thread_pk, event_type = run.thread_id, events[-1].type
         relay.event_appended(thread_pk, last, event_type)
     if carry is not None:
         run._conversation_carry = carry
+    run._fold_lags = folded_to < last
     return seqs
 
 

@@ -160,6 +160,7 @@ def finish(run: Run, terminal: dict, proposal: ProposalLookup | None = None, *, 
     declared = (version or "")[:Agent._meta.get_field("protocol_version").max_length]
     with transaction.atomic(durable=True):
         _finish(run, terminal, raised, now, notice, pending)
+        events.settle(run.thread_id)  # a stream that lost its carry may end with its fold unwritten
         # What the agent says it speaks now; only written when it changed.
         Agent.objects.filter(pk=run.agent_id).exclude(protocol_version=declared).update(protocol_version=declared)
         thread_pk = run.thread_id

@@ -19,6 +19,7 @@ from datetime import timedelta
 from ag_ui.core import Interrupt as WireInterrupt
 from ag_ui.core import ResumeEntry, RunAgentInput
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ..conf import MAX_MESSAGE_CHARS, settings
@@ -28,7 +29,7 @@ from ..protocol import dialects, signing
 from ..protocol.contract import ThreadGate, check_coverage, check_input, idempotency_key
 from ..protocol.conversation import outgoing
 from ..protocol.wire import dump
-from . import outbox, outcomes, wakeup
+from . import events, outbox, outcomes, wakeup
 from .refusals import Refusal
 
 
@@ -314,7 +315,7 @@ def start_run(
     with transaction.atomic(durable=True):
         thread = thread_for(agent, thread_id, title or (message or "")[:80])
         # The thread keeps every message (activity included); the agent gets them without activity (C53).
-        messages = list(thread.messages or [])
+        messages = list(events.conversation_of(thread)[0])
         if message:
             messages.append({"id": f"msg-{uuid.uuid4().hex}", "role": "user", "content": message})
         run_input = {
@@ -334,7 +335,7 @@ def start_run(
         refuse_if_refused(thread)
         refuse_if_left_to_client(thread)
         # The user's message is part of the conversation from now on, whatever the agent sends back.
-        Thread.objects.filter(pk=thread.pk).update(messages=messages)
+        Thread.objects.filter(pk=thread.pk).update(messages=messages, folded_seq=F("last_seq"))
         return enqueue(thread, agent, run_input, user=user)
 
 
@@ -482,7 +483,7 @@ def queue_resume(interrupted: Run, user=None, *, hold: float | None = None, expi
         "runId": new_run_id(),
         "parentRunId": interrupted.run_id,
         "state": thread.state if thread.state is not None else {},
-        "messages": outgoing(thread.messages or []),
+        "messages": outgoing(events.conversation_of(thread)[0]),
         **input_defaults(),
         "resume": entries,
     }

@@ -151,9 +151,13 @@ _DELTA_IDS = {"TEXT_MESSAGE_CONTENT": ("message_id", "messageId"),
               "TOOL_CALL_ARGS": ("tool_call_id", "toolCallId")}
 
 
-def _delta_payload(kind: str, event) -> dict:
-    """The wire fields of a parsed token event that fold reads (``protocol.conversation``)."""
+def _delta_payload(kind: str, event, text: str) -> dict | None:
+    """The wire fields of a parsed token event that fold reads (``protocol.conversation``); None unless the
+    text spells them as the wire does (the model also reads snake_case, which a fold of the text, as a
+    client or ``events.conversation_of`` does, would not)."""
     attribute, key = _DELTA_IDS[kind]
+    if f'"{key}"' not in text or (event.subagent_run_id is not None and '"subagentRunId"' not in text):
+        return None
     payload = {"type": kind, key: getattr(event, attribute), "delta": event.delta}
     if event.metadata is not None:
         payload["metadata"] = event.metadata
@@ -584,7 +588,7 @@ class RunStreamer:
         if payload is None and self.listener is None and kind in _DELTA_IDS:
             # A streamed token, the most frequent event: what the conversation needs of it is
             # read off the event already parsed, rather than decoding its text a second time.
-            payload = _delta_payload(kind, event)
+            payload = _delta_payload(kind, event, frame.data)
         if payload is None and (self.listener is not None or kind in events.FOLDED or self.lifecycle.finished
                                 or kind == "CUSTOM"):
             payload = json.loads(frame.data)

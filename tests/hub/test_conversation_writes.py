@@ -69,18 +69,21 @@ def test_a_slow_agent_s_tokens_are_written_into_the_conversation_every_fold_writ
             # Whatever was written, a reader has every token so far.
             assert events.conversation_of(thread)[0] == everything_folded(run)
             assert thread.last_seq == 2 + n
-    # One write in four batches (the first counts the two events before it), not one a batch.
+    # One write in four batches, not one a batch: with tokens 4, 8 and 12.
     assert writes_of_messages(queries.captured_queries) == 3
     thread = stored(run)
-    # Written with tokens 2, 6 and 10: what came after is in the log alone.
-    assert thread.folded_seq == 12 and thread.messages[-1]["content"] == "".join(f"t{n} " for n in range(1, 11))
+    assert thread.folded_seq == 14 and thread.messages[-1]["content"] == "".join(f"t{n} " for n in range(1, 13))
+    events.append_many(run, [token(13)], worker="w")
+    assert stored(run).folded_seq == 14 < stored(run).last_seq  # in the log alone, until the next write
 
 
 def test_a_quiet_stream_s_fold_is_written_once_fold_write_seconds_have_passed(clock):
     run = streaming()
+    opened = stored(run).messages  # the message's start is written with its batch
+    assert opened[-1] == {"id": "reply", "role": "assistant", "content": ""}
     events.append_many(run, [token(1)], worker="w")
     events.append_many(run, [token(2)], worker="w")
-    assert stored(run).messages == HISTORY  # deferred: both tokens are only in the log so far
+    assert stored(run).messages == opened  # deferred: both tokens are only in the log so far
     clock[0] += events.FOLD_WRITE_SECONDS
     events.append_many(run, [token(3)], worker="w")
     thread = stored(run)
@@ -99,9 +102,10 @@ def test_the_run_s_last_batch_writes_what_it_folded(clock):
 
 def test_a_run_failing_between_writes_leaves_its_thread_s_conversation_whole(clock):
     run = streaming()
+    opened = stored(run).messages
     events.append_many(run, [token(1)], worker="w")
     events.append_many(run, [token(2)], worker="w")
-    assert stored(run).messages == HISTORY  # not written yet
+    assert stored(run).messages == opened  # not written yet
     outcomes.fail(run, "IDLE_TIMEOUT", "The agent went quiet.")
     thread = stored(run)
     assert thread.folded_seq == thread.last_seq and thread.messages == everything_folded(run)
@@ -115,9 +119,13 @@ def test_a_run_failing_between_writes_leaves_its_thread_s_conversation_whole(clo
     {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/step", "value": 1}]},
     {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "only", "role": "user", "content": "hi"}]},
     {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "plan", "content": {"step": 1}},
+    {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "deploy", "parentMessageId": "reply"},
+    {"type": "TOOL_CALL_RESULT", "messageId": "res", "toolCallId": "h1-call", "content": "done"},
+    {"type": "TEXT_MESSAGE_END", "messageId": "reply"},
 ])
-def test_what_replaces_or_patches_is_written_with_its_batch(clock, change):
-    """Never left for a reader to fold: a JSON Patch is the agent's work, done before any lock is taken."""
+def test_any_change_but_a_token_is_written_with_its_batch(clock, change):
+    """Never left for a reader to fold, which may be under a lock: a patch is work the agent chooses, and a
+    result or a new message may walk the whole conversation. Only tokens wait, each costing its own length."""
     run = streaming()
     events.append_many(run, [token(1)], worker="w")
     events.append_many(run, [events.Received(change["type"], json.dumps(change))], worker="w")
@@ -182,3 +190,46 @@ def test_the_api_shows_a_streaming_thread_s_conversation_whole(client, clock):
     client.force_login(make.user())
     shown = client.get(f"/api/threads/{run.thread.thread_id}/").json()
     assert shown["messages"] == everything_folded(run) and shown["messages"][-1]["content"] == "t1 "
+
+
+def test_a_run_ending_on_a_stream_that_lost_its_carry_leaves_its_fold_whole(clock):
+    """Sent again after a crash (or a batch retried): the new stream's only batch is its end, and nothing in
+    it changes the conversation; the tokens before the crash are still folded in once the run has ended."""
+    run = streaming()
+    events.append_many(run, [token(1)], worker="w")
+    events.append_many(run, [token(2)], worker="w")
+    again = Run.objects.get(pk=run.pk)
+    terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}
+    events.append_many(again, [terminal], worker="w")
+    outcomes.finish(again, terminal)
+    thread = stored(run)
+    assert thread.folded_seq == thread.last_seq and thread.messages[-1]["content"] == "t1 t2 "
+    follow_up = runs.start_run(thread.agent, thread_id=thread.thread_id, message="go on")
+    assert [m.get("content") for m in follow_up.input["messages"][-2:]] == ["t1 t2 ", "go on"]
+
+
+def test_a_stream_that_lost_its_carry_still_writes_its_fold_when_due(clock):
+    run = streaming()
+    events.append_many(run, [token(1)], worker="w")
+    del run._conversation_carry  # as a retried batch leaves it: its fold is read again when next needed
+    step = events.Received("STEP_STARTED", json.dumps({"type": "STEP_STARTED", "stepName": "s"}))
+    for _ in range(events.FOLD_WRITE_EVENTS):
+        events.append_many(run, [step], worker="w")
+    thread = stored(run)
+    assert thread.folded_seq == thread.last_seq and thread.messages[-1]["content"] == "t1 "
+
+
+def test_new_input_replaces_a_lagging_fold_once_and_declares_it_whole(clock):
+    """Were a fold ever left short at rest, new input builds on the whole conversation and folds nothing twice."""
+    run = streaming()
+    events.append_many(run, [token(1)], worker="w")
+    terminal = {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}
+    events.append_many(run, [{"type": "TEXT_MESSAGE_END", "messageId": "reply"}, terminal], worker="w")
+    outcomes.finish(run, terminal)
+    whole = stored(run)
+    Thread.objects.filter(pk=whole.pk).update(folded_seq=2, messages=HISTORY + [
+        {"id": "reply", "role": "assistant", "content": ""}])  # as if the token had never been written
+    runs.start_run(whole.agent, thread_id=whole.thread_id, message="go on")
+    thread = stored(run)
+    assert thread.folded_seq == thread.last_seq
+    assert [m.get("content") for m in events.conversation_of(thread)[0][-2:]] == ["t1 ", "go on"]

@@ -489,8 +489,19 @@ def test_a_token_event_read_off_its_parsed_form_folds_as_its_text_does(text):
              "REASONING_MESSAGE_CONTENT": {"type": "REASONING_MESSAGE_START", "messageId": "r1"},
              "TOOL_CALL_ARGS": {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f"}}
     decoded = json.loads(text)
-    light = streaming._delta_payload(decoded["type"], parse_event(text))
-    assert fold([start[decoded["type"]], light]) == fold([start[decoded["type"]], decoded])
+    light = streaming._delta_payload(decoded["type"], parse_event(text), text)
+    assert light is not None and fold([start[decoded["type"]], light]) == fold([start[decoded["type"]], decoded])
+
+
+@pytest.mark.parametrize("text", [
+    '{"type":"TEXT_MESSAGE_CONTENT","message_id":"m1","delta":"x"}',
+    '{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"x","subagent_run_id":"sub-1"}',
+])
+def test_a_token_event_the_model_reads_in_snake_case_is_folded_from_its_text(text):
+    """The model takes snake_case too; a fold of the text (a client's, ``events.conversation_of``) does not."""
+    from interrupts.protocol.wire import parse_event
+
+    assert streaming._delta_payload(json.loads(text)["type"], parse_event(text), text) is None
 
 
 # --- the database lost mid-stream ------------------------------------------------------------------
