@@ -139,7 +139,7 @@ test-scale: venv peers $(AXE)/node_modules/.installed browser
 # fifteen minutes (about five here, on 2 cores). The benchmarks' own tools
 # (matplotlib, for the scaling chart) are in bench/requirements.txt, installed
 # into .venv here, not the app's.
-BENCHMARKS := sse_reader:60 hostile_schema:120 inbox_scale:150 relay_throughput:180 interrupt_latency:180 resume_latency:150 connections:240 scaling:300
+BENCHMARKS := sse_reader:60 hostile_schema:120 inbox_scale:150 relay_throughput:180 interrupt_latency:180 resume_latency:150 long_thread:150 connections:240 scaling:300
 BENCH_BUDGET := 870
 # `make bench-smoke` (CI): every benchmark at small sizes on both back ends, its
 # figures into a temporary folder; it fails when any benchmark does, and when a
@@ -154,7 +154,7 @@ BENCH_BUDGET := 870
 BENCH_SMOKE := scaling:240:--levels=1+--events=5000+--rounds=2 connections:240:--sockets=20+--broadcasts=1 \
   inbox_scale:240:--interrupts=300+--baseline=30+--best-of=5 interrupt_latency:240:--rounds=2 \
   resume_latency:240:--samples=3 relay_throughput:240:--max-seconds=5 hostile_schema:240:--samples=12 \
-  sse_reader:60:--best-of=9
+  long_thread:240:--tokens=200+--history-kb=300+--rounds=1 sse_reader:60:--best-of=9
 BENCH_SMOKE_BUDGET := 900
 BENCH_SMOKE_LANES := 4
 BENCH_REQUIREMENTS := bench/requirements.txt

@@ -10,7 +10,11 @@ frame, as an agent should after its terminal event.
 
 POST /stream/     RUN_STARTED, TEXT_MESSAGE_START, TEXT_MESSAGE_CONTENT…,
                   TEXT_MESSAGE_END, RUN_FINISHED: ``forwardedProps.events``
-                  events in all (default 20,000), as fast as the reader takes them.
+                  events in all (default 20,000), as fast as the reader takes them;
+                  with ``forwardedProps.pace``, one token every ``pace`` seconds
+                  instead (a model writing as it thinks), in a message of its own.
+                  With ``forwardedProps.varied``, the tokens are words of random
+                  letters rather than one word again (text no store compresses away).
                   With ``forwardedProps.gate``, nothing is written (not even
                   RUN_STARTED) until that gate is released (below).
 POST /interrupt/  RUN_STARTED, then RUN_FINISHED with one ``confirmation``
@@ -72,6 +76,14 @@ def encode(event) -> bytes:
     return ENCODER.encode(event).encode()
 
 
+def varied_frames(message_id: str, count: int = 4096) -> list[bytes]:
+    """Token frames of words of random letters (the same words for a given message id)."""
+    rng = random.Random(message_id)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [encode(TextMessageContentEvent(message_id=message_id, delta="".join(
+        rng.choice(letters) for _ in range(rng.randint(2, 9))) + " ")) for _ in range(count)]
+
+
 def content_frame() -> bytes:
     global _content
     if _content is None:
@@ -120,15 +132,28 @@ async def stream(writer: asyncio.StreamWriter, run: RunAgentInput) -> None:
         gate_changed[gate].set()
         await gates[gate].wait()
     writer.write(encode(RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id)))
-    writer.write(encode(TextMessageStartEvent(message_id=MESSAGE_ID, role="assistant")))
+    pace = float(props.get("pace", 0))
+    message_id = f"msg-{run.run_id}" if pace else MESSAGE_ID
+    writer.write(encode(TextMessageStartEvent(message_id=message_id, role="assistant")))
     remaining = total - 4
-    frame = content_frame()
+    varied = bool(props.get("varied"))
+    frames = varied_frames(message_id) if varied else [
+        encode(TextMessageContentEvent(message_id=message_id, delta="token "))]
+    if pace:
+        for n in range(remaining):
+            writer.write(frames[n % len(frames)])
+            await writer.drain()
+            await asyncio.sleep(pace)
+        remaining = 0
+    written = 0
     while remaining > 0:
         batch = min(remaining, WRITE_BATCH)
-        writer.write(frame * batch)
+        writer.write(b"".join(frames[(written + n) % len(frames)] for n in range(batch)) if varied
+                     else content_frame() * batch)
         remaining -= batch
+        written += batch
         await writer.drain()
-    writer.write(encode(TextMessageEndEvent(message_id=MESSAGE_ID)))
+    writer.write(encode(TextMessageEndEvent(message_id=message_id)))
     writer.write(encode(RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id,
                                          outcome=RunFinishedSuccessOutcome())))
     await writer.drain()

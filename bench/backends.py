@@ -167,6 +167,20 @@ class BenchApp(ServedApp):
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
+    def database_written(self) -> int:
+        """Bytes the database has written so far: PostgreSQL's WAL position (all its sessions, this database
+        or not: measure on an otherwise idle server), or on SQLite the server process's own writes to storage
+        (``write_bytes`` in /proc/<pid>/io: the database file and its WAL, counted as pages are dirtied)."""
+        if not self.backend.database_url:
+            for line in Path(f"/proc/{self.pid}/io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+            raise RuntimeError("no write_bytes")
+        import psycopg
+
+        with psycopg.connect(self.env["DATABASE_URL"], autocommit=True) as connection:
+            return int(connection.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
     def database_stats(self) -> dict | None:
         """PostgreSQL's counters for the app's database (transactions, rows, sessions); None on SQLite."""
         if not self.backend.database_url:

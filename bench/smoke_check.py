@@ -101,6 +101,11 @@ def hostile_schema(results: dict) -> Iterator[Ratio]:
             found["concurrent"]["ratio"]
 
 
+def long_thread(results: dict) -> Iterator[Ratio]:
+    for backend, found in results.items():
+        yield "written per token on a long thread ÷ its conversation", backend, found["written_share"]
+
+
 def sse_reader(results: dict) -> Iterator[Ratio]:
     for case, measured in results.items():
         yield f"{case} ÷ in one chunk", IN_PROCESS, measured["ratio"]
@@ -109,7 +114,7 @@ def sse_reader(results: dict) -> Iterator[Ratio]:
 #: Each benchmark of the smoke, and its ratios from its results (the "results" of bench/results/<name>.json).
 BENCHMARKS: dict[str, Callable[[dict], Iterator[Ratio]]] = {
     f.__name__: f for f in (relay_throughput, scaling, interrupt_latency, resume_latency, connections,
-                            inbox_scale, hostile_schema, sse_reader)
+                            inbox_scale, hostile_schema, long_thread, sse_reader)
 }
 
 
