@@ -27,8 +27,9 @@ import statistics
 import time
 
 import httpx
-from backends import agent, arguments, backends, register_agent, served
+from backends import agent, arguments, backends, register_agent, served, session_cookie, ws_url
 from report import save, table
+from ws_client import WebSocket
 
 FINAL = ("interrupted", "succeeded", "failed", "cancelled")
 HISTORY_RUN_EVENTS = 50_000  # a fast run's tokens (random words, 6.5 bytes each): about 330 KB of conversation
@@ -51,6 +52,31 @@ async def run_on(api: httpx.AsyncClient, thread_id: str, props: dict) -> None:
     await finished(api, response.json()["run_id"])
 
 
+async def paced_run(app, api: httpx.AsyncClient, cookie: str, thread_id: str, props: dict) -> tuple[float, int]:
+    """The server's CPU seconds and database bytes from starting a run to its RUN_FINISHED on the thread's socket.
+
+    Not by polling the run: the API's run carries its input, the whole conversation, so each poll would
+    cost what the conversation's size does, and the figure is what a token costs.
+    """
+    socket = await WebSocket.connect(ws_url(app, f"/ws/threads/{thread_id}/"), cookie=cookie, origin=app.url)
+    try:
+        hello = await socket.recv_json()
+        assert hello["type"] == "hello", hello
+        cpu, wrote = app.cpu_seconds(), app.database_written()
+        response = await api.post(f"/api/threads/{thread_id}/runs/", json={"forwarded_props": props})
+        assert response.status_code == 201, response.text
+        while True:
+            message = await asyncio.wait_for(socket.recv_json(), 120)
+            assert message is not None, "the thread's socket closed"
+            if message.get("type") == "event" and message.get("event_type") == "RUN_FINISHED":
+                break
+        spent = (app.cpu_seconds() - cpu, app.database_written() - wrote)
+    finally:
+        await socket.close()
+    await finished(api, response.json()["run_id"])  # ended, before the thread takes its next run
+    return spent
+
+
 async def conversation_bytes(api: httpx.AsyncClient, thread_id: str) -> int:
     return len(json.dumps((await api.get(f"/api/threads/{thread_id}/")).json()["messages"]))
 
@@ -58,6 +84,7 @@ async def conversation_bytes(api: httpx.AsyncClient, thread_id: str) -> int:
 async def measure(backend, agent_process, tokens: int, pace: float, history_kb: int, rounds: int) -> dict:
     with served(backend, "long-thread") as app:
         register_agent(app, "bench-long", agent_process.url("/stream/"))
+        cookie = session_cookie(app)
         async with httpx.AsyncClient(base_url=app.url, headers={"Authorization": f"Token {app.token}"},
                                      timeout=60) as api:
             threads = {}
@@ -73,10 +100,10 @@ async def measure(backend, agent_process, tokens: int, pace: float, history_kb: 
             written: dict[str, list[float]] = {"fresh": [], "long": []}
             for _ in range(rounds):
                 for name, thread in threads.items():
-                    before, wrote = app.cpu_seconds(), app.database_written()
-                    await run_on(api, thread, {"events": tokens + 4, "pace": pace, "varied": True})
-                    spent[name].append((app.cpu_seconds() - before) / tokens * 1e6)
-                    written[name].append((app.database_written() - wrote) / tokens)
+                    cpu, wrote = await paced_run(app, api, cookie, thread,
+                                                 {"events": tokens + 4, "pace": pace, "varied": True})
+                    spent[name].append(cpu / tokens * 1e6)
+                    written[name].append(wrote / tokens)
     fresh, long = statistics.median(spent["fresh"]), statistics.median(spent["long"])
     return {"conversation_bytes": sizes, "cpu_us_per_token": spent, "fresh_us": fresh, "long_us": long,
             "ratio": long / fresh, "written_per_token": written,
