@@ -14,6 +14,7 @@ from contextlib import closing
 
 from ag_ui.core import CustomEvent
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ..conf import FOLD_WRITE_BYTES, FOLD_WRITE_EVENTS, FOLD_WRITE_SECONDS, settings
@@ -103,6 +104,13 @@ _MESSAGE_TYPES = FOLDED - {"STATE_SNAPSHOT", "STATE_DELTA", "RUN_FINISHED", "RUN
                            "STEP_FINISHED", "REASONING_START", "REASONING_END", "CUSTOM", "SUBAGENT_FINISHED",
                            "SUBAGENT_ERROR"}
 _STATE_TYPES = frozenset({"STATE_SNAPSHOT", "STATE_DELTA"})
+# The changes a fold may leave unwritten for a while: a streamed token, which extends one message or call
+# and costs its fold no more than its own length. Any other change (a message or call opened or closed, a
+# result, a snapshot, a patch: work the agent chooses, some of it walking the whole conversation) is
+# written with its batch, and so is a run's end: ``conversation_of`` and ``settle`` (under the lock that
+# ends a run) only ever fold tokens, fewer than FOLD_WRITE_EVENTS.
+_DEFERRED_CHANGES = frozenset({"TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS"})
+_WRITTEN_AT_ONCE = (_MESSAGE_TYPES - _DEFERRED_CHANGES) | _STATE_TYPES | {"RUN_FINISHED", "RUN_ERROR"}
 
 
 class _Carry:
@@ -146,11 +154,11 @@ def conversation_of(thread: Thread) -> tuple[list, object]:
     """
     if thread.folded_seq >= thread.last_seq:
         return thread.messages or [], thread.state
+    # Only tokens: the rest of a tail changes nothing, and no chunk stream is open in one (``_folded``).
     payloads = [payload if isinstance(payload, dict) else json.loads(payload) for payload in Event.objects.filter(
         thread_id=thread.pk, seq__gt=thread.folded_seq, seq__lte=thread.last_seq, from_agent=True,
-        type__in=FOLDED).order_by("seq").values_list("payload", flat=True)]
-    folded = _fold(payloads, thread.messages or [], thread.state)
-    return folded.messages, (folded.state if any(p.get("type") in _STATE_TYPES for p in payloads) else thread.state)
+        type__in=_DEFERRED_CHANGES).order_by("seq").values_list("payload", flat=True)]
+    return _fold(payloads, thread.messages or [], thread.state).messages, thread.state  # a state is never deferred
 
 
 def _fold(payloads: list[dict], messages: list, state: object, index: tuple | None = None) -> conversation.Conversation:
@@ -165,20 +173,15 @@ def settle(thread_pk: int) -> None:
     between writes, and one whose stream lost its carry (sent again after a crash, its batch retried)
     may end without having read its fold. So whenever no run streams, the stored fold is whole.
     """
-    thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=thread_pk)
-    if thread.folded_seq >= thread.last_seq:
+    # Nearly always whole: then one small row read, and the conversation is not decoded.
+    thread = Thread.objects.filter(pk=thread_pk, folded_seq__lt=F("last_seq")).only(
+        "messages", "state", "folded_seq", "last_seq").first()
+    if thread is None:
         return
     messages, state = conversation_of(thread)
     Thread.objects.filter(pk=thread_pk).update(messages=messages, state=state, folded_seq=thread.last_seq)
 
 
-# The changes a fold may leave unwritten for a while: a streamed token, which extends one message or call
-# and costs its fold no more than its own length. Any other change (a message or call opened or closed, a
-# result, a snapshot, a patch: work the agent chooses, some of it walking the whole conversation) is
-# written with its batch, and so is a run's end: ``conversation_of`` and ``settle`` (under the lock that
-# ends a run) only ever fold tokens, and events that change nothing.
-_DEFERRED_CHANGES = frozenset({"TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS"})
-_WRITTEN_AT_ONCE = (_MESSAGE_TYPES - _DEFERRED_CHANGES) | _STATE_TYPES | {"RUN_FINISHED", "RUN_ERROR"}
 
 
 def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry | None]:
@@ -199,7 +202,8 @@ def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry 
     carry = getattr(run, "_conversation_carry", None)
     # Nothing to fold and no fold read: the stored one stays as whole as it was, unless it is known to
     # lag (``append_many`` learns it from each write), when it is read, folded on and written when due.
-    if not messages_change and not state_changes and carry is None and not getattr(run, "_fold_lags", False):
+    # A run object that has not written yet does not know: its first batch (RUN_STARTED) reads it anyway.
+    if not messages_change and not state_changes and carry is None and not getattr(run, "_fold_lags", True):
         return {}, IF_WHOLE, None
     if carry is None:
         thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=run.thread_id)

@@ -156,7 +156,9 @@ def _delta_payload(kind: str, event, text: str) -> dict | None:
     text spells them as the wire does (the model also reads snake_case, which a fold of the text, as a
     client or ``events.conversation_of`` does, would not)."""
     attribute, key = _DELTA_IDS[kind]
-    if f'"{key}"' not in text or (event.subagent_run_id is not None and '"subagentRunId"' not in text):
+    # The model takes a field by its name or its wire alias only: with neither snake_case name anywhere in
+    # the text, the wire's were used (found elsewhere, in a delta or rawEvent, it costs one decode).
+    if f'"{attribute}"' in text or '"subagent_run_id"' in text:
         return None
     payload = {"type": kind, key: getattr(event, attribute), "delta": event.delta}
     if event.metadata is not None:
@@ -387,8 +389,9 @@ def _append(run: Run, batch: list[events.Received], worker: str, after_seq: int,
                     .order_by("seq").values_list("seq", flat=True))
         if len(seqs) == len(batch):
             # It did. The thread's conversation is read again for the next batch: the
-            # one carried (``events._Carry``) predates this batch.
+            # one carried (``events._Carry``) predates this batch, whose fold may not be written.
             run.__dict__.pop("_conversation_carry", None)
+            run._fold_lags = True
             return seqs
         if seqs:
             raise RuntimeError(f"run {run.run_id}: {len(seqs)} of a batch of {len(batch)} events recorded")

@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from interrupts.hub import events, outcomes, runs
+from interrupts.hub import streaming as streamer
 from interrupts.models import Run, Thread
 from interrupts.protocol.conversation import fold
 
@@ -233,3 +234,21 @@ def test_new_input_replaces_a_lagging_fold_once_and_declares_it_whole(clock):
     thread = stored(run)
     assert thread.folded_seq == thread.last_seq
     assert [m.get("content") for m in events.conversation_of(thread)[0][-2:]] == ["t1 ", "go on"]
+
+
+def test_a_batch_retried_after_it_committed_leaves_the_next_one_to_read_the_fold(clock):
+    """The connection broke after a deferred token's batch committed: the retry finds it and drops the carry.
+    Whatever comes next, however large and whatever it changes, the fold is read and written with it, so a
+    run's end never leaves ``settle`` more than a few tokens to fold under its lock."""
+    run = streaming()
+    before = stored(run).last_seq
+    batch = [token(1)]
+    events.append_many(run, batch, worker="w")
+    run._fold_lags = False  # as the batch before (written) left it: this one's answer never came back
+    assert streamer._append(run, batch, "w", before, retrying=True) == [before + 1]
+    step = events.Received("CUSTOM", json.dumps({"type": "CUSTOM", "name": "n", "value": 1}))
+    terminal = events.Received("RUN_FINISHED", json.dumps(
+        {"type": "RUN_FINISHED", "threadId": run.thread.thread_id, "runId": run.run_id}))
+    events.append_many(run, [step] * 2000 + [terminal], worker="w")
+    thread = stored(run)
+    assert thread.folded_seq == thread.last_seq and thread.messages[-1]["content"] == "t1 "

@@ -496,6 +496,9 @@ def test_a_token_event_read_off_its_parsed_form_folds_as_its_text_does(text):
 @pytest.mark.parametrize("text", [
     '{"type":"TEXT_MESSAGE_CONTENT","message_id":"m1","delta":"x"}',
     '{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"x","subagent_run_id":"sub-1"}',
+    # The wire's name found elsewhere (a delta, a rawEvent) is not the key the model read.
+    '{"type":"TEXT_MESSAGE_CONTENT","message_id":"m1","delta":"messageId"}',
+    '{"type":"TOOL_CALL_ARGS","tool_call_id":"c1","delta":"x","rawEvent":{"toolCallId":1}}',
 ])
 def test_a_token_event_the_model_reads_in_snake_case_is_folded_from_its_text(text):
     """The model takes snake_case too; a fold of the text (a client's, ``events.conversation_of``) does not."""
