@@ -2,23 +2,15 @@
 inbox's agent filter then reads, on whichever back end DATABASE_URL names."""
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from .conftest import forward
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BEFORE = [("interrupts", "0033_passkeys")]
-
 
 @pytest.fixture
-def back_before_0034():
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    executor.loader.build_graph()
-    yield executor.loader.project_state(BEFORE, at_end=True).apps
-    # Whatever happened, leave the schema whole for the tests after this one.
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+def back_before_0034(back_to):
+    return back_to(("interrupts", "0033_passkeys"))
 
 
 def test_each_interrupt_gets_its_run_s_agent(back_before_0034):
@@ -32,8 +24,7 @@ def test_each_interrupt_gets_its_run_s_agent(back_before_0034):
         made[agent.pk] = [Interrupt.objects.create(run=run, interrupt_id=f"i-{n}", reason="confirmation", raw={}).pk
                           for n in range(3)]
 
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    forward()
 
     from interrupts.models import Interrupt as Now
     for agent_pk, pks in made.items():

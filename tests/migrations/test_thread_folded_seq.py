@@ -2,23 +2,15 @@
 (each batch wrote it), so each is marked folded to its last event, on whichever back end DATABASE_URL names."""
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from .conftest import forward
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BEFORE = [("interrupts", "0036_run_run_id")]
-
 
 @pytest.fixture
-def back_before_0037():
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    executor.loader.build_graph()
-    yield executor.loader.project_state(BEFORE, at_end=True).apps
-    # Whatever happened, leave the schema whole for the tests after this one.
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+def back_before_0037(back_to):
+    return back_to(("interrupts", "0036_run_run_id"))
 
 
 def test_each_thread_is_folded_to_its_last_event(back_before_0037):
@@ -28,8 +20,7 @@ def test_each_thread_is_folded_to_its_last_event(back_before_0037):
     made = {Thread.objects.create(thread_id=f"t-{n}", agent=agent, last_seq=n * 7, messages=[]).pk: n * 7
             for n in range(3)}
 
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    forward()
 
     from interrupts.hub import events
     from interrupts.models import Thread as Now
