@@ -222,6 +222,9 @@ def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry 
             # The event stays in the log; the thread keeps what could be built (C59).
             logger.warning("run %s: %s", run.run_id, warning)
         openers = conversation.chunk_openers(payloads, carry.openers) if carry.openers or kinds & _CHUNKS else []
+        # Only what the fold really changed is written: a RUN_STARTED, say, leaves every message as it was (the
+        # same objects, so comparing costs a pointer each), and a long conversation is not rewritten for it.
+        messages_change = messages_change and folded.messages != carry.messages
         # A state no event touched keeps its stored spelling (None stays None rather than fold's {}).
         state = folded.state if state_changes else carry.state
         after = carry.later(events, messages=folded.messages, state=state, openers=openers, index=folded.index)

@@ -252,3 +252,17 @@ def test_a_batch_retried_after_it_committed_leaves_the_next_one_to_read_the_fold
     events.append_many(run, [step] * 2000 + [terminal], worker="w")
     thread = stored(run)
     assert thread.folded_seq == thread.last_seq and thread.messages[-1]["content"] == "t1 "
+
+
+def test_a_run_that_changes_no_message_does_not_rewrite_the_conversation(clock):
+    """A run that only pauses (RUN_STARTED, then an interrupt) folds to the same messages: nothing to write."""
+    thread = make.thread(messages=list(HISTORY))
+    run = make.run(thread, status=Run.Status.STREAMING, claimed_by="w")
+    terminal = {"type": "RUN_FINISHED", "threadId": thread.thread_id, "runId": run.run_id}
+    with CaptureQueriesContext(connection) as queries:
+        events.append_many(run, [{"type": "RUN_STARTED", "threadId": thread.thread_id, "runId": run.run_id}],
+                           worker="w")
+        events.append_many(run, [terminal], worker="w")
+    assert writes_of_messages(queries.captured_queries) == 0
+    thread = stored(run)
+    assert thread.folded_seq == thread.last_seq == 2 and thread.messages == HISTORY
