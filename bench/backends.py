@@ -11,6 +11,7 @@ on exit, on Ctrl-C and on SIGTERM (``timeout`` in the Makefile sends one).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import atexit
 import contextlib
 import ctypes
@@ -373,3 +374,18 @@ def session_cookie(app: ServedApp, username: str = "reviewer", password: str = "
 
 def ws_url(app: ServedApp, path: str) -> str:
     return app.url.replace("http://", "ws://", 1) + path
+
+
+#: A run's statuses once it has ended.
+FINAL = ("interrupted", "succeeded", "failed", "cancelled")
+
+
+async def wait_run(api, run_id: str, timeout: float = 60) -> dict:
+    """The run ``run_id`` once it has ended, read from the API (``api``: an httpx.AsyncClient with the token)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = (await api.get(f"/api/runs/{run_id}/")).json()
+        if run["status"] in FINAL:
+            return run
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"run {run_id} did not end within {timeout} s")

@@ -24,26 +24,18 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import time
 
 import httpx
-from backends import agent, arguments, backends, register_agent, served, session_cookie, ws_url
+from backends import agent, arguments, backends, register_agent, served, session_cookie, wait_run, ws_url
 from report import save, table
 from ws_client import WebSocket
 
-FINAL = ("interrupted", "succeeded", "failed", "cancelled")
 HISTORY_RUN_EVENTS = 50_000  # a fast run's tokens (random words, 6.5 bytes each): about 330 KB of conversation
 
 
-async def finished(api: httpx.AsyncClient, run_id: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = (await api.get(f"/api/runs/{run_id}/")).json()
-        if run["status"] in FINAL:
-            assert run["status"] == "succeeded", run
-            return run
-        await asyncio.sleep(0.25)  # a light poll: the server's CPU is the figure
-    raise TimeoutError(f"run {run_id} did not end within {timeout} s")
+async def finished(api: httpx.AsyncClient, run_id: str) -> None:
+    run = await wait_run(api, run_id, timeout=120)
+    assert run["status"] == "succeeded", run
 
 
 async def run_on(api: httpx.AsyncClient, thread_id: str, props: dict) -> None:

@@ -22,11 +22,9 @@ import time
 import uuid
 
 import httpx
-from backends import Backend, agent, arguments, backends, register_agent, served, session_cookie, ws_url
+from backends import Backend, agent, arguments, backends, register_agent, served, session_cookie, wait_run, ws_url
 from report import save, table
 from ws_client import WebSocket
-
-FINAL = ("interrupted", "succeeded", "failed", "cancelled")
 
 
 async def bare_client(agent_process, events: int) -> dict:
@@ -46,16 +44,6 @@ async def bare_client(agent_process, events: int) -> dict:
     started = (await asyncio.to_thread(agent_process.log))["requests"][run_id]
     assert count == events, (count, events)
     return {"seconds": done - started, "events_per_s": events / (done - started)}
-
-
-async def wait_run(api: httpx.AsyncClient, run_id: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = (await api.get(f"/api/runs/{run_id}/")).json()
-        if run["status"] in FINAL:
-            return run
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"run {run_id} did not end within {timeout} s")
 
 
 async def through_countersign(app, agent_process, events: int, max_seconds: float) -> dict:
