@@ -159,7 +159,7 @@ class ThreadAdmin(admin.ModelAdmin):
 
     @admin.display(description="State")
     def state_json(self, obj):
-        return pretty_json(events.conversation_of(obj)[1])
+        return pretty_json(obj.state)  # never behind its log: what changes it is written at once
 
     @admin.display(description="Messages")
     def messages_json(self, obj):

@@ -200,9 +200,8 @@ class ThreadDetailSerializer(ThreadSerializer):
 
     def to_representation(self, instance):
         shown = super().to_representation(instance)
-        # While a run streams, the stored conversation may lag its log by a moment: shown whole.
-        if instance.folded_seq < instance.last_seq:
-            shown["messages"], shown["state"] = events.conversation_of(instance)
+        # While a run streams, the stored messages may lag its log by a moment: shown whole.
+        shown["messages"] = events.conversation_of(instance)[0]
         return shown
 
 

@@ -113,6 +113,10 @@ _DEFERRED_CHANGES = frozenset({"TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTEN
 _WRITTEN_AT_ONCE = (_MESSAGE_TYPES - _DEFERRED_CHANGES) | _STATE_TYPES | {"RUN_FINISHED", "RUN_ERROR"}
 
 
+# What of a thread its fold is read with: the conversation, and how far it reaches.
+_STORED = ("messages", "state", "folded_seq", "last_seq")
+
+
 class _Carry:
     """What the streamer's run carries from one batch to the next: the conversation folded so far.
 
@@ -146,11 +150,10 @@ def conversation_of(thread: Thread) -> tuple[list, object]:
     """The thread's messages and state with every event it recorded folded in.
 
     As stored, unless a streaming run has not yet written its latest fold
-    (``Thread.folded_seq``): then the events after it are folded on top, as
-    the run would have. They are few and cheap to fold (streamed tokens and
-    events that change nothing, ``_DEFERRED_CHANGES``: fewer than
-    FOLD_WRITE_EVENTS and under FOLD_WRITE_BYTES, past one batch), so this
-    may run under a lock.
+    (``Thread.folded_seq``): then the tokens after it are folded on top, as
+    the run would have. They are few and cheap to fold (``_DEFERRED_CHANGES``,
+    fewer than FOLD_WRITE_EVENTS and under FOLD_WRITE_BYTES), so this may run
+    under a lock. The state never lags: what changes it is written at once.
     """
     if thread.folded_seq >= thread.last_seq:
         return thread.messages or [], thread.state
@@ -174,14 +177,11 @@ def settle(thread_pk: int) -> None:
     may end without having read its fold. So whenever no run streams, the stored fold is whole.
     """
     # Nearly always whole: then one small row read, and the conversation is not decoded.
-    thread = Thread.objects.filter(pk=thread_pk, folded_seq__lt=F("last_seq")).only(
-        "messages", "state", "folded_seq", "last_seq").first()
+    thread = Thread.objects.filter(pk=thread_pk, folded_seq__lt=F("last_seq")).only(*_STORED).first()
     if thread is None:
         return
-    messages, state = conversation_of(thread)
-    Thread.objects.filter(pk=thread_pk).update(messages=messages, state=state, folded_seq=thread.last_seq)
-
-
+    messages, _state = conversation_of(thread)
+    Thread.objects.filter(pk=thread_pk).update(messages=messages, folded_seq=thread.last_seq)
 
 
 def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry | None]:
@@ -206,11 +206,11 @@ def _folded(run: Run, events: list[Received]) -> tuple[dict, str | None, _Carry 
     if not messages_change and not state_changes and carry is None and not getattr(run, "_fold_lags", True):
         return {}, IF_WHOLE, None
     if carry is None:
-        thread = Thread.objects.only("messages", "state", "folded_seq", "last_seq").get(pk=run.thread_id)
+        thread = Thread.objects.only(*_STORED).get(pk=run.thread_id)
         messages, state = conversation_of(thread)
-        # Folded on from a fold that lagged (a run cut short before it wrote its own): both are written.
+        # Folded on from a fold that lagged (a run cut short before it wrote its own): its messages are written.
         carry = _Carry(messages, state, [], unwritten=frozenset() if thread.folded_seq >= thread.last_seq
-                       else frozenset({"messages", "state"}))
+                       else frozenset({"messages"}))
     if not messages_change and not state_changes:
         after = carry.later(events)
         deferrable = not carry.openers

@@ -29,9 +29,9 @@ class Thread(models.Model):
     messages = models.JSONField(default=list, blank=True)
     # The sequence number of the last event appended; events take last_seq + 1.
     last_seq = models.PositiveBigIntegerField(default=0)
-    # The last event ``messages`` and ``state`` are folded up to. A streaming run writes its fold
-    # at most every FOLD_WRITE_SECONDS or FOLD_WRITE_EVENTS (each write is the whole conversation),
-    # so it may lag ``last_seq``: ``hub.events.conversation`` folds the events after it.
+    # The last event ``messages`` and ``state`` are folded up to. A streaming run writes its tokens
+    # into them only now and then (each write is the whole conversation), so it may lag ``last_seq``:
+    # ``hub.events.conversation_of`` folds the tokens after it.
     folded_seq = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
